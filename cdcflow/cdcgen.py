@@ -1,0 +1,161 @@
+"""Reproducible Debezium-style change streams, and the final table state they imply.
+
+Used by the demo, the tests and the benchmarks. Events are state-consistent (c for a new key, u or d
+for an existing one, a tombstone after some deletes), a few keys are snapshotted as op=r and then
+created again as op=c (the re-snapshot problem), and some values use the JsonConverter's
+``{schema, payload}`` wrapper. Broken records can be mixed in; they never change the expected state.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+STATUSES = ("new", "paid", "shipped", "delivered", "cancelled")
+
+
+@dataclass(frozen=True)
+class Event:
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
+    kind: str = "change"  # change | tombstone | broken:<why>
+    expected_stage: str | None = None  # for broken records: the DLQ stage they must arrive with
+
+
+@dataclass
+class Stream:
+    events: list[Event] = field(default_factory=list)
+    state: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def broken(self) -> list[Event]:
+        return [e for e in self.events if e.kind.startswith("broken")]
+
+
+def _key(i: int, wrapped: bool) -> bytes:
+    payload = {"id": i}
+    if wrapped:
+        return json.dumps({"schema": {"type": "struct", "fields": [{"field": "id", "type": "int64"}]},
+                           "payload": payload}).encode()
+    return json.dumps(payload).encode()
+
+
+def _envelope(op: str, before: dict[str, Any] | None, after: dict[str, Any] | None, ts: int,
+              wrapped: bool, table: str) -> bytes:
+    payload = {"before": before, "after": after, "op": op, "ts_ms": ts + 5,
+               "source": {"connector": "mysql", "db": "inventory", "table": table, "ts_ms": ts}}
+    if wrapped:
+        return json.dumps({"schema": {"type": "struct", "name": f"inventory.{table}.Envelope"},
+                           "payload": payload}).encode()
+    return json.dumps(payload).encode()
+
+
+def _row(rng: random.Random, i: int, ts: int) -> dict[str, Any]:
+    return {"id": i, "customer": f"customer-{rng.randrange(1000):04d}", "status": rng.choice(STATUSES),
+            "amount": f"{rng.randrange(100, 100000) / 100:.2f}", "updated_ms": ts}
+
+
+def orders_stream(n: int = 200, keys: int = 40, seed: int = 7, broken: bool = True,
+                  start_ts: int = 1_767_225_600_000, table: str = "orders") -> Stream:
+    """``n`` change events over ``keys`` order ids; with ``broken``, six poison records too."""
+    rng = random.Random(seed)
+    out = Stream()
+    ts = start_ts
+    # the re-snapshot problem: a few rows arrive as op=r, then again as op=c
+    for i in range(1, min(keys, 4) + 1):
+        ts += 10
+        row = _row(rng, i, ts)
+        out.events.append(Event(_key(i, False), _envelope("r", None, row, ts, False, table)))
+        out.state[i] = row
+    for i in range(1, min(keys, 4) + 1):
+        ts += 10
+        row = _row(rng, i, ts)
+        out.events.append(Event(_key(i, False), _envelope("c", None, row, ts, False, table)))
+        out.state[i] = row
+    while len(out.events) < n:
+        ts += 10
+        i = rng.randint(1, keys)
+        wrapped = rng.random() < 0.2
+        current = out.state.get(i)
+        if current is None:
+            row = _row(rng, i, ts)
+            out.events.append(Event(_key(i, wrapped), _envelope("c", None, row, ts, wrapped, table)))
+            out.state[i] = row
+        elif rng.random() < 0.8:
+            row = {**current, "status": rng.choice(STATUSES), "amount": f"{rng.randrange(100, 100000) / 100:.2f}",
+                   "updated_ms": ts}
+            out.events.append(Event(_key(i, wrapped), _envelope("u", current, row, ts, wrapped, table)))
+            out.state[i] = row
+        else:
+            out.events.append(Event(_key(i, wrapped), _envelope("d", current, None, ts, wrapped, table)))
+            del out.state[i]
+            if rng.random() < 0.5:
+                out.events.append(Event(_key(i, wrapped), None, kind="tombstone"))
+    if broken:
+        out.events.extend(poison_records(rng, keys, ts, table))
+    return out
+
+
+def poison_records(rng: random.Random, keys: int, ts: int, table: str) -> list[Event]:
+    """Records that must go to the DLQ; their keys are fresh so they never change the expected state."""
+    hdr = (("trace-id", b"poison"),)
+    k = keys + 1000
+    too_long = {"id": k + 3, "customer": "x" * 80, "status": "new", "amount": "1.00", "updated_ms": ts}
+    bad_amount = {"id": k + 4, "customer": "c", "status": "new", "amount": "12,5 EUR", "updated_ms": ts}
+    return [
+        Event(_key(k + 1, False), b"{this is not json", hdr, "broken:not-json", "converter"),
+        Event(_key(k + 2, False), json.dumps({"id": k + 2, "note": "no envelope"}).encode(), hdr,
+              "broken:no-op", "transform"),
+        Event(_key(k + 3, False), _envelope("c", None, too_long, ts + 1, False, table), hdr,
+              "broken:too-long", "sink"),
+        Event(_key(k + 4, False), _envelope("c", None, bad_amount, ts + 2, False, table), hdr,
+              "broken:bad-decimal", "transform"),
+        Event(_key(k + 5, False), json.dumps({"op": "x", "after": {"id": k + 5}}).encode(), hdr,
+              "broken:unknown-op", "transform"),
+        Event(_key(k + 6, False), b"\xff\xfe\x00binary", hdr, "broken:binary", "converter"),
+    ]
+
+
+def expected_rows(state: dict[int, dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """The state as (id, customer, status, amount, updated_at) tuples sorted by id."""
+    return [(r["id"], r["customer"], r["status"], r["amount"], r["updated_ms"])
+            for _i, r in sorted(state.items())]
+
+
+def produce(bootstrap: str, topic: str, events: list[Event], partitions: int = 3,
+            create: bool = True) -> None:
+    """Create ``topic`` (if asked) and produce ``events`` keyed, in order, acks=all."""
+    from confluent_kafka import Producer  # noqa: PLC0415
+    from confluent_kafka.admin import AdminClient, NewTopic  # noqa: PLC0415
+
+    if create:
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+        for fut in futures.values():
+            try:
+                fut.result(15)
+            except Exception as exc:  # noqa: BLE001
+                if "already exists" not in str(exc).lower() and "TOPIC_ALREADY_EXISTS" not in str(exc):
+                    raise
+    failures: list[str] = []
+
+    def on_delivery(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failures.append(str(err))
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                         "partitioner": "murmur2_random", "linger.ms": 10})
+    for e in events:
+        while True:
+            try:
+                producer.produce(topic, key=e.key, value=e.value, headers=list(e.headers), on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.2)
+        producer.poll(0)
+    remaining = producer.flush(30)
+    if remaining or failures:
+        raise RuntimeError(f"producing to {topic}: {remaining} unflushed, failures: {failures[:3]}")

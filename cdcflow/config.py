@@ -1,0 +1,358 @@
+"""Pipeline configuration: one YAML file per pipeline in ``config/pipelines/``.
+
+The models are strict (unknown keys are rejected) and every problem in a file is reported in one
+message naming the file, the line, the field path, the value found and what was expected.
+Credentials never live in YAML: connections are referenced by Airflow conn id.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from cdcflow.errors import ConfigError
+
+DEFAULT_CONFIG_DIR = Path(__file__).resolve().parent.parent / "config" / "pipelines"
+
+# librdkafka settings that carry secrets: they belong in the Airflow connection, not in YAML.
+SECRET_KAFKA_KEYS = frozenset(
+    {"sasl.password", "sasl.username", "ssl.key.password", "ssl.keystore.password",
+     "sasl.oauthbearer.client.secret", "ssl.key.pem", "ssl_key"}
+)
+# Settings cdcflow owns: letting YAML override them would break the offset guarantees.
+RESERVED_KAFKA_KEYS = frozenset(
+    {"enable.auto.commit", "enable.auto.offset.store", "group.id", "bootstrap.servers",
+     "enable.partition.eof", "auto.offset.reset", "isolation.level"}
+)
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_SQL_TYPE = re.compile(
+    r"^(TINYINT|SMALLINT|MEDIUMINT|INT|INTEGER|BIGINT|FLOAT|DOUBLE|BOOLEAN|BOOL"
+    r"|DECIMAL\(\d{1,2},\s*\d{1,2}\)|VARCHAR\(\d{1,5}\)|CHAR\(\d{1,3}\)"
+    r"|TEXT|MEDIUMTEXT|LONGTEXT|DATE|DATETIME(\([0-6]\))?|TIMESTAMP(\([0-6]\))?|JSON|BLOB)$",
+    re.IGNORECASE,
+)
+
+
+def parse_duration(value: Any) -> Any:
+    """Accept seconds as a number or a string like ``90s``, ``5m``, ``1h``, ``500ms``."""
+    if isinstance(value, str):
+        match = _DURATION.match(value)
+        if not match:
+            raise ValueError(f"expected a duration such as 30, '30s', '5m' or '1h', got {value!r}")
+        number, unit = float(match.group(1)), match.group(2) or "s"
+        return number * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[unit]
+    return value
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration), Field(gt=0, le=86400)]
+Identifier = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[^\x00]+$")]
+TopicName = Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]{1,249}$")]
+ConnId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,250}$")]
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SourceConfig(StrictModel):
+    """Where the change events come from."""
+
+    topics: list[TopicName] = Field(min_length=1)
+    kafka_conn_id: ConnId = "cdcflow_kafka"
+    group_id: str | None = Field(
+        default=None, description="Consumer group the offsets are mirrored to; default cdcflow-<name>."
+    )
+    key_converter: Literal["json"] = "json"
+    value_converter: Literal["json"] = "json"
+    consumer_config: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, description="Extra librdkafka settings (no secrets, no offset settings)."
+    )
+
+    @field_validator("topics")
+    @classmethod
+    def _unique_topics(cls, topics: list[str]) -> list[str]:
+        if len(set(topics)) != len(topics):
+            raise ValueError("topics must be unique")
+        return topics
+
+    @field_validator("consumer_config")
+    @classmethod
+    def _no_secrets(cls, conf: dict[str, Any]) -> dict[str, Any]:
+        secret = sorted(k for k in conf if k in SECRET_KAFKA_KEYS)
+        if secret:
+            raise ValueError(
+                f"{secret} are credentials: put them in the Airflow connection's extra, not in YAML"
+            )
+        reserved = sorted(k for k in conf if k in RESERVED_KAFKA_KEYS)
+        if reserved:
+            raise ValueError(f"{reserved} are managed by cdcflow and cannot be set here")
+        return conf
+
+
+class WindowConfig(StrictModel):
+    """Bounds of one consume window (the Kettle KafkaConsumer step's batch bounds)."""
+
+    max_records: int = Field(default=10_000, ge=1, le=50_000_000)
+    max_duration: Duration = 60.0
+    stop_on_empty: bool = True
+
+
+class MySqlColumn(StrictModel):
+    name: Identifier
+    type: str = Field(description="MySQL column type, e.g. BIGINT, VARCHAR(64), DECIMAL(10,2)")
+    field: str | None = Field(default=None, description="Field of the row image; default: name.")
+    nullable: bool = True
+
+    @field_validator("type")
+    @classmethod
+    def _sql_type(cls, value: str) -> str:
+        if not _SQL_TYPE.match(value.strip()):
+            raise ValueError(
+                "expected a MySQL type such as BIGINT, INT, DOUBLE, DECIMAL(10,2), VARCHAR(255), "
+                f"TEXT, DATE, DATETIME, JSON; got {value!r}"
+            )
+        return value.strip().upper()
+
+    @property
+    def source_field(self) -> str:
+        return self.field or self.name
+
+
+class MySqlSinkConfig(StrictModel):
+    """Upserts c/r/u changes and deletes d changes in one MySQL table."""
+
+    type: Literal["mysql"]
+    name: str = "mysql"
+    conn_id: ConnId = "cdcflow_mysql"
+    table: Identifier
+    primary_key: list[Identifier] = Field(min_length=1)
+    columns: list[MySqlColumn] = Field(min_length=1)
+    create_table: bool = False
+    batch_size: int = Field(default=500, ge=1, le=10_000)
+
+    @model_validator(mode="after")
+    def _keys_are_columns(self) -> MySqlSinkConfig:
+        names = [c.name for c in self.columns]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"column names must be unique, repeated: {dupes}")
+        missing = [k for k in self.primary_key if k not in names]
+        if missing:
+            raise ValueError(f"primary_key {missing} must be listed in columns {names}")
+        return self
+
+
+SinkConfig = Annotated[MySqlSinkConfig, Field(discriminator="type")]
+
+
+class ErrorsConfig(StrictModel):
+    """Kafka Connect's errors.tolerance and dead-letter-queue settings."""
+
+    tolerance: Literal["none", "all"] = "none"
+    dlq_topic: TopicName | None = None
+    context_headers: bool = True
+
+    @model_validator(mode="after")
+    def _dlq_required(self) -> ErrorsConfig:
+        if self.tolerance == "all" and not self.dlq_topic:
+            raise ValueError(
+                "dlq_topic is required when tolerance is 'all': cdcflow never drops a record silently"
+            )
+        return self
+
+
+class OffsetStoreConfig(StrictModel):
+    conn_id: ConnId | None = Field(
+        default=None,
+        description="SQLAlchemy-capable Airflow connection; default: $CDCFLOW_OFFSET_STORE_URL, "
+        "else a SQLite file under $CDCFLOW_HOME.",
+    )
+
+
+class SparkConfig(StrictModel):
+    mode: Literal["inprocess", "submit"] = "inprocess"
+    master: str | None = Field(default=None, description="Default: $CDCFLOW_SPARK_MASTER or local[*].")
+    conn_id: ConnId = "spark_default"
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
+class PipelineConfig(StrictModel):
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$")]
+    description: str = ""
+    schedule: str | None = None
+    retries: int = Field(default=3, ge=0, le=100)
+    retry_delay: Duration = 30.0
+    tags: list[str] = Field(default_factory=list)
+    source: SourceConfig
+    window: WindowConfig = WindowConfig()
+    initial_offsets: Literal["earliest", "latest"] = "earliest"
+    versioning: Literal["source_ts_ms", "kafka_offset"] = Field(
+        default="source_ts_ms",
+        description="Where a change's version comes from; sinks refuse to go back to an older one.",
+    )
+    sinks: list[SinkConfig] = Field(min_length=1)
+    errors: ErrorsConfig = ErrorsConfig()
+    offset_store: OffsetStoreConfig = OffsetStoreConfig()
+    spark: SparkConfig = SparkConfig()
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> PipelineConfig:
+        names = [s.name for s in self.sinks]
+        if len(set(names)) != len(names):
+            raise ValueError(f"sink names must be unique, got {names}")
+        if self.errors.dlq_topic and self.errors.dlq_topic in self.source.topics:
+            raise ValueError("errors.dlq_topic must differ from the source topics")
+        return self
+
+    @property
+    def group_id(self) -> str:
+        return self.source.group_id or f"cdcflow-{self.name}"
+
+
+@dataclass(frozen=True)
+class LoadedPipeline:
+    path: Path
+    config: PipelineConfig
+
+
+def _line_index(text: str) -> dict[tuple[str, ...], int]:
+    """Map each YAML node path to its 1-based line, so errors can point at the line."""
+    index: dict[tuple[str, ...], int] = {}
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError:
+        return index
+
+    def walk(node: yaml.Node, path: tuple[str, ...]) -> None:
+        index[path] = node.start_mark.line + 1
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                index[(*path, str(key.value))] = key.start_mark.line + 1
+                walk(value, (*path, str(key.value)))
+                index[(*path, str(key.value))] = key.start_mark.line + 1
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                walk(item, (*path, str(i)))
+
+    if root is not None:
+        walk(root, ())
+    return index
+
+
+def _expected(err: dict[str, Any]) -> str:
+    kind, msg = err["type"], err["msg"].removeprefix("Value error, ")
+    if kind == "extra_forbidden":
+        return "no such field (unknown keys are rejected; check the spelling)"
+    if kind == "missing":
+        return "a value (this field is required)"
+    msg = msg.removeprefix("expected ")
+    return msg[0].lower() + msg[1:] if msg else kind
+
+
+def format_validation_error(path: Path | str, text: str, exc: ValidationError) -> str:
+    lines_by_path = _line_index(text)
+    problems = []
+    for err in exc.errors():
+        loc = tuple(str(p) for p in err["loc"])
+        # discriminated unions add the tag to the location: drop it from what the user sees
+        shown = tuple(p for p in loc if p not in ("mysql",))
+        field = ".".join(shown) or "(top level)"
+        line = None
+        for n in range(len(shown), -1, -1):
+            if shown[:n] in lines_by_path:
+                line = lines_by_path[shown[:n]]
+                break
+        where = f"line {line}, " if line else ""
+        value = "" if err["type"] == "missing" or "got " in err["msg"] else f"; got {err.get('input')!r}"
+        problems.append(f"  - {where}{field}: expected {_expected(err)}{value}")
+    count = len(problems)
+    return f"{path}: {count} error{'s' if count != 1 else ''}\n" + "\n".join(problems)
+
+
+def parse_pipeline(text: str, path: Path | str = "<string>") -> PipelineConfig:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of pipeline settings, got {type(data).__name__}")
+    try:
+        return PipelineConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(path, text, exc)) from None
+
+
+def load_pipeline(path: Path | str) -> PipelineConfig:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read pipeline config: {exc.strerror}") from exc
+    return parse_pipeline(text, path)
+
+
+def config_dir() -> Path:
+    return Path(os.environ.get("CDCFLOW_CONFIG_DIR", DEFAULT_CONFIG_DIR))
+
+
+def pipeline_files(directory: Path | None = None) -> list[Path]:
+    directory = directory or config_dir()
+    return sorted(p for p in directory.glob("*.y*ml") if p.suffix in (".yaml", ".yml"))
+
+
+def load_all(directory: Path | None = None) -> tuple[list[LoadedPipeline], dict[Path, str]]:
+    """Load every pipeline; invalid files are returned as errors and do not stop the others."""
+    loaded: list[LoadedPipeline] = []
+    errors: dict[Path, str] = {}
+    seen: dict[str, Path] = {}
+    for path in pipeline_files(directory):
+        try:
+            cfg = load_pipeline(path)
+        except ConfigError as exc:
+            errors[path] = str(exc)
+            continue
+        if cfg.name in seen:
+            errors[path] = (
+                f"{path}: 1 error\n  - name: expected a unique pipeline name; "
+                f"got {cfg.name!r}, already used by {seen[cfg.name]}"
+            )
+            continue
+        seen[cfg.name] = path
+        loaded.append(LoadedPipeline(path, cfg))
+    return loaded, errors
+
+
+def find_pipeline(name: str, directory: Path | None = None) -> PipelineConfig:
+    loaded, errors = load_all(directory)
+    for item in loaded:
+        if item.config.name == name:
+            return item.config
+    hint = f"; invalid files: {', '.join(str(p) for p in errors)}" if errors else ""
+    known = ", ".join(sorted(i.config.name for i in loaded)) or "none"
+    raise ConfigError(f"no pipeline named {name!r} in {directory or config_dir()} (known: {known}){hint}")
+
+
+def json_schema() -> dict[str, Any]:
+    schema = PipelineConfig.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "cdcflow pipeline"
+    return schema
+
+
+def iter_errors(errors: dict[Path, str]) -> Iterable[str]:
+    return (errors[p] for p in sorted(errors))

@@ -1,0 +1,67 @@
+"""The exception tree, named after what the runner must do with each error.
+
+    CdcflowError
+    ├── ConfigError                 fatal: the user must fix a pipeline file or a parameter
+    ├── WindowFailed                fatal for this attempt: the window stops, no offset moves
+    │   ├── InfrastructureError     a service is unreachable or broken; Airflow retries with backoff
+    │   │   ├── SinkUnavailable
+    │   │   ├── BrokerUnavailable
+    │   │   └── DeadLetterWriteFailed
+    │   ├── OffsetOutOfRange        the stored offset is gone from the log (retention); needs a decision
+    │   ├── ToleranceExceeded       a bad record with errors.tolerance=none
+    │   └── OffsetConflict          someone else moved the offsets; this run's commit is refused
+    └── RecordError                 per-record: goes to the dead-letter topic (tolerance=all)
+
+Third-party exceptions are converted at the boundary (connectors/*); records keep their raw bytes so
+the dead-letter topic receives the original key, value and headers.
+"""
+
+from __future__ import annotations
+
+
+class CdcflowError(Exception):
+    """Base of every error cdcflow raises on purpose."""
+
+
+class ConfigError(CdcflowError):
+    """A pipeline config or a run parameter is invalid. The message names file, field and expectation."""
+
+
+class WindowFailed(CdcflowError):
+    """The consume window failed. Offsets stay where they were; a retry replays the same range."""
+
+
+class InfrastructureError(WindowFailed):
+    """An external system is unreachable or misbehaving. Never sent to the DLQ; retried by Airflow."""
+
+
+class SinkUnavailable(InfrastructureError):
+    """A sink (MySQL, Elasticsearch) cannot be reached or failed for reasons unrelated to the data."""
+
+
+class BrokerUnavailable(InfrastructureError):
+    """The Kafka broker cannot be reached or returned an error while reading or producing."""
+
+
+class DeadLetterWriteFailed(InfrastructureError):
+    """A record could not be written to the dead-letter topic; committing would lose it."""
+
+
+class OffsetOutOfRange(WindowFailed):
+    """The stored offset no longer exists in the log (deleted by retention or topic recreated)."""
+
+
+class ToleranceExceeded(WindowFailed):
+    """A record failed with errors.tolerance=none."""
+
+
+class OffsetConflict(WindowFailed):
+    """The stored offsets changed since this window was planned (another run committed)."""
+
+
+class RecordError(CdcflowError):
+    """One record cannot be processed; with tolerance=all it goes to the dead-letter topic."""
+
+    def __init__(self, stage: str, message: str) -> None:
+        super().__init__(message)
+        self.stage = stage

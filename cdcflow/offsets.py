@@ -1,0 +1,273 @@
+"""The offset store and window ledger, on any SQLAlchemy database.
+
+Kafka auto-commit is never used: the stored offset of a partition is the next offset to read, and
+it moves only in :meth:`OffsetStore.commit`, after every sink flushed. Each run first writes its
+window to the ledger (start offsets and the per-partition record budget), so a retry or a cleared
+run replays exactly the same range: once a read finished, its actual end offsets are recorded and a
+retry reads up to them, no further.
+
+Commits are compare-and-set: a window planned from the stored offsets advances a partition only if
+the stored offset is still the window's start. A cleared old run therefore re-applies its range
+(harmless: sinks are idempotent and version-guarded) without moving offsets back or forth. A window
+whose start offsets were given explicitly (replay/rewind) sets the offsets to its end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import sqlalchemy as sa
+from sqlalchemy.exc import SQLAlchemyError
+
+from cdcflow.errors import InfrastructureError, WindowFailed
+
+TopicPartition = tuple[str, int]
+WindowStatus = Literal["planned", "read", "applied", "committed", "failed"]
+Origin = Literal["stored", "params"]
+
+metadata = sa.MetaData()
+
+offsets_table = sa.Table(
+    "cdcflow_offsets",
+    metadata,
+    sa.Column("pipeline", sa.String(200), primary_key=True),
+    sa.Column("topic", sa.String(249), primary_key=True),
+    sa.Column("partition", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("next_offset", sa.BigInteger, nullable=False),
+    sa.Column("run_id", sa.String(250), nullable=False),
+    sa.Column("updated_at", sa.DateTime, nullable=False),
+)
+
+runs_table = sa.Table(
+    "cdcflow_runs",
+    metadata,
+    sa.Column("pipeline", sa.String(200), primary_key=True),
+    sa.Column("run_id", sa.String(250), primary_key=True),
+    sa.Column("origin", sa.String(16), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False, default=0),
+    sa.Column("message", sa.Text, nullable=True),
+    sa.Column("stats", sa.Text, nullable=True),
+    sa.Column("created_at", sa.DateTime, nullable=False),
+    sa.Column("updated_at", sa.DateTime, nullable=False),
+)
+
+windows_table = sa.Table(
+    "cdcflow_windows",
+    metadata,
+    sa.Column("pipeline", sa.String(200), primary_key=True),
+    sa.Column("run_id", sa.String(250), primary_key=True),
+    sa.Column("topic", sa.String(249), primary_key=True),
+    sa.Column("partition", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("start_offset", sa.BigInteger, nullable=False),
+    sa.Column("max_records", sa.BigInteger, nullable=False),
+    sa.Column("end_offset", sa.BigInteger, nullable=True),
+    sa.Column("records", sa.BigInteger, nullable=True),
+)
+
+
+@dataclass(frozen=True)
+class PartitionWindow:
+    topic: str
+    partition: int
+    start: int
+    max_records: int
+    end: int | None = None  # actual end (exclusive) once the read finished
+    records: int | None = None
+
+    @property
+    def tp(self) -> TopicPartition:
+        return (self.topic, self.partition)
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    pipeline: str
+    run_id: str
+    origin: Origin
+    status: WindowStatus
+    partitions: tuple[PartitionWindow, ...]
+    attempt: int = 0
+    message: str | None = None
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def read_done(self) -> bool:
+        return all(p.end is not None for p in self.partitions)
+
+    @property
+    def total_records(self) -> int:
+        return sum(p.records or 0 for p in self.partitions)
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    advanced: dict[TopicPartition, int]
+    left: dict[TopicPartition, str]  # partitions not moved, with the reason
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def default_store_url() -> str:
+    url = os.environ.get("CDCFLOW_OFFSET_STORE_URL")
+    if url:
+        return url
+    home = Path(os.environ.get("CDCFLOW_HOME", Path(__file__).resolve().parent.parent / ".local"))
+    (home / "state").mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{home / 'state' / 'offsets.db'}"
+
+
+class OffsetStore:
+    """load / plan / commit, with the run id kept beside the offsets."""
+
+    def __init__(self, url: str | None = None) -> None:
+        self.url = url or default_store_url()
+        kwargs: dict[str, Any] = {"pool_pre_ping": True}
+        if self.url.startswith("sqlite"):
+            kwargs["connect_args"] = {"timeout": 30}
+        self.engine = sa.create_engine(self.url, **kwargs)
+        try:
+            metadata.create_all(self.engine)
+        except SQLAlchemyError as exc:
+            raise InfrastructureError(f"offset store {self._safe_url()} is unavailable: {exc.__class__.__name__}: {exc.orig if hasattr(exc, 'orig') else exc}") from exc
+
+    def _safe_url(self) -> str:
+        return sa.make_url(self.url).render_as_string(hide_password=True)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- offsets -------------------------------------------------------------------------------
+    def load(self, pipeline: str) -> dict[TopicPartition, int]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(offsets_table.c.topic, offsets_table.c.partition, offsets_table.c.next_offset)
+                .where(offsets_table.c.pipeline == pipeline)
+            )
+            return {(r.topic, r.partition): r.next_offset for r in rows}
+
+    def set_offsets(self, pipeline: str, offsets: Mapping[TopicPartition, int], run_id: str) -> None:
+        """Operator reset (the CLI's ``offsets set``): writes the given offsets as they are."""
+        with self.engine.begin() as conn:
+            for (topic, partition), offset in offsets.items():
+                self._upsert_offset(conn, pipeline, topic, partition, offset, run_id)
+
+    def _upsert_offset(self, conn: sa.Connection, pipeline: str, topic: str, partition: int,
+                       offset: int, run_id: str) -> None:
+        key = (offsets_table.c.pipeline == pipeline) & (offsets_table.c.topic == topic) & (
+            offsets_table.c.partition == partition)
+        values = {"next_offset": offset, "run_id": run_id, "updated_at": _now()}
+        if conn.execute(sa.update(offsets_table).where(key).values(**values)).rowcount == 0:
+            conn.execute(sa.insert(offsets_table).values(
+                pipeline=pipeline, topic=topic, partition=partition, **values))
+
+    # -- ledger --------------------------------------------------------------------------------
+    def get_window(self, pipeline: str, run_id: str) -> WindowPlan | None:
+        with self.engine.connect() as conn:
+            run = conn.execute(sa.select(runs_table).where(
+                (runs_table.c.pipeline == pipeline) & (runs_table.c.run_id == run_id))).first()
+            if run is None:
+                return None
+            parts = conn.execute(sa.select(windows_table).where(
+                (windows_table.c.pipeline == pipeline) & (windows_table.c.run_id == run_id)
+            ).order_by(windows_table.c.topic, windows_table.c.partition)).all()
+        return WindowPlan(
+            pipeline=pipeline, run_id=run_id, origin=run.origin, status=run.status,
+            attempt=run.attempt, message=run.message, stats=json.loads(run.stats or "{}"),
+            partitions=tuple(PartitionWindow(p.topic, p.partition, p.start_offset, p.max_records,
+                                             p.end_offset, p.records) for p in parts),
+        )
+
+    def plan(self, pipeline: str, run_id: str, origin: Origin,
+             partitions: list[PartitionWindow]) -> WindowPlan:
+        """Record the window before any record is processed. Idempotent per run id."""
+        existing = self.get_window(pipeline, run_id)
+        if existing is not None:
+            return existing
+        now = _now()
+        with self.engine.begin() as conn:
+            conn.execute(sa.insert(runs_table).values(
+                pipeline=pipeline, run_id=run_id, origin=origin, status="planned", attempt=0,
+                created_at=now, updated_at=now))
+            if partitions:
+                conn.execute(sa.insert(windows_table), [
+                    {"pipeline": pipeline, "run_id": run_id, "topic": p.topic, "partition": p.partition,
+                     "start_offset": p.start, "max_records": p.max_records}
+                    for p in partitions])
+        plan = self.get_window(pipeline, run_id)
+        assert plan is not None
+        return plan
+
+    def begin_attempt(self, pipeline: str, run_id: str) -> int:
+        with self.engine.begin() as conn:
+            conn.execute(sa.update(runs_table).where(
+                (runs_table.c.pipeline == pipeline) & (runs_table.c.run_id == run_id)
+            ).values(attempt=runs_table.c.attempt + 1, updated_at=_now()))
+            return int(conn.execute(sa.select(runs_table.c.attempt).where(
+                (runs_table.c.pipeline == pipeline) & (runs_table.c.run_id == run_id))).scalar_one())
+
+    def record_read(self, pipeline: str, run_id: str, ends: Mapping[TopicPartition, tuple[int, int]]) -> None:
+        """Store the actual (end offset, record count) of each partition once the read finished."""
+        with self.engine.begin() as conn:
+            for (topic, partition), (end, count) in ends.items():
+                conn.execute(sa.update(windows_table).where(
+                    (windows_table.c.pipeline == pipeline) & (windows_table.c.run_id == run_id)
+                    & (windows_table.c.topic == topic) & (windows_table.c.partition == partition)
+                ).values(end_offset=end, records=count))
+            self._set_status(conn, pipeline, run_id, "read", None)
+
+    def mark(self, pipeline: str, run_id: str, status: WindowStatus, message: str | None = None,
+             stats: Mapping[str, Any] | None = None) -> None:
+        with self.engine.begin() as conn:
+            self._set_status(conn, pipeline, run_id, status, message, stats)
+
+    def _set_status(self, conn: sa.Connection, pipeline: str, run_id: str, status: WindowStatus,
+                    message: str | None, stats: Mapping[str, Any] | None = None) -> None:
+        values: dict[str, Any] = {"status": status, "message": message, "updated_at": _now()}
+        if stats is not None:
+            values["stats"] = json.dumps(stats, sort_keys=True, default=str)
+        conn.execute(sa.update(runs_table).where(
+            (runs_table.c.pipeline == pipeline) & (runs_table.c.run_id == run_id)).values(**values))
+
+    def commit(self, pipeline: str, run_id: str) -> CommitResult:
+        """Move the stored offsets to the window's ends, in one transaction, compare-and-set."""
+        plan = self.get_window(pipeline, run_id)
+        if plan is None:
+            raise WindowFailed(f"run {run_id!r} of pipeline {pipeline!r} has no planned window to commit")
+        if not plan.read_done:
+            raise WindowFailed(f"run {run_id!r}: the window was not read completely; nothing to commit")
+        advanced: dict[TopicPartition, int] = {}
+        left: dict[TopicPartition, str] = {}
+        with self.engine.begin() as conn:
+            stored_rows = conn.execute(
+                sa.select(offsets_table).where(offsets_table.c.pipeline == pipeline)
+                .with_for_update()).all()
+            stored = {(r.topic, r.partition): (r.next_offset, r.run_id) for r in stored_rows}
+            for p in plan.partitions:
+                assert p.end is not None
+                current = stored.get(p.tp)
+                if plan.origin == "stored" and current is not None and current[0] != p.start:
+                    if current[1] == run_id and current[0] == p.end:
+                        advanced[p.tp] = p.end  # this run committed already (a repeated commit)
+                    else:
+                        left[p.tp] = (f"stored offset is {current[0]} (set by run {current[1]}), "
+                                      f"not this window's start {p.start}: left unchanged")
+                    continue
+                self._upsert_offset(conn, pipeline, p.topic, p.partition, p.end, run_id)
+                advanced[p.tp] = p.end
+            self._set_status(conn, pipeline, run_id, "committed", None)
+        return CommitResult(advanced, left)
+
+    def history(self, pipeline: str, limit: int = 20) -> list[WindowPlan]:
+        with self.engine.connect() as conn:
+            ids = conn.execute(sa.select(runs_table.c.run_id).where(runs_table.c.pipeline == pipeline)
+                               .order_by(runs_table.c.created_at.desc()).limit(limit)).scalars().all()
+        return [w for w in (self.get_window(pipeline, i) for i in ids) if w is not None]

@@ -1,0 +1,260 @@
+"""One consume window, in three steps: plan, process, commit.
+
+* ``plan``    fixes the window in the ledger before any record is read: per partition, the start
+  offset (stored, initial, or given as ``start_offsets``) and its share of ``max_records``.
+  Idempotent per run id, so a cleared or retried run gets the same window.
+* ``process`` reads the planned ranges on Spark, records the actual end offsets, sends bad records
+  to the DLQ and applies the sinks. A retry after the read replays exactly the recorded range.
+* ``commit``  moves the stored offsets (compare-and-set) only after ``process`` succeeded, then
+  mirrors them to the pipeline's Kafka consumer group for lag tools.
+
+The Airflow DAG runs these as three tasks; ``run_window`` runs them in one process (CLI, tests).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cdcflow import faults
+from cdcflow.config import PipelineConfig
+from cdcflow.connections import get_connection
+from cdcflow.errors import CdcflowError, ConfigError, OffsetOutOfRange, WindowFailed
+from cdcflow.offsets import OffsetStore, PartitionWindow, TopicPartition, WindowPlan
+
+log = logging.getLogger("cdcflow.runner")
+
+
+@dataclass(frozen=True)
+class RunParams:
+    """Per-run overrides, from Airflow trigger params / conf."""
+
+    start_offsets: dict[str, dict[int, int]] | None = None
+    max_records: int | None = None
+    max_duration: float | None = None
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any] | None, cfg: PipelineConfig) -> RunParams:
+        raw = dict(raw or {})
+        problems: list[str] = []
+        unknown = sorted(set(raw) - {"start_offsets", "max_records", "max_duration"})
+        if unknown:
+            problems.append(f"unknown parameters {unknown} (expected start_offsets, max_records, max_duration)")
+        starts: dict[str, dict[int, int]] | None = None
+        so = raw.get("start_offsets")
+        if so not in (None, {}):
+            if not isinstance(so, Mapping):
+                problems.append(f"start_offsets: expected {{topic: {{partition: offset}}}}, got {so!r}")
+            else:
+                starts = {}
+                for topic, parts in so.items():
+                    if topic not in cfg.source.topics:
+                        problems.append(f"start_offsets.{topic}: not a topic of this pipeline {cfg.source.topics}")
+                        continue
+                    if not isinstance(parts, Mapping) or not parts:
+                        problems.append(f"start_offsets.{topic}: expected {{partition: offset}}, got {parts!r}")
+                        continue
+                    starts[topic] = {}
+                    for part, off in parts.items():
+                        try:
+                            p = int(part)
+                        except (TypeError, ValueError):
+                            problems.append(f"start_offsets.{topic}: partition {part!r} is not an integer")
+                            continue
+                        if isinstance(off, bool) or not isinstance(off, int) or off < 0 or p < 0:
+                            problems.append(f"start_offsets.{topic}.{part}: expected an offset >= 0, got {off!r}")
+                            continue
+                        starts[topic][p] = off
+        mr = raw.get("max_records")
+        if mr is not None and (isinstance(mr, bool) or not isinstance(mr, int) or mr < 1):
+            problems.append(f"max_records: expected an integer >= 1, got {mr!r}")
+        md = raw.get("max_duration")
+        if md is not None and (isinstance(md, bool) or not isinstance(md, int | float) or md <= 0):
+            problems.append(f"max_duration: expected a number of seconds > 0, got {md!r}")
+        if problems:
+            raise ConfigError(f"invalid run parameters for pipeline {cfg.name!r}:\n  - " + "\n  - ".join(problems))
+        return cls(starts, mr, float(md) if md is not None else None)
+
+
+def offset_store(cfg: PipelineConfig) -> OffsetStore:
+    if cfg.offset_store.conn_id:
+        return OffsetStore(get_connection(cfg.offset_store.conn_id).sqlalchemy_url())
+    return OffsetStore()
+
+
+def kafka_client(cfg: PipelineConfig) -> dict[str, Any]:
+    return get_connection(cfg.source.kafka_conn_id).kafka_config()
+
+
+def consumer_conf(cfg: PipelineConfig) -> dict[str, Any]:
+    from connectors.kafka.client import consumer_config  # noqa: PLC0415 - confluent-kafka import
+
+    return consumer_config(kafka_client(cfg), cfg.group_id, dict(cfg.source.consumer_config))
+
+
+def allocate(backlogs: Mapping[TopicPartition, int], budget: int) -> dict[TopicPartition, int]:
+    """Split the window's record budget over partitions: equal shares, capped by each backlog,
+    with what a short partition leaves redistributed to the others (water-filling)."""
+    share = dict.fromkeys(backlogs, 0)
+    open_tps = sorted(tp for tp, b in backlogs.items() if b > 0)
+    remaining = budget
+    while open_tps and remaining > 0:
+        each = max(1, remaining // len(open_tps))
+        for tp in list(open_tps):
+            give = min(each, backlogs[tp] - share[tp], remaining)
+            share[tp] += give
+            remaining -= give
+            if share[tp] >= backlogs[tp]:
+                open_tps.remove(tp)
+            if remaining == 0:
+                break
+    return share
+
+
+def plan(cfg: PipelineConfig, run_id: str, params: Mapping[str, Any] | None = None,
+         store: OffsetStore | None = None) -> WindowPlan:
+    p = RunParams.parse(params, cfg)
+    store = store or offset_store(cfg)
+    existing = store.get_window(cfg.name, run_id)
+    if existing is not None:
+        log.info("run %s already has a window (status %s): reusing it", run_id, existing.status)
+        return existing
+    from connectors.kafka.reader import discover  # noqa: PLC0415
+
+    conf = consumer_conf(cfg)
+    parts = {(s.topic, s.partition): s for s in discover(conf, list(cfg.source.topics))}
+    stored = store.load(cfg.name)
+    starts: dict[TopicPartition, int] = {}
+    if p.start_offsets:
+        origin = "params"
+        for topic, offsets in p.start_offsets.items():
+            for part, off in offsets.items():
+                if (topic, part) not in parts:
+                    n = sum(1 for t, _ in parts if t == topic)
+                    raise ConfigError(f"start_offsets.{topic}.{part}: topic {topic!r} has partitions 0..{n - 1}")
+                starts[(topic, part)] = off
+    else:
+        origin = "stored"
+        for tp, state in parts.items():
+            starts[tp] = stored.get(tp, state.low if cfg.initial_offsets == "earliest" else state.end)
+    for tp, start in starts.items():
+        state = parts[tp]
+        if start < state.low:
+            raise OffsetOutOfRange(
+                f"{tp[0]}[{tp[1]}]: start offset {start} is before the first offset still in the log "
+                f"({state.low}); records {start}..{state.low - 1} were deleted by retention. Replay from "
+                f"start_offsets >= {state.low} or reset with `cdcflow offsets set` once the gap is accepted")
+        if start > state.end:
+            raise OffsetOutOfRange(
+                f"{tp[0]}[{tp[1]}]: start offset {start} is beyond the end of the log ({state.end}); the topic "
+                "was probably recreated. Reset the offsets with `cdcflow offsets set` or replay with start_offsets")
+    budget = p.max_records or cfg.window.max_records
+    shares = allocate({tp: parts[tp].end - s for tp, s in starts.items()}, budget)
+    if not cfg.window.stop_on_empty:
+        spare = budget - sum(shares.values())
+        for tp in sorted(shares):  # partitions may wait for new records until max_duration
+            shares[tp] += spare // len(shares)
+    windows = [PartitionWindow(t, part, starts[(t, part)], shares[(t, part)]) for t, part in sorted(starts)]
+    result = store.plan(cfg.name, run_id, origin, windows)
+    log.info("planned window %s: %s", run_id, ", ".join(
+        f"{w.topic}[{w.partition}] from {w.start} up to {w.max_records}" for w in result.partitions))
+    return result
+
+
+def process(cfg: PipelineConfig, run_id: str, params: Mapping[str, Any] | None = None,
+            store: OffsetStore | None = None, spark: Any = None) -> dict[str, Any]:
+    """Read, transform and apply the planned window. Returns the window's statistics."""
+    p = RunParams.parse(params, cfg)
+    store = store or offset_store(cfg)
+    window = store.get_window(cfg.name, run_id)
+    if window is None:
+        raise WindowFailed(f"run {run_id!r} of pipeline {cfg.name!r} has no planned window; run plan first")
+    attempt = store.begin_attempt(cfg.name, run_id)
+    if window.status == "committed":
+        log.info("run %s was committed already: re-applying its range %s (sinks are idempotent)",
+                 run_id, _describe(window))
+    try:
+        stats = _process(cfg, window, p, store, spark)
+    except CdcflowError as exc:
+        store.mark(cfg.name, run_id, "failed", f"attempt {attempt}: {exc.__class__.__name__}: {exc}")
+        raise
+    except Exception as exc:
+        store.mark(cfg.name, run_id, "failed", f"attempt {attempt}: {exc.__class__.__name__}: {exc}")
+        raise WindowFailed(f"window {run_id} failed unexpectedly: {exc.__class__.__name__}: {exc}") from exc
+    store.mark(cfg.name, run_id, "applied", None, stats)
+    return stats
+
+
+def _describe(window: WindowPlan) -> str:
+    return ", ".join(f"{w.topic}[{w.partition}] {w.start}..{w.end if w.end is not None else '?'}"
+                     for w in window.partitions)
+
+
+def _process(cfg: PipelineConfig, window: WindowPlan, p: RunParams, store: OffsetStore,
+             spark: Any) -> dict[str, Any]:
+    from connectors.kafka.client import producer_config  # noqa: PLC0415
+    from connectors.kafka.reader import ReadRange  # noqa: PLC0415
+
+    started = time.time()
+    duration = p.max_duration or cfg.window.max_duration
+    replay = window.read_done
+    ranges = tuple(
+        ReadRange(w.topic, w.partition, w.start,
+                  max_records=(w.end - w.start) if replay and w.end is not None else w.max_records,
+                  stop=w.end if replay else None, deadline=started + duration,
+                  stop_on_eof=cfg.window.stop_on_empty)
+        for w in window.partitions)
+    if not any(r.max_records > 0 for r in ranges):
+        # nothing to read: the plan found every partition at its end (stop_on_empty)
+        store.record_read(cfg.name, window.run_id, {(r.topic, r.partition): (r.start, 0) for r in ranges})
+        return {"records": 0, "dead_lettered": 0, "sinks": {}, "seconds": round(time.time() - started, 3)}
+    from spark_jobs.cdc_window import SinkTarget, WindowJob, run_window_job  # noqa: PLC0415
+    from spark_jobs.session import get_spark  # noqa: PLC0415
+
+    job = WindowJob(
+        pipeline=cfg.name, run_id=window.run_id, consumer_conf=consumer_conf(cfg),
+        producer_conf=producer_config(kafka_client(cfg)), ranges=ranges,
+        sinks=tuple(SinkTarget(s, get_connection(s.conn_id).sqlalchemy_url()) for s in cfg.sinks),
+        versioning=cfg.versioning, tolerance=cfg.errors.tolerance, dlq_topic=cfg.errors.dlq_topic,
+        context_headers=cfg.errors.context_headers)
+    spark = spark or get_spark(cfg.spark, app_name=f"cdcflow-{cfg.name}")
+
+    def on_read(ends: dict[TopicPartition, tuple[int, int]]) -> None:
+        store.record_read(cfg.name, window.run_id, ends)
+        log.info("read %s records: %s", sum(c for _e, c in ends.values()),
+                 ", ".join(f"{t}[{p}] {s}..{e}" for (t, p), (e, _c) in sorted(ends.items())
+                           for s in [next(r.start for r in ranges if (r.topic, r.partition) == (t, p))]))
+
+    result = run_window_job(spark, job, on_read)
+    stats = result.stats()
+    stats["seconds"] = round(time.time() - started, 3)
+    log.info("window %s applied: %s", window.run_id, stats)
+    return stats
+
+
+def commit(cfg: PipelineConfig, run_id: str, store: OffsetStore | None = None) -> dict[str, Any]:
+    store = store or offset_store(cfg)
+    result = store.commit(cfg.name, run_id)
+    for tp, reason in result.left.items():
+        log.warning("%s[%s]: %s", tp[0], tp[1], reason)
+    if result.advanced:
+        from connectors.kafka.groups import mirror_offsets  # noqa: PLC0415
+
+        mirror_offsets({**kafka_client(cfg), "group.id": cfg.group_id}, result.advanced)
+    log.info("committed %s", {f"{t}[{p}]": o for (t, p), o in result.advanced.items()})
+    return {"advanced": {f"{t}:{p}": o for (t, p), o in result.advanced.items()},
+            "left": {f"{t}:{p}": r for (t, p), r in result.left.items()}}
+
+
+def run_window(cfg: PipelineConfig, run_id: str, params: Mapping[str, Any] | None = None,
+               store: OffsetStore | None = None, spark: Any = None) -> dict[str, Any]:
+    """plan + process + commit in this process (CLI and tests; the DAG runs them as tasks)."""
+    store = store or offset_store(cfg)
+    plan(cfg, run_id, params, store)
+    stats = process(cfg, run_id, params, store, spark)
+    faults.checkpoint("after_sinks")
+    stats["commit"] = commit(cfg, run_id, store)
+    return stats

@@ -1,0 +1,74 @@
+"""The sink interface: open / write / flush / close.
+
+A sink receives the window's changes, already reduced to the last change per key. ``write`` may
+buffer; ``flush`` makes everything written durable. Only what ``flush`` confirmed may be committed.
+Records the sink rejects for their data are returned as :class:`FailedRecord` (they go to the DLQ);
+anything else (an unreachable server, a missing table) raises and fails the window.
+
+Every change carries a version from a monotonic source; a sink must never replace a newer version
+with an older one and must never resurrect a row deleted at a newer version (replays are safe).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from connectors.kafka.dlq import FailedRecord, Header
+
+ChangeOp = Literal["upsert", "delete"]
+
+
+@dataclass(frozen=True)
+class SourceRef:
+    """Where a change came from, with its raw bytes (the DLQ re-sends them)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[Header] = ()
+
+
+@dataclass(frozen=True)
+class Change:
+    op: ChangeOp
+    key: tuple[Any, ...]
+    values: dict[str, Any]
+    version: int
+    source: SourceRef
+
+    def failed(self, stage: str, component: str, error_class: str, message: str, trace: str = "") -> FailedRecord:
+        s = self.source
+        return FailedRecord(s.topic, s.partition, s.offset, s.key, s.value, s.headers, stage, component,
+                            error_class, message, trace)
+
+
+@dataclass
+class SinkStats:
+    upserted: int = 0
+    deleted: int = 0
+    stale: int = 0  # changes older than what the sink holds: skipped, by design
+    failed: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, other: SinkStats) -> None:
+        self.upserted += other.upserted
+        self.deleted += other.deleted
+        self.stale += other.stale
+        self.failed += other.failed
+
+
+class Sink(Protocol):
+    name: str
+    stats: SinkStats
+
+    def open(self) -> None: ...
+
+    def write(self, changes: Sequence[Change]) -> list[FailedRecord]: ...
+
+    def flush(self) -> list[FailedRecord]: ...
+
+    def close(self) -> None: ...

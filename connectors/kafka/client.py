@@ -1,0 +1,68 @@
+"""Client settings and error conversion for confluent-kafka.
+
+The settings that the offset guarantees rest on are forced here and cannot be overridden from a
+pipeline file: auto-commit off, explicit assignment, partition EOF on, and no silent offset reset.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+
+from cdcflow.errors import BrokerUnavailable, OffsetOutOfRange, WindowFailed
+
+FORCED_CONSUMER_SETTINGS: dict[str, Any] = {
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "enable.partition.eof": True,
+    # A stored offset that no longer exists must stop the window, never jump silently.
+    "auto.offset.reset": "error",
+    "isolation.level": "read_committed",
+}
+
+
+def consumer_config(client: dict[str, Any], group_id: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    conf: dict[str, Any] = {
+        "socket.timeout.ms": 10_000,
+        "session.timeout.ms": 10_000,
+        "fetch.wait.max.ms": 100,
+        "queued.max.messages.kbytes": 65_536,
+        "topic.metadata.refresh.interval.ms": 30_000,
+    }
+    conf.update(client)
+    conf.update(extra or {})
+    conf.update(FORCED_CONSUMER_SETTINGS)
+    conf["group.id"] = group_id
+    return conf
+
+
+def producer_config(client: dict[str, Any]) -> dict[str, Any]:
+    conf: dict[str, Any] = {"linger.ms": 20, "socket.timeout.ms": 10_000, "message.timeout.ms": 30_000}
+    conf.update(client)
+    conf.update({"acks": "all", "enable.idempotence": True})
+    return conf
+
+
+_BROKER_DOWN = {
+    KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT,
+    KafkaError._RESOLVE, KafkaError.REQUEST_TIMED_OUT, KafkaError.NETWORK_EXCEPTION,
+    KafkaError.BROKER_NOT_AVAILABLE, KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError._MSG_TIMED_OUT,
+}
+
+
+def convert_error(err: KafkaError | KafkaException | Exception, what: str, servers: str) -> WindowFailed:
+    """Turn a confluent-kafka error into the cdcflow error that says what to do about it."""
+    kerr = err.args[0] if isinstance(err, KafkaException) and err.args else err
+    if isinstance(kerr, KafkaError):
+        code = kerr.code()
+        if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+            return OffsetOutOfRange(
+                f"{what}: the offset is no longer in the log ({kerr.str()}); records were deleted by "
+                "retention or the topic was recreated. Replay with start_offsets or reset the "
+                "pipeline's offsets (`cdcflow offsets set`) after deciding what to do about the gap")
+        if code in _BROKER_DOWN or kerr.retriable():
+            return BrokerUnavailable(f"{what}: Kafka at {servers} is unavailable: {kerr.str()}")
+        return BrokerUnavailable(f"{what}: Kafka error from {servers}: {kerr.name()}: {kerr.str()}")
+    return BrokerUnavailable(f"{what}: Kafka at {servers} failed: {err.__class__.__name__}: {err}")

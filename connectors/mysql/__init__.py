@@ -1,0 +1,1 @@
+"""MySQL (and MariaDB): the upsert/delete sink."""

@@ -1,0 +1,229 @@
+"""The MySQL sink: batched upserts and deletes that are idempotent and never go back in time.
+
+* c/r/u changes: ``INSERT … ON DUPLICATE KEY UPDATE`` where every column is only replaced when the
+  incoming version is at least the stored one (``__cdc_version``). MySQL evaluates the assignments
+  left to right, so the version column is assigned last.
+* d changes and tombstones: ``DELETE … WHERE __cdc_version <= version`` plus a row in
+  ``cdcflow_tombstones`` (table, key, version). An upsert older than the key's tombstone is skipped,
+  so a replayed insert cannot resurrect a row deleted later.
+* Re-applying a window is therefore a no-op, and so is replaying an older one.
+* A batch that MySQL rejects for its data is retried row by row; the rows it still rejects are
+  returned as failed records (they go to the DLQ). Connection and server failures raise.
+Identifiers are always quoted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import NullPool
+
+from cdcflow.config import MySqlSinkConfig
+from cdcflow.errors import CdcflowError, ConfigError, SinkUnavailable
+from connectors.base import Change, SinkStats
+from connectors.kafka.dlq import FailedRecord
+
+VERSION_COLUMN = "__cdc_version"
+TOMBSTONES = "cdcflow_tombstones"
+SESSION_SQL = (
+    "SET SESSION sql_mode='STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION,ERROR_FOR_DIVISION_BY_ZERO,"
+    "NO_ZERO_DATE,NO_ZERO_IN_DATE', time_zone='+00:00'"
+)
+
+# MySQL/MariaDB error codes that mean "this row's data is wrong": the row goes to the DLQ.
+DATA_ERRORS = frozenset({1048, 1062, 1264, 1265, 1292, 1364, 1366, 1367, 1406, 1411, 1452, 1690,
+                         3140, 4025, 4078})
+# Lock conflicts: retry the batch.
+RETRY_ERRORS = frozenset({1205, 1213})
+# Problems of the deployment rather than of a record: fail the window with the server's words.
+CONFIG_ERRORS = frozenset({1044, 1045, 1049, 1054, 1142, 1146})
+
+
+def quote(identifier: str) -> str:
+    """Quote a MySQL identifier; backticks inside are doubled, so no name can break out."""
+    if "\x00" in identifier:
+        raise ConfigError(f"identifier {identifier!r} contains a NUL byte")
+    return "`" + identifier.replace("`", "``") + "`"
+
+
+def error_code(exc: BaseException) -> int | None:
+    orig = getattr(exc, "orig", exc)
+    args = getattr(orig, "args", ())
+    return args[0] if args and isinstance(args[0], int) else None
+
+
+def key_hash(key: tuple[Any, ...]) -> tuple[bytes, str]:
+    text = json.dumps([str(k) for k in key], ensure_ascii=False)
+    return hashlib.sha1(text.encode("utf-8")).digest(), text
+
+
+class MySqlSink:
+    """Writes changes to one table; see the module docstring for the guarantees."""
+
+    def __init__(self, cfg: MySqlSinkConfig, url: str, max_lock_retries: int = 5) -> None:
+        self.cfg = cfg
+        self.name = cfg.name
+        self.url = url
+        self.max_lock_retries = max_lock_retries
+        self.stats = SinkStats()
+        self._buffer: list[Change] = []
+        self._engine: sa.Engine | None = None
+        self._columns = [c.name for c in cfg.columns]
+        self._data_columns = [c for c in self._columns if c not in cfg.primary_key]
+        self._build_sql()
+
+    # -- SQL ---------------------------------------------------------------------------------------
+    def _build_sql(self) -> None:
+        t = quote(self.cfg.table)
+        cols = [*self._columns, VERSION_COLUMN]
+        collist = ", ".join(quote(c) for c in cols)
+        placeholders = ", ".join(["%s"] * len(cols))
+        v = quote(VERSION_COLUMN)
+        guarded = [f"{quote(c)} = IF(VALUES({v}) >= {v}, VALUES({quote(c)}), {quote(c)})"
+                   for c in self._data_columns]
+        guarded.append(f"{v} = GREATEST({v}, VALUES({v}))")  # last: the IFs above read the old version
+        self.upsert_sql = (f"INSERT INTO {t} ({collist}) VALUES ({placeholders}) "
+                           f"ON DUPLICATE KEY UPDATE {', '.join(guarded)}")
+        where = " AND ".join(f"{quote(k)} = %s" for k in self.cfg.primary_key)
+        self.delete_sql = f"DELETE FROM {t} WHERE {where} AND {v} <= %s"
+        self.tombstone_sql = (
+            f"INSERT INTO {quote(TOMBSTONES)} (table_name, key_hash, key_json, version) "
+            "VALUES (%s, %s, %s, %s) ON DUPLICATE KEY UPDATE version = GREATEST(version, VALUES(version))")
+
+    def create_table_sql(self) -> str:
+        lines = [f"{quote(c.name)} {c.type} {'NOT NULL' if (c.name in self.cfg.primary_key or not c.nullable) else 'NULL'}"
+                 for c in self.cfg.columns]
+        lines.append(f"{quote(VERSION_COLUMN)} BIGINT NOT NULL DEFAULT 0")
+        lines.append(f"PRIMARY KEY ({', '.join(quote(k) for k in self.cfg.primary_key)})")
+        body = ",\n  ".join(lines)
+        return f"CREATE TABLE IF NOT EXISTS {quote(self.cfg.table)} (\n  {body}\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def open(self) -> None:
+        self._engine = sa.create_engine(
+            self.url, poolclass=NullPool,
+            connect_args={"connect_timeout": 10, "read_timeout": 120, "write_timeout": 120,
+                          "init_command": SESSION_SQL, "charset": "utf8mb4"})
+        try:
+            with self._engine.begin() as conn:
+                conn.exec_driver_sql(
+                    f"CREATE TABLE IF NOT EXISTS {quote(TOMBSTONES)} ("
+                    "table_name VARCHAR(64) NOT NULL, key_hash BINARY(20) NOT NULL, key_json TEXT NOT NULL, "
+                    "version BIGINT NOT NULL, deleted_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, "
+                    "PRIMARY KEY (table_name, key_hash)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4")
+                if self.cfg.create_table:
+                    conn.exec_driver_sql(self.create_table_sql())
+                self._check_table(conn)
+        except DBAPIError as exc:
+            raise self._infra_error("opening", exc) from exc
+
+    def _check_table(self, conn: sa.Connection) -> None:
+        rows = conn.exec_driver_sql(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = DATABASE() "
+            "AND table_name = %s", (self.cfg.table,)).all()
+        if not rows:
+            raise ConfigError(f"sink {self.name!r}: table {self.cfg.table!r} does not exist; create it or "
+                              "set create_table: true")
+        have = {r[0].lower() for r in rows}
+        missing = [c for c in [*self._columns, VERSION_COLUMN] if c.lower() not in have]
+        if missing:
+            hint = (f"; add it with: ALTER TABLE {quote(self.cfg.table)} ADD COLUMN {quote(VERSION_COLUMN)} "
+                    "BIGINT NOT NULL DEFAULT 0" if VERSION_COLUMN in missing else "")
+            raise ConfigError(f"sink {self.name!r}: table {self.cfg.table!r} lacks columns {missing}{hint}")
+
+    def write(self, changes: Sequence[Change]) -> list[FailedRecord]:
+        self._buffer.extend(changes)
+        failed: list[FailedRecord] = []
+        while len(self._buffer) >= self.cfg.batch_size:
+            batch, self._buffer = self._buffer[: self.cfg.batch_size], self._buffer[self.cfg.batch_size:]
+            failed += self._apply(batch)
+        return failed
+
+    def flush(self) -> list[FailedRecord]:
+        batch, self._buffer = self._buffer, []
+        return self._apply(batch) if batch else []
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
+
+    # -- applying ----------------------------------------------------------------------------------
+    def _apply(self, batch: list[Change]) -> list[FailedRecord]:
+        for attempt in range(self.max_lock_retries + 1):
+            try:
+                self._apply_in_transaction(batch)
+                return []
+            except DBAPIError as exc:
+                code = error_code(exc)
+                if code in RETRY_ERRORS and attempt < self.max_lock_retries:
+                    time.sleep(0.1 * 2 ** attempt)
+                    continue
+                if code in DATA_ERRORS:
+                    return self._apply_one_by_one(batch)
+                raise self._infra_error("writing", exc) from exc
+        raise AssertionError("unreachable")
+
+    def _apply_in_transaction(self, batch: list[Change], count: bool = True) -> None:
+        assert self._engine is not None, "open() first"
+        upserts = [c for c in batch if c.op == "upsert"]
+        deletes = [c for c in batch if c.op == "delete"]
+        stats = SinkStats()
+        with self._engine.begin() as conn:
+            if upserts:
+                live = self._without_tombstoned(conn, upserts)
+                stats.stale += len(upserts) - len(live)
+                if live:
+                    conn.exec_driver_sql(self.upsert_sql, [
+                        (*(c.values.get(col) for col in self._columns), c.version) for c in live])
+                    stats.upserted += len(live)
+            if deletes:
+                conn.exec_driver_sql(self.delete_sql, [(*c.key, c.version) for c in deletes])
+                conn.exec_driver_sql(self.tombstone_sql, [
+                    (self.cfg.table, *key_hash(c.key), c.version) for c in deletes])
+                stats.deleted += len(deletes)
+        if count:
+            self.stats.add(stats)
+
+    def _without_tombstoned(self, conn: sa.Connection, upserts: list[Change]) -> list[Change]:
+        hashes = {key_hash(c.key)[0]: c for c in upserts}
+        marks = ", ".join(["%s"] * len(hashes))
+        rows = conn.exec_driver_sql(
+            f"SELECT key_hash, version FROM {quote(TOMBSTONES)} WHERE table_name = %s AND key_hash IN ({marks})",
+            (self.cfg.table, *hashes)).all()
+        dead = {bytes(r[0]): r[1] for r in rows}
+        return [c for h, c in hashes.items() if h not in dead or c.version > dead[h]]
+
+    def _apply_one_by_one(self, batch: list[Change]) -> list[FailedRecord]:
+        failed: list[FailedRecord] = []
+        for change in batch:
+            try:
+                self._apply_in_transaction([change])
+            except DBAPIError as exc:
+                code = error_code(exc)
+                if code not in DATA_ERRORS:
+                    raise self._infra_error("writing", exc) from exc
+                orig = getattr(exc, "orig", exc)
+                failed.append(change.failed(
+                    "sink", f"mysql:{self.name}", f"{type(orig).__module__}.{type(orig).__name__}",
+                    f"MySQL rejected the row for table {self.cfg.table!r} (key {list(change.key)}): "
+                    f"{orig.args[1] if len(orig.args) > 1 else orig}"))
+                self.stats.failed += 1
+        return failed
+
+    def _infra_error(self, doing: str, exc: DBAPIError) -> CdcflowError:
+        code = error_code(exc)
+        orig = getattr(exc, "orig", exc)
+        where = sa.make_url(self.url).render_as_string(hide_password=True)
+        detail = orig.args[1] if len(getattr(orig, "args", ())) > 1 else str(orig)
+        if code in CONFIG_ERRORS:
+            return ConfigError(f"sink {self.name!r}: MySQL refused {doing} table {self.cfg.table!r} at {where}: "
+                               f"({code}) {detail}")
+        return SinkUnavailable(f"sink {self.name!r}: MySQL at {where} failed while {doing} "
+                               f"table {self.cfg.table!r}: ({code}) {detail}")

