@@ -41,6 +41,8 @@ def decode_changes(raw: DataFrame, versioning: str) -> DataFrame:
     before, after = _envelope_field(v, "before"), _envelope_field(v, "after")
     source_ts = _envelope_field(v, "source")["ts_ms"].try_cast("bigint")
     tombstone = F.col("value").isNull()
+    unversioned = (source_ts.isNull() & _envelope_field(v, "ts_ms").isNull()
+                   if versioning != "kafka_offset" else F.lit(False))
 
     stage_message = (
         F.when(tombstone & F.col("key").isNull(), F.struct(F.lit("converter"), F.lit(
@@ -54,6 +56,9 @@ def decode_changes(raw: DataFrame, versioning: str) -> DataFrame:
             "not a Debezium change event: no 'op' field (expected an envelope with op, before, after, source)")))
         .when(~op.isin("c", "r", "u", "d"), F.struct(F.lit("transform"), F.concat(
             F.lit("unknown Debezium op '"), op, F.lit("' (expected c, r, u or d)"))))
+        .when(unversioned,
+              F.struct(F.lit("transform"), F.lit(
+                  "no source.ts_ms nor ts_ms to version the change by (versioning: source_ts_ms)")))
         .when(op.isin("c", "r", "u") & after.isNull(), F.struct(F.lit("transform"), F.concat(
             F.lit("op '"), op, F.lit("' without an 'after' row image"))))
         .when((op == "d") & before.isNull() & F.col("_key").isNull(), F.struct(F.lit("transform"), F.lit(
@@ -62,8 +67,10 @@ def decode_changes(raw: DataFrame, versioning: str) -> DataFrame:
     if versioning == "kafka_offset":
         version = F.col("offset")
     else:
-        ts = F.coalesce(source_ts, _envelope_field(v, "ts_ms"), F.col("timestamp"), F.lit(0))
-        version = ts * F.lit(VERSION_SHIFT) + F.pmod(F.col("offset"), F.lit(VERSION_SHIFT))
+        # A tombstone has no source position of its own: it gets the version of the change before
+        # it (its delete) in latest_per_key. The Kafka timestamp is another clock and must not mix.
+        ts = F.coalesce(source_ts, _envelope_field(v, "ts_ms"))
+        version = F.when(~tombstone, ts * F.lit(VERSION_SHIFT) + F.pmod(F.col("offset"), F.lit(VERSION_SHIFT)))
     return (
         df.withColumn("_err", stage_message)
         .withColumn("change_op", F.when(tombstone | (op == "d"), F.lit("delete")).otherwise(F.lit("upsert")))
@@ -124,6 +131,11 @@ def latest_per_key(projected: DataFrame, sink: MySqlSinkConfig) -> DataFrame:
     """The last change per primary key, by version and then offset (the log order)."""
     index = {c.name: i for i, c in enumerate(sink.columns)}
     keys = [F.col(f"c_{index[k]}") for k in sink.primary_key]
+    # Tombstones (version null) delete at the version of the previous change of their key in the
+    # window; one whose delete was in an earlier window has nothing left to do and is dropped.
+    before = Window.partitionBy(*keys).orderBy("partition", "offset").rowsBetween(Window.unboundedPreceding, -1)
+    filled = projected.withColumn("version", F.coalesce(
+        F.col("version"), F.last("version", ignorenulls=True).over(before))).where("version IS NOT NULL")
     order = Window.partitionBy(*keys).orderBy(F.col("version").desc(), F.col("offset").desc(),
                                               F.col("partition").desc())
-    return projected.withColumn("_rn", F.row_number().over(order)).where("_rn = 1").drop("_rn")
+    return filled.withColumn("_rn", F.row_number().over(order)).where("_rn = 1").drop("_rn")

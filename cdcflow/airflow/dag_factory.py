@@ -1,0 +1,104 @@
+"""Build one Airflow DAG per pipeline config: plan_window >> process_window >> commit_offsets.
+
+Only configuration is read here (YAML + pydantic); Spark and the Kafka/MySQL clients are imported by
+the tasks when they run, so DAG parsing stays fast.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from cdcflow.config import PipelineConfig, config_dir, iter_errors, load_all
+
+log = logging.getLogger("cdcflow.dags")
+ROOT = Path(__file__).resolve().parents[2]
+START_DATE = datetime(2026, 1, 1)
+
+
+def params_schema(cfg: PipelineConfig) -> dict[str, Any]:
+    from airflow.sdk import Param  # noqa: PLC0415
+
+    return {
+        "start_offsets": Param(
+            None, type=["null", "object"], title="Start offsets",
+            description="Replay or rewind: {topic: {partition: offset}}. Only the listed partitions are "
+                        "read; after the run, their stored offsets continue from the window's end.",
+            propertyNames={"enum": list(cfg.source.topics)},
+            additionalProperties={"type": "object", "minProperties": 1,
+                                  "propertyNames": {"pattern": "^[0-9]+$"},
+                                  "additionalProperties": {"type": "integer", "minimum": 0}},
+        ),
+        "max_records": Param(None, type=["null", "integer"], minimum=1, title="Max records",
+                             description=f"Override window.max_records ({cfg.window.max_records})."),
+        "max_duration": Param(None, type=["null", "number"], exclusiveMinimum=0, title="Max duration (s)",
+                              description=f"Override window.max_duration ({cfg.window.max_duration:g}s)."),
+    }
+
+
+def _doc(cfg: PipelineConfig, path: Path) -> str:
+    sinks = ", ".join(f"{s.type}:{s.name}" for s in cfg.sinks)
+    return (f"### cdcflow pipeline `{cfg.name}`\n\n{cfg.description}\n\n"
+            f"* config: `{path}`\n* topics: {', '.join(cfg.source.topics)}\n* sinks: {sinks}\n"
+            f"* window: {cfg.window.max_records} records / {cfg.window.max_duration:g}s, "
+            f"stop_on_empty={cfg.window.stop_on_empty}\n* errors: tolerance={cfg.errors.tolerance}, "
+            f"dlq={cfg.errors.dlq_topic}\n\nTrigger with `start_offsets` to replay from given offsets.")
+
+
+def build_dag(cfg: PipelineConfig, path: Path) -> Any:
+    from airflow.providers.standard.operators.python import PythonOperator  # noqa: PLC0415
+    from airflow.sdk import DAG  # noqa: PLC0415
+
+    from cdcflow.airflow import tasks  # noqa: PLC0415
+
+    default_args = {
+        "retries": cfg.retries,
+        "retry_delay": timedelta(seconds=cfg.retry_delay),
+        "retry_exponential_backoff": True,
+        "max_retry_delay": timedelta(minutes=30),
+    }
+    with DAG(
+        dag_id=cfg.name, schedule=cfg.schedule, start_date=START_DATE, catchup=False,
+        max_active_runs=1,  # windows of one pipeline never overlap
+        params=params_schema(cfg), default_args=default_args, tags=["cdcflow", *cfg.tags],
+        doc_md=_doc(cfg, path), description=cfg.description or None,
+    ) as dag:
+        kwargs = {"pipeline": cfg.name}
+        plan = PythonOperator(task_id="plan_window", python_callable=tasks.plan_window, op_kwargs=kwargs)
+        if cfg.spark.mode == "submit":
+            from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator  # noqa: PLC0415
+
+            process = SparkSubmitOperator(
+                task_id="process_window", conn_id=cfg.spark.conn_id,
+                application=str(ROOT / "spark_jobs" / "cdc_window.py"),
+                application_args=["--pipeline", cfg.name, "--run-id", "{{ run_id }}",
+                                  "--params", "{{ params | tojson }}"],
+                conf={"spark.driver.memory": "1g", **cfg.spark.conf}, name=f"cdcflow-{cfg.name}")
+        else:
+            process = PythonOperator(task_id="process_window", python_callable=tasks.process_window,
+                                     op_kwargs=kwargs)
+        commit = PythonOperator(task_id="commit_offsets", python_callable=tasks.commit_offsets, op_kwargs=kwargs)
+        plan >> process >> commit
+    return dag
+
+
+def build_dags(directory: Path | None = None) -> dict[str, Any]:
+    """DAGs of every valid pipeline; invalid files are logged here and raised by config_errors()."""
+    loaded, errors = load_all(directory)
+    for message in iter_errors(errors):
+        log.error("skipping invalid pipeline config: %s", message)
+    return {item.config.name: build_dag(item.config, item.path) for item in loaded}
+
+
+class PipelineConfigErrors(Exception):
+    """Raised while parsing dags/cdcflow_config_errors.py so Airflow lists it as an import error."""
+
+
+def raise_config_errors(directory: Path | None = None) -> None:
+    _loaded, errors = load_all(directory)
+    if errors:
+        raise PipelineConfigErrors(
+            f"{len(errors)} invalid pipeline config(s) in {directory or config_dir()}; their DAGs are not "
+            "loaded (the other pipelines are):\n" + "\n".join(iter_errors(errors)))

@@ -1,0 +1,34 @@
+"""Task callables of a pipeline DAG. Each loads its pipeline by name when it runs."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from cdcflow import runner
+from cdcflow.config import find_pipeline
+
+log = logging.getLogger("cdcflow.tasks")
+
+
+def _params(context: dict[str, Any]) -> dict[str, Any]:
+    params = dict(context.get("params") or {})
+    return {k: params.get(k) for k in ("start_offsets", "max_records", "max_duration")}
+
+
+def plan_window(pipeline: str, **context: Any) -> dict[str, Any]:
+    cfg = find_pipeline(pipeline)
+    window = runner.plan(cfg, context["run_id"], _params(context))
+    return {"origin": window.origin, "partitions": [
+        {"topic": p.topic, "partition": p.partition, "start": p.start, "max_records": p.max_records}
+        for p in window.partitions]}
+
+
+def process_window(pipeline: str, **context: Any) -> dict[str, Any]:
+    cfg = find_pipeline(pipeline)
+    return runner.process(cfg, context["run_id"], _params(context))
+
+
+def commit_offsets(pipeline: str, **context: Any) -> dict[str, Any]:
+    cfg = find_pipeline(pipeline)
+    return runner.commit(cfg, context["run_id"])
