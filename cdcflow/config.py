@@ -96,11 +96,11 @@ class SourceConfig(StrictModel):
         secret = sorted(k for k in conf if k in SECRET_KAFKA_KEYS)
         if secret:
             raise ValueError(
-                f"{secret} are credentials: put them in the Airflow connection's extra, not in YAML"
+                f"{secret}: credentials are not allowed in YAML; put them in the Airflow connection's extra"
             )
         reserved = sorted(k for k in conf if k in RESERVED_KAFKA_KEYS)
         if reserved:
-            raise ValueError(f"{reserved} are managed by cdcflow and cannot be set here")
+            raise ValueError(f"{reserved}: managed by cdcflow (offset guarantees), cannot be set here")
         return conf
 
 
@@ -279,7 +279,10 @@ def format_validation_error(path: Path | str, text: str, exc: ValidationError) -
                 break
         where = f"line {line}, " if line else ""
         value = "" if err["type"] == "missing" or "got " in err["msg"] else f"; got {err.get('input')!r}"
-        problems.append(f"  - {where}{field}: expected {_expected(err)}{value}")
+        if err["type"] == "value_error":  # our own validators word the whole sentence
+            problems.append(f"  - {where}{field}: {err['msg'].removeprefix('Value error, ')}{value}")
+        else:
+            problems.append(f"  - {where}{field}: expected {_expected(err)}{value}")
     count = len(problems)
     return f"{path}: {count} error{'s' if count != 1 else ''}\n" + "\n".join(problems)
 

@@ -1,0 +1,61 @@
+"""Fixtures. Integration tests run against the real services that scripts/services.sh starts;
+if one is down the tests fail with the command to run, they never skip."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdcflow.offsets import OffsetStore
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.fixture(scope="session")
+def services() -> None:
+    missing = [name for name, var, default in (("kafka", "CDCFLOW_KAFKA_PORT", "19092"),
+                                               ("mysql", "CDCFLOW_MYSQL_PORT", "13306"))
+               if not _port_open(int(os.environ.get(var, default)))]
+    if missing:
+        pytest.fail(f"services not running: {missing}; start them with scripts/services.sh start "
+                    "(scripts/test.sh does this for you)", pytrace=False)
+    if "AIRFLOW_CONN_CDCFLOW_MYSQL" not in os.environ:
+        pytest.fail("environment not loaded: run the tests through scripts/test.sh "
+                    "(or `source scripts/env.sh` first)", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    from cdcflow.config import SparkConfig
+    from spark_jobs.session import get_spark
+
+    session = get_spark(SparkConfig(master="local[2]"), app_name="cdcflow-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[OffsetStore]:
+    s = OffsetStore(f"sqlite:///{tmp_path / 'offsets.db'}")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    d = tmp_path / "pipelines"
+    d.mkdir()
+    monkeypatch.setenv("CDCFLOW_CONFIG_DIR", str(d))
+    monkeypatch.setenv("CDCFLOW_OFFSET_STORE_URL", f"sqlite:///{tmp_path / 'offsets.db'}")
+    return d

@@ -1,0 +1,115 @@
+"""Test helpers: throw-away pipelines (unique topic and table), reading MySQL and Kafka back."""
+
+from __future__ import annotations
+
+import copy
+import os
+import uuid
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+import yaml
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from cdcflow.config import PipelineConfig, load_pipeline
+from cdcflow.connections import get_connection
+
+BASE: dict[str, Any] = {
+    "source": {"kafka_conn_id": "cdcflow_kafka"},
+    "window": {"max_records": 100_000, "max_duration": "60s", "stop_on_empty": True},
+    "initial_offsets": "earliest",
+    "sinks": [{
+        "type": "mysql", "name": "orders_mysql", "conn_id": "cdcflow_mysql", "create_table": True,
+        "primary_key": ["id"], "batch_size": 100,
+        "columns": [
+            {"name": "id", "type": "BIGINT"},
+            {"name": "customer", "type": "VARCHAR(32)"},
+            {"name": "status", "type": "VARCHAR(16)"},
+            {"name": "amount", "type": "DECIMAL(10,2)"},
+            {"name": "updated_at", "type": "BIGINT", "field": "updated_ms"},
+        ],
+    }],
+    "errors": {"tolerance": "all", "context_headers": True},
+}
+
+
+def bootstrap() -> str:
+    return get_connection("cdcflow_kafka").kafka_config()["bootstrap.servers"]
+
+
+def mysql_engine() -> sa.Engine:
+    return sa.create_engine(get_connection("cdcflow_mysql").sqlalchemy_url())
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:10]}"
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def write_pipeline(directory: Path, name: str, topic: str, table: str, **overrides: Any) -> Path:
+    data = _merge(BASE, {"name": name, "source": {"topics": [topic]}, "errors": {"dlq_topic": f"{topic}.dlq"}})
+    data["sinks"][0]["table"] = table
+    data = _merge(data, overrides)
+    path = directory / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def make_pipeline(directory: Path, **overrides: Any) -> PipelineConfig:
+    tag = uuid.uuid4().hex[:10]
+    path = write_pipeline(directory, f"t_{tag}", f"t.{tag}.orders", f"orders_{tag}", **overrides)
+    return load_pipeline(path)
+
+
+def table_rows(table: str) -> list[tuple[Any, ...]]:
+    with mysql_engine().connect() as conn:
+        return [tuple(r) for r in conn.exec_driver_sql(
+            f"SELECT id, customer, status, amount, updated_at FROM `{table}` ORDER BY id")]
+
+
+def expected(state: dict[int, dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return [(r["id"], r["customer"], r["status"], Decimal(r["amount"]), r["updated_ms"])
+            for _i, r in sorted(state.items())]
+
+
+def read_topic(topic: str, timeout: float = 20.0) -> list[Any]:
+    """Every message of ``topic`` (all partitions), read to EOF."""
+    consumer = Consumer({"bootstrap.servers": bootstrap(), "group.id": f"reader-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "enable.partition.eof": True})
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics[topic]
+        if meta.error is not None:
+            return []
+        parts = list(meta.partitions)
+        consumer.assign([TopicPartition(topic, p, 0) for p in parts])
+        pending, out = set(parts), []
+        import time
+
+        end = time.monotonic() + timeout
+        while pending and time.monotonic() < end:
+            for msg in consumer.consume(500, 0.5):
+                if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        pending.discard(msg.partition())
+                        continue
+                    raise RuntimeError(msg.error().str())
+                out.append(msg)
+        assert not pending, f"no EOF for partitions {pending} of {topic}"
+        return out
+    finally:
+        consumer.close()
+
+
+def subprocess_env(config_dir: Path, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["CDCFLOW_CONFIG_DIR"] = str(config_dir)
+    env.update(extra)
+    return env

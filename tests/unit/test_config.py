@@ -1,0 +1,112 @@
+"""Pipeline config validation: every error at once, with file, line, field path, value, expectation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cdcflow.config import json_schema, load_all, load_pipeline, parse_duration
+from cdcflow.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+BAD = """\
+name: bad pipeline
+source:
+  topics: []
+  consumer_config: {sasl.password: secret, enable.auto.commit: true}
+window:
+  max_records: -5
+  max_duration: 10 minutes
+sinks:
+  - type: mysql
+    table: t
+    primary_key: [id]
+    columns:
+      - {name: id, type: BIGINTEGER}
+    tabel: oops
+errors:
+  tolerance: all
+"""
+
+
+def test_every_error_is_reported_with_file_line_path_and_value(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(BAD)
+    with pytest.raises(ConfigError) as exc:
+        load_pipeline(path)
+    msg = str(exc.value)
+    assert msg.startswith(f"{path}: 8 errors")
+    for expected in [
+        "line 1, name: expected string should match pattern",
+        "'bad pipeline'",
+        "line 3, source.topics: expected list should have at least 1 item",
+        "line 4, source.consumer_config: ['sasl.password']: credentials are not allowed in YAML",
+        "line 6, window.max_records: expected input should be greater than or equal to 1; got -5",
+        "line 7, window.max_duration: expected a duration such as 30, '30s', '5m' or '1h', got '10 minutes'",
+        "line 13, sinks.0.columns.0.type: expected a MySQL type",
+        "got 'BIGINTEGER'",
+        "line 14, sinks.0.tabel: expected no such field (unknown keys are rejected",
+        "line 15, errors: dlq_topic is required when tolerance is 'all'",
+    ]:
+        assert expected in msg, f"{expected!r} not in:\n{msg}"
+
+
+def test_reserved_kafka_settings_are_rejected(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(BAD.replace("sasl.password: secret, ", ""))
+    with pytest.raises(ConfigError, match=r"\['enable.auto.commit'\]: managed by cdcflow"):
+        load_pipeline(path)
+
+
+def test_cross_field_checks(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text("""
+name: p
+source: {topics: [a]}
+sinks:
+  - type: mysql
+    table: t
+    primary_key: [idd]
+    columns: [{name: id, type: BIGINT}, {name: id, type: INT}]
+errors: {tolerance: all, dlq_topic: a}
+""")
+    with pytest.raises(ConfigError) as exc:
+        load_pipeline(path)
+    msg = str(exc.value)
+    assert "column names must be unique, repeated: ['id']" in msg
+    assert "errors.dlq_topic must differ from the source topics" not in msg or "line" in msg
+
+
+def test_invalid_file_does_not_stop_the_others(tmp_path: Path) -> None:
+    (tmp_path / "bad.yaml").write_text(BAD)
+    (tmp_path / "a_good.yaml").write_text((ROOT / "config/pipelines/demo_orders.yaml").read_text())
+    (tmp_path / "z_dupe.yml").write_text((ROOT / "config/pipelines/demo_orders.yaml").read_text())
+    loaded, errors = load_all(tmp_path)
+    assert [i.config.name for i in loaded] == ["demo_orders"]
+    assert set(errors) == {tmp_path / "bad.yaml", tmp_path / "z_dupe.yml"}
+    assert "expected a unique pipeline name" in errors[tmp_path / "z_dupe.yml"]
+
+
+def test_not_yaml_and_not_a_mapping(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text("name: [unclosed")
+    (tmp_path / "b.yaml").write_text("- just a list")
+    _loaded, errors = load_all(tmp_path)
+    assert "not valid YAML" in errors[tmp_path / "a.yaml"]
+    assert "expected a mapping of pipeline settings, got list" in errors[tmp_path / "b.yaml"]
+
+
+@pytest.mark.parametrize(("raw", "seconds"), [(30, 30), ("30s", 30), ("5m", 300), ("1h", 3600), ("250ms", 0.25)])
+def test_durations(raw: object, seconds: float) -> None:
+    assert parse_duration(raw) == seconds
+
+
+def test_shipped_configs_are_valid_and_schema_is_current() -> None:
+    loaded, errors = load_all(ROOT / "config/pipelines")
+    assert errors == {}
+    assert loaded
+    on_disk = json.loads((ROOT / "config/pipeline.schema.json").read_text())
+    assert on_disk == json_schema(), "config/pipeline.schema.json is stale: run `cdcflow schema`"
+    assert on_disk["additionalProperties"] is False

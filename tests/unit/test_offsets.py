@@ -1,0 +1,52 @@
+"""The offset store and ledger (SQLite): idempotent plans, compare-and-set commits."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdcflow.errors import WindowFailed
+from cdcflow.offsets import OffsetStore, PartitionWindow
+
+
+def _plan(store: OffsetStore, run_id: str, start: int, origin: str = "stored") -> None:
+    store.plan("p", run_id, origin, [PartitionWindow("t", 0, start, 10)])  # type: ignore[arg-type]
+
+
+def test_plan_is_idempotent_per_run(store: OffsetStore) -> None:
+    _plan(store, "r1", 0)
+    store.plan("p", "r1", "stored", [PartitionWindow("t", 0, 99, 1)])
+    w = store.get_window("p", "r1")
+    assert w is not None and w.partitions[0].start == 0 and w.status == "planned"
+
+
+def test_commit_needs_a_finished_read(store: OffsetStore) -> None:
+    _plan(store, "r1", 0)
+    with pytest.raises(WindowFailed, match="not read completely"):
+        store.commit("p", "r1")
+    assert store.load("p") == {}
+
+
+def test_commit_moves_offsets_and_a_stale_run_leaves_them(store: OffsetStore) -> None:
+    _plan(store, "r1", 0)
+    store.record_read("p", "r1", {("t", 0): (10, 10)})
+    assert store.commit("p", "r1").advanced == {("t", 0): 10}
+    assert store.load("p") == {("t", 0): 10}
+    # a repeated commit of the same run is harmless
+    assert store.commit("p", "r1").advanced == {("t", 0): 10}
+    _plan(store, "r2", 10)
+    store.record_read("p", "r2", {("t", 0): (20, 10)})
+    store.commit("p", "r2")
+    # r1 cleared and re-run: it re-applies 0..10 but must not move the offset back
+    result = store.commit("p", "r1")
+    assert result.advanced == {} and "not this window's start 0" in result.left[("t", 0)]
+    assert store.load("p") == {("t", 0): 20}
+
+
+def test_explicit_start_offsets_rewind(store: OffsetStore) -> None:
+    store.set_offsets("p", {("t", 0): 50}, "x")
+    _plan(store, "replay", 5, origin="params")
+    store.record_read("p", "replay", {("t", 0): (15, 10)})
+    assert store.commit("p", "replay").advanced == {("t", 0): 15}
+    assert store.load("p") == {("t", 0): 15}
+    w = store.get_window("p", "replay")
+    assert w is not None and w.status == "committed" and w.origin == "params"
