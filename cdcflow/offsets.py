@@ -160,6 +160,11 @@ class OffsetStore:
             for (topic, partition), offset in offsets.items():
                 self._upsert_offset(conn, pipeline, topic, partition, offset, run_id)
 
+    def clear(self, pipeline: str) -> None:
+        """Forget a pipeline's stored offsets (the next run starts from initial_offsets)."""
+        with self.engine.begin() as conn:
+            conn.execute(sa.delete(offsets_table).where(offsets_table.c.pipeline == pipeline))
+
     def _upsert_offset(self, conn: sa.Connection, pipeline: str, topic: str, partition: int,
                        offset: int, run_id: str) -> None:
         key = (offsets_table.c.pipeline == pipeline) & (offsets_table.c.topic == topic) & (

@@ -16,6 +16,7 @@ DEFAULT_CONF = {
     "spark.sql.shuffle.partitions": "4",
     "spark.sql.adaptive.enabled": "true",
     "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.task.maxFailures": "1",  # a failed task fails the window; Airflow owns the retries
