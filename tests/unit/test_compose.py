@@ -1,0 +1,89 @@
+"""docker-compose.yaml is checked against the pipeline configs (no Docker engine runs here)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+from cdcflow.config import load_all
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = yaml.safe_load((ROOT / "docker-compose.yaml").read_text())
+SERVICES: dict[str, Any] = COMPOSE["services"]
+AIRFLOW = [n for n in SERVICES if n.startswith("airflow-") and n != "airflow-db"]
+CONTAINER_PORTS = {"kafka": 9092, "mysql": 3306, "elasticsearch": 9200, "spark-master": 7077}
+
+
+def _env(service: str) -> dict[str, str]:
+    return {k: str(v) for k, v in SERVICES[service].get("environment", {}).items()}
+
+
+def _conn(env: dict[str, str], conn_id: str) -> dict[str, Any]:
+    raw = env.get(f"AIRFLOW_CONN_{conn_id.upper()}")
+    assert raw, f"connection {conn_id!r} used by a pipeline is not defined in the Airflow services"
+    return json.loads(raw)
+
+
+def test_the_stack_has_every_component() -> None:
+    assert {"kafka", "mysql", "elasticsearch", "airflow-db", "airflow-init", "airflow-apiserver",
+            "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer", "spark-master",
+            "spark-worker"} <= set(SERVICES)
+    assert SERVICES["kafka"]["image"].startswith("apache/kafka:")
+    assert SERVICES["elasticsearch"]["image"].endswith(":8.12.2")
+    assert SERVICES["mysql"]["image"].startswith("mysql:8")
+
+
+def test_every_connection_a_pipeline_uses_points_at_a_compose_service() -> None:
+    loaded, errors = load_all(ROOT / "config/pipelines")
+    assert not errors and loaded
+    for service in AIRFLOW:
+        env = _env(service)
+        for item in loaded:
+            cfg = item.config
+            kafka = _conn(env, cfg.source.kafka_conn_id)
+            host, port = kafka["extra"]["bootstrap.servers"].split(":")
+            assert host in SERVICES and int(port) == CONTAINER_PORTS[host]
+            for sink in cfg.sinks:
+                conn = _conn(env, sink.conn_id)
+                assert conn["host"] in SERVICES and conn["port"] == CONTAINER_PORTS[conn["host"]]
+                if sink.type == "mysql":
+                    mysql_env = _env("mysql")
+                    assert conn["login"] == mysql_env["MYSQL_USER"] and conn["schema"] == mysql_env["MYSQL_DATABASE"]
+                    assert conn["password"] == "${MYSQL_PASSWORD}"  # never a literal secret
+            spark = _conn(env, cfg.spark.conn_id)
+            assert urlsplit(spark["host"]).hostname == "spark-master" and spark["port"] == CONTAINER_PORTS["spark-master"]
+        store = urlsplit(env["CDCFLOW_OFFSET_STORE_URL"])
+        assert store.hostname == "mysql" and store.port == 3306
+
+
+def test_kafka_advertises_its_service_name_and_airflow_mounts_the_project() -> None:
+    kafka = _env("kafka")
+    assert kafka["KAFKA_ADVERTISED_LISTENERS"] == "PLAINTEXT://kafka:9092"
+    for service in AIRFLOW:
+        env = _env(service)
+        mounts = {m.split(":")[1]: m.split(":")[0] for m in SERVICES[service].get("volumes", [])}
+        assert mounts.get(env["AIRFLOW__CORE__DAGS_FOLDER"]) == "./dags"
+        assert mounts.get(env["AIRFLOW__CORE__PLUGINS_FOLDER"]) == "./plugins"
+        assert env["CDCFLOW_CONFIG_DIR"].startswith(mounts_target(mounts, "./config"))
+
+
+def mounts_target(mounts: dict[str, str], source: str) -> str:
+    return next(target for target, src in mounts.items() if src == source)
+
+
+def test_no_literal_secrets_and_pinned_images() -> None:
+    text = (ROOT / "docker-compose.yaml").read_text()
+    for match in re.finditer(r"^\s*[A-Z_]*(PASSWORD|SECRET)[A-Z_]*:\s*(\S+)", text, re.MULTILINE):
+        if match.group(0).split(":")[0].strip().endswith("_FILE"):
+            continue  # a path to a secrets file, not a secret
+        assert match.group(2).startswith("${"), f"literal secret in docker-compose.yaml: {match.group(0)}"
+    for name, svc in SERVICES.items():
+        image = svc.get("image", "")
+        assert ":" in image and not image.endswith(":latest"), f"{name}: image {image!r} is not pinned"
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "requirements.lock" in dockerfile  # the image installs the same pins as the tests
