@@ -8,6 +8,10 @@ export CDCFLOW_PYTHON="${CDCFLOW_PYTHON:-python3.11}"
 
 export CDCFLOW_KAFKA_PORT="${CDCFLOW_KAFKA_PORT:-19092}"
 export CDCFLOW_MYSQL_PORT="${CDCFLOW_MYSQL_PORT:-13306}"
+export CDCFLOW_ES_PORT="${CDCFLOW_ES_PORT:-19200}"
+export CDCFLOW_ES_HOME="${CDCFLOW_ES_HOME:-$CDCFLOW_HOME/opt/elasticsearch-8.12.2}"
+export CDCFLOW_ES_USER="${CDCFLOW_ES_USER:-cdcflow-es}"
+export CDCFLOW_ES_HEAP="${CDCFLOW_ES_HEAP:-512m}"
 export CDCFLOW_MYSQL_USER="${CDCFLOW_MYSQL_USER:-cdcflow}"
 export CDCFLOW_MYSQL_DATABASE="${CDCFLOW_MYSQL_DATABASE:-cdcflow}"
 # The MySQL password is generated once per machine unless given.
@@ -31,6 +35,7 @@ export AIRFLOW__CORE__UNIT_TEST_MODE="${AIRFLOW__CORE__UNIT_TEST_MODE:-False}"
 # Connections, by the conn ids the pipeline files use.
 export AIRFLOW_CONN_CDCFLOW_KAFKA="${AIRFLOW_CONN_CDCFLOW_KAFKA:-{\"conn_type\": \"kafka\", \"extra\": {\"bootstrap.servers\": \"127.0.0.1:$CDCFLOW_KAFKA_PORT\"}}}"
 export AIRFLOW_CONN_CDCFLOW_MYSQL="${AIRFLOW_CONN_CDCFLOW_MYSQL:-{\"conn_type\": \"mysql\", \"host\": \"127.0.0.1\", \"port\": $CDCFLOW_MYSQL_PORT, \"login\": \"$CDCFLOW_MYSQL_USER\", \"password\": \"$CDCFLOW_MYSQL_PASSWORD\", \"schema\": \"$CDCFLOW_MYSQL_DATABASE\"}}"
+export AIRFLOW_CONN_CDCFLOW_ELASTICSEARCH="${AIRFLOW_CONN_CDCFLOW_ELASTICSEARCH:-{\"conn_type\": \"elasticsearch\", \"host\": \"127.0.0.1\", \"port\": $CDCFLOW_ES_PORT, \"schema\": \"http\"}}"
 export AIRFLOW_CONN_SPARK_DEFAULT="${AIRFLOW_CONN_SPARK_DEFAULT:-{\"conn_type\": \"spark\", \"host\": \"local[2]\"}}"
 
 export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"

@@ -24,6 +24,7 @@ from tests.helpers import (
     read_topic,
     subprocess_env,
     table_rows,
+    unique,
     write_pipeline,
 )
 
@@ -206,7 +207,8 @@ def test_timeout_mid_partition_resumes_with_no_gap_and_no_overlap(config_dir: Pa
 
 def test_killed_after_the_sink_write_and_before_the_commit(config_dir: Path, tmp_path: Path) -> None:
     """SIGKILL between the MySQL write and the offset commit, then rerun: nothing lost, nothing doubled."""
-    path = write_pipeline(config_dir, "killed", "t.killed." + tmp_path.name[-8:], "killed_" + tmp_path.name[-8:])
+    tag = unique("killed")
+    path = write_pipeline(config_dir, tag, f"t.{tag}", tag)
     cfg = load_pipeline(path)
     stream = cdcgen.orders_stream(250, 40, seed=9)
     _produce(cfg, stream)
