@@ -46,6 +46,15 @@ class ConnectionInfo:
         port = f":{self.port}" if self.port else ""
         return f"{driver}://{auth}{self.host or 'localhost'}{port}/{self.schema or ''}"
 
+    def http_url(self) -> str:
+        """Base URL of an HTTP service (Elasticsearch): scheme from extra.scheme or schema, default http."""
+        scheme = str(self.extra.get("scheme") or self.schema or "http")
+        if scheme not in ("http", "https"):
+            raise ConfigError(f"connection {self.conn_id!r}: scheme {scheme!r} must be http or https")
+        if not self.host:
+            raise ConfigError(f"connection {self.conn_id!r} has no host")
+        return f"{scheme}://{self.host}:{self.port or 9200}"
+
     def kafka_config(self) -> dict[str, Any]:
         """librdkafka settings: the connection's extra (as the apache-kafka provider stores it)."""
         conf = {k: v for k, v in self.extra.items() if not k.startswith("__")}

@@ -95,6 +95,17 @@ def consumer_conf(cfg: PipelineConfig) -> dict[str, Any]:
     return consumer_config(kafka_client(cfg), cfg.group_id, dict(cfg.source.consumer_config))
 
 
+def sink_target(sink: Any) -> Any:
+    """Resolve a sink's connection on the driver (executors need no Airflow)."""
+    from spark_jobs.sinks import SinkTarget  # noqa: PLC0415
+
+    conn = get_connection(sink.conn_id)
+    if sink.type == "elasticsearch":
+        auth = (conn.login, conn.password or "") if conn.login else None
+        return SinkTarget(sink, conn.http_url(), auth)
+    return SinkTarget(sink, conn.sqlalchemy_url())
+
+
 def allocate(backlogs: Mapping[TopicPartition, int], budget: int) -> dict[TopicPartition, int]:
     """Split the window's record budget over partitions: equal shares, capped by each backlog,
     with what a short partition leaves redistributed to the others (water-filling)."""
@@ -211,13 +222,13 @@ def _process(cfg: PipelineConfig, window: WindowPlan, p: RunParams, store: Offse
         # nothing to read: the plan found every partition at its end (stop_on_empty)
         store.record_read(cfg.name, window.run_id, {(r.topic, r.partition): (r.start, 0) for r in ranges})
         return {"records": 0, "dead_lettered": 0, "sinks": {}, "seconds": round(time.time() - started, 3)}
-    from spark_jobs.cdc_window import SinkTarget, WindowJob, run_window_job  # noqa: PLC0415
+    from spark_jobs.cdc_window import WindowJob, run_window_job  # noqa: PLC0415
     from spark_jobs.session import get_spark  # noqa: PLC0415
 
     job = WindowJob(
         pipeline=cfg.name, run_id=window.run_id, consumer_conf=consumer_conf(cfg),
         producer_conf=producer_config(kafka_client(cfg)), ranges=ranges,
-        sinks=tuple(SinkTarget(s, get_connection(s.conn_id).sqlalchemy_url()) for s in cfg.sinks),
+        sinks=tuple(sink_target(s) for s in cfg.sinks),
         versioning=cfg.versioning, tolerance=cfg.errors.tolerance, dlq_topic=cfg.errors.dlq_topic,
         context_headers=cfg.errors.context_headers)
     spark = spark or get_spark(cfg.spark, app_name=f"cdcflow-{cfg.name}")

@@ -40,10 +40,11 @@ class Change:
     version: int
     source: SourceRef
 
-    def failed(self, stage: str, component: str, error_class: str, message: str, trace: str = "") -> FailedRecord:
+    def failed(self, stage: str, component: str, error_class: str, message: str, trace: str = "",
+               extra_headers: Sequence[Header] = ()) -> FailedRecord:
         s = self.source
         return FailedRecord(s.topic, s.partition, s.offset, s.key, s.value, s.headers, stage, component,
-                            error_class, message, trace)
+                            error_class, message, trace, extra_headers)
 
 
 @dataclass

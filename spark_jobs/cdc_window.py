@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from cdcflow import errors as cdc_errors
-from cdcflow.config import MySqlSinkConfig
 from cdcflow.errors import CdcflowError, ToleranceExceeded, WindowFailed
-from connectors.base import Change, SinkStats, SourceRef
+from connectors.base import SinkStats
 from connectors.kafka.dlq import DeadLetterReporter, FailedRecord
 from connectors.kafka.reader import RAW_SPARK_SCHEMA, KafkaRangeReader, ReadOutcome, ReadRange
+from spark_jobs.sinks import SINK_TYPES, SinkTarget
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -34,12 +34,6 @@ RANGE_SCHEMA = pa.schema([("idx", pa.int32())])
 REPORT_SCHEMA = "reported long"
 WRITE_SCHEMA = "sink string, upserted long, deleted long, stale long, failed long"
 MAX_EXAMPLES = 5
-
-
-@dataclass(frozen=True)
-class SinkTarget:
-    config: MySqlSinkConfig
-    url: str
 
 
 @dataclass(frozen=True)
@@ -99,18 +93,10 @@ def _reporter(job: WindowJob) -> Callable[[Iterator[pa.RecordBatch]], Iterator[p
 
 def _writer(job: WindowJob, target: SinkTarget) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     cfg = target.config
-    key_index = [i for i, c in enumerate(cfg.columns) if c.name in cfg.primary_key]
-
-    def to_change(row: dict[str, Any]) -> Change:
-        values = {c.name: row[f"c_{i}"] for i, c in enumerate(cfg.columns)}
-        ref = SourceRef(row["topic"], row["partition"], row["offset"], row["key"], row["value"],
-                        [(h["key"], h["value"]) for h in row["headers"] or []])
-        return Change(row["change_op"], tuple(row[f"c_{i}"] for i in key_index), values, row["version"], ref)
+    kind = SINK_TYPES[cfg.type]
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from connectors.mysql.sink import MySqlSink  # noqa: PLC0415 - executor-side import
-
-        sink = MySqlSink(cfg, target.url)
+        sink = kind.open(target)
         dlq = (DeadLetterReporter(job.producer_conf, job.dlq_topic, job.pipeline, job.run_id, job.context_headers)
                if job.dlq_topic and job.tolerance == "all" else None)
 
@@ -125,7 +111,7 @@ def _writer(job: WindowJob, target: SinkTarget) -> Callable[[Iterator[pa.RecordB
         sink.open()
         try:
             for batch in batches:
-                handle(sink.write([to_change(r) for r in batch.to_pylist()]))
+                handle(sink.write([kind.to_change(r, cfg) for r in batch.to_pylist()]))
             handle(sink.flush())
             if dlq is not None:
                 dlq.flush()  # before the task reports success, so before any commit
@@ -173,7 +159,7 @@ def _run(spark: SparkSession, job: WindowJob,
          on_read: Callable[[dict[tuple[str, int], tuple[int, int]]], None]) -> WindowResult:
     from pyspark.sql import functions as F  # noqa: PLC0415
 
-    from spark_jobs.debezium import RAW_COLUMNS, decode_changes, latest_per_key, project_for_sink  # noqa: PLC0415
+    from spark_jobs.debezium import RAW_COLUMNS, decode_changes, latest_per_key  # noqa: PLC0415
 
     n = len(job.ranges)
     # one range per Spark task: parallelize puts exactly one element in each of the n slices
@@ -193,10 +179,10 @@ def _run(spark: SparkSession, job: WindowJob,
     good = changes.where("error_stage IS NULL")
     per_sink = []
     for target in job.sinks:
-        projected = project_for_sink(good, target.config)
+        projected = SINK_TYPES[target.config.type].project(good, target.config)
         bad = bad.unionByName(projected.where("error_message IS NOT NULL").select(
             *RAW_COLUMNS, F.lit("transform").alias("error_stage"), "error_message",
-            F.lit(f"mysql:{target.config.name}").alias("component")))
+            F.lit(target.component).alias("component")))
         per_sink.append((target, projected.where("error_message IS NULL")))
 
     bad = bad.localCheckpoint(eager=True)
@@ -208,7 +194,8 @@ def _run(spark: SparkSession, job: WindowJob,
         result.dead_lettered += sum(r.reported for r in bad.coalesce(1).mapInArrow(_reporter(job), REPORT_SCHEMA).collect())
 
     for target, projected in per_sink:
-        latest = latest_per_key(projected, target.config)
+        keys = SINK_TYPES[target.config.type].key_columns(target.config)
+        latest = latest_per_key(projected, keys) if keys else projected
         stats = SinkStats()
         for row in latest.mapInArrow(_writer(job, target), WRITE_SCHEMA).collect():
             stats.add(SinkStats(row.upserted, row.deleted, row.stale, row.failed))

@@ -11,10 +11,11 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from cdcflow.config import MySqlSinkConfig
+from cdcflow.config import ElasticsearchSinkConfig, MySqlSinkConfig
 
-ENVELOPE = ("op:string,before:map<string,string>,after:map<string,string>,"
-            "source:map<string,string>,ts_ms:bigint")
+# before/after stay JSON text: the MySQL path reads them as a string map, the Elasticsearch path
+# sends the text as the document (keeping JSON types).
+ENVELOPE = "op:string,before:string,after:string,source:map<string,string>,ts_ms:bigint"
 VALUE_SCHEMA = f"struct<schema:string,payload:struct<{ENVELOPE}>,{ENVELOPE},_corrupt:string>"
 KEY_SCHEMA = "struct<schema:string,payload:map<string,string>,_corrupt:string>"
 JSON_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt"}
@@ -29,7 +30,8 @@ def _envelope_field(parsed: Column, name: str) -> Column:
 
 
 def decode_changes(raw: DataFrame, versioning: str) -> DataFrame:
-    """Raw records -> RAW_COLUMNS + change_op, image, version, error_stage, error_message."""
+    """Raw records -> RAW_COLUMNS + change_op, image (string map), image_json (the row image as JSON
+    text; null for tombstones), version, error_stage, error_message."""
     value = F.from_json(F.col("value").cast("string"), VALUE_SCHEMA, JSON_OPTIONS)
     key_text = F.col("key").cast("string")
     key_wrapped = F.from_json(key_text, KEY_SCHEMA, JSON_OPTIONS)
@@ -74,8 +76,10 @@ def decode_changes(raw: DataFrame, versioning: str) -> DataFrame:
     return (
         df.withColumn("_err", stage_message)
         .withColumn("change_op", F.when(tombstone | (op == "d"), F.lit("delete")).otherwise(F.lit("upsert")))
+        .withColumn("image_json", F.when(tombstone, F.lit(None))
+                    .when(op == "d", F.coalesce(before, F.to_json(F.col("_key")))).otherwise(after))
         .withColumn("image", F.when(tombstone, F.col("_key"))
-                    .when(op == "d", F.coalesce(before, F.col("_key"))).otherwise(after))
+                    .otherwise(F.from_json(F.col("image_json"), "map<string,string>")))
         .withColumn("version", version.cast("bigint"))
         .withColumn("error_stage", F.col("_err").getField("col1"))
         .withColumn("error_message", F.col("_err").getField("col2"))
@@ -127,10 +131,9 @@ def project_for_sink(changes: DataFrame, sink: MySqlSinkConfig) -> DataFrame:
                           F.when(message != "", message).alias("error_message"))
 
 
-def latest_per_key(projected: DataFrame, sink: MySqlSinkConfig) -> DataFrame:
-    """The last change per primary key, by version and then offset (the log order)."""
-    index = {c.name: i for i, c in enumerate(sink.columns)}
-    keys = [F.col(f"c_{index[k]}") for k in sink.primary_key]
+def latest_per_key(projected: DataFrame, key_columns: list[str]) -> DataFrame:
+    """The last change per key, by version and then offset (the log order)."""
+    keys = [F.col(c) for c in key_columns]
     # Tombstones (version null) delete at the version of the previous change of their key in the
     # window; one whose delete was in an earlier window has nothing left to do and is dropped.
     before = Window.partitionBy(*keys).orderBy("partition", "offset").rowsBetween(Window.unboundedPreceding, -1)
@@ -139,3 +142,35 @@ def latest_per_key(projected: DataFrame, sink: MySqlSinkConfig) -> DataFrame:
     order = Window.partitionBy(*keys).orderBy(F.col("version").desc(), F.col("offset").desc(),
                                               F.col("partition").desc())
     return filled.withColumn("_rn", F.row_number().over(order)).where("_rn = 1").drop("_rn")
+
+
+def mysql_key_columns(sink: MySqlSinkConfig) -> list[str]:
+    index = {c.name: i for i, c in enumerate(sink.columns)}
+    return [f"c_{index[k]}" for k in sink.primary_key]
+
+
+def project_for_elasticsearch(changes: DataFrame, sink: ElasticsearchSinkConfig) -> DataFrame:
+    """Valid changes -> RAW_COLUMNS + change_op, version, c_0 (index), c_1 (document id), c_2 (the
+    document as JSON text) and error_message. Tombstones follow behavior_on_null_values."""
+    tombstone = F.col("value").isNull()
+    if sink.behavior_on_null_values == "ignore" or sink.key_ignore:
+        changes = changes.where(~tombstone)
+    if sink.key_ignore:  # no stable id: every change is its own document, deletes have no target
+        changes = changes.where(F.col("change_op") == "upsert")
+        doc_id = F.concat_ws("+", "topic", "partition", "offset")
+        missing = F.lit(None).cast("string")
+    else:
+        parts = [F.col("image")[f] for f in sink.id_fields]
+        doc_id = F.concat_ws("+", *parts)
+        missing = F.concat_ws("; ", *[F.when(p.isNull(), F.lit(f"document id field '{f}' is missing or null"))
+                                      for p, f in zip(parts, sink.id_fields, strict=True)])
+    pieces = sink.index.split("{topic}")
+    index: Column = F.lit(pieces[0])
+    for piece in pieces[1:]:
+        index = F.concat(index, F.lower(F.col("topic")), F.lit(piece))
+    errors = [F.when(missing != "", missing)]
+    if sink.behavior_on_null_values == "fail":
+        errors.append(F.when(tombstone, F.lit("null value (tombstone) with behavior_on_null_values: fail")))
+    message = F.concat_ws("; ", *errors)
+    return changes.select(*RAW_COLUMNS, "change_op", "version", index.alias("c_0"), doc_id.alias("c_1"),
+                          F.col("image_json").alias("c_2"), F.when(message != "", message).alias("error_message"))

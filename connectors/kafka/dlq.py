@@ -36,6 +36,7 @@ class FailedRecord:
     error_class: str
     message: str
     stacktrace: str = ""
+    extra_headers: Sequence[Header] = ()  # sink-specific context, e.g. the Elasticsearch error type
 
 
 def context_headers(rec: FailedRecord, pipeline: str, run_id: str) -> list[Header]:
@@ -53,6 +54,7 @@ def context_headers(rec: FailedRecord, pipeline: str, run_id: str) -> list[Heade
         (ERROR_HEADER_PREFIX + "exception.class.name", enc(rec.error_class)),
         (ERROR_HEADER_PREFIX + "exception.message", enc(rec.message)),
         (ERROR_HEADER_PREFIX + "exception.stacktrace", enc(rec.stacktrace or rec.message)),
+        *rec.extra_headers,
     ]
 
 

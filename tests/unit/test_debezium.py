@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from cdcflow.config import MySqlSinkConfig
-from spark_jobs.debezium import VERSION_SHIFT, decode_changes, latest_per_key, project_for_sink
+from spark_jobs.debezium import VERSION_SHIFT, decode_changes, latest_per_key, mysql_key_columns, project_for_sink
 
 SINK = MySqlSinkConfig(type="mysql", table="t", primary_key=["id"], columns=[
     {"name": "id", "type": "BIGINT"}, {"name": "name", "type": "VARCHAR(10)"},
@@ -81,7 +81,7 @@ def test_latest_change_per_key_wins_and_tombstones_take_their_delete_version(spa
         (k2, None),  # tombstone after the delete
         (b'{"id": 3}', None),  # tombstone whose delete was in an earlier window: nothing to do
     ])
-    latest = latest_per_key(project_for_sink(decode_changes(df, "source_ts_ms"), SINK), SINK)
+    latest = latest_per_key(project_for_sink(decode_changes(df, "source_ts_ms"), SINK), mysql_key_columns(SINK))
     rows = {r.c_0: r for r in latest.collect()}
     assert set(rows) == {1, 2}
     assert (rows[1].change_op, rows[1].c_1) == ("upsert", "second")

@@ -1,0 +1,1 @@
+"""Elasticsearch 8: the bulk index/delete sink."""

@@ -1,0 +1,220 @@
+"""The Elasticsearch sink: streamed bulk index/delete, idempotent and order-safe.
+
+* Documents are indexed with external versioning (``version_type=external_gte``) from the change's
+  version, so re-applying a window changes nothing and an older change never replaces a newer one
+  (Elasticsearch answers 409, counted as ``stale``).
+* Deletes use the same versioning and also write a tombstone document (index, id, version) to
+  ``cdcflow-tombstones``. Elasticsearch forgets a deleted document's version after
+  ``index.gc_deletes`` (60 s by default); the tombstone index does not, and an index action whose
+  version is not newer than its document's tombstone is skipped, so a replay cannot resurrect a
+  deleted document. Deleting a missing document is a success.
+* Bulk requests are bounded by actions and bytes; the sink holds at most one request in memory.
+* Transport errors, 429 and 5xx are retried with exponential backoff (the request, or the items
+  that got them); after the retries the window fails as an infrastructure error, nothing goes to the
+  DLQ. Per-document 4xx errors (mapping, parsing) follow ``behavior_on_malformed_documents``; with
+  ``fail`` they are returned as failed records (DLQ with tolerance all, else the window fails).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cdcflow.config import ElasticsearchSinkConfig
+from cdcflow.errors import ConfigError, SinkUnavailable
+from connectors.base import Change, SinkStats
+from connectors.kafka.dlq import FailedRecord
+
+log = logging.getLogger(__name__)
+
+TOMBSTONES = "cdcflow-tombstones"
+RETRY_STATUS = frozenset({429, 502, 503, 504})
+
+
+@dataclass
+class _Item:
+    change: Change
+    kind: str  # "index" | "delete" | "tombstone"
+    lines: bytes
+
+
+def tombstone_id(index: str, doc_id: str) -> str:
+    raw = f"{index}|{doc_id}"
+    return raw if len(raw.encode()) <= 512 else hashlib.sha1(raw.encode()).hexdigest()
+
+
+class ElasticsearchSink:
+    def __init__(self, cfg: ElasticsearchSinkConfig, url: str, auth: tuple[str, str] | None = None) -> None:
+        self.cfg = cfg
+        self.name = cfg.name
+        self.url = url
+        self.auth = auth
+        self.stats = SinkStats()
+        self._pending: list[_Item] = []
+        self._pending_bytes = 0
+        self._known_indices: set[str] = set()
+        self._client: Any = None
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def open(self) -> None:
+        from elasticsearch import Elasticsearch  # noqa: PLC0415
+
+        self._client = Elasticsearch(self.url, basic_auth=self.auth, request_timeout=self.cfg.request_timeout,
+                                     max_retries=0, retry_on_timeout=False)
+        self._call("checking the cluster", lambda: self._client.info())
+        self._ensure_index(TOMBSTONES, {"dynamic": False, "properties": {"index": {"type": "keyword"}}}, None)
+
+    def write(self, changes: Sequence[Change]) -> list[FailedRecord]:
+        failed: list[FailedRecord] = []
+        for change in changes:
+            for item in self._items(change):
+                if self._pending and (len(self._pending) >= self.cfg.bulk_max_actions
+                                      or self._pending_bytes + len(item.lines) > self.cfg.bulk_max_bytes):
+                    failed += self._send()
+                self._pending.append(item)
+                self._pending_bytes += len(item.lines)
+        return failed
+
+    def flush(self) -> list[FailedRecord]:
+        return self._send() if self._pending else []
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    # -- building actions --------------------------------------------------------------------------
+    def _items(self, change: Change) -> list[_Item]:
+        index, doc_id = change.key
+        if change.op == "upsert":
+            meta: dict[str, Any] = {"_index": index, "_id": doc_id}
+            if not self.cfg.key_ignore:
+                meta.update(version=change.version, version_type="external_gte")
+            doc = change.values["doc"]
+            return [_Item(change, "index", json.dumps({"index": meta}).encode() + b"\n" + doc.encode() + b"\n")]
+        versioned = {"_id": doc_id, "version": change.version, "version_type": "external_gte"}
+        tomb = {"_index": TOMBSTONES, "_id": tombstone_id(index, doc_id), "version": change.version,
+                "version_type": "external_gte"}
+        return [
+            _Item(change, "delete", json.dumps({"delete": {"_index": index, **versioned}}).encode() + b"\n"),
+            _Item(change, "tombstone", json.dumps({"index": tomb}).encode() + b"\n"
+                  + json.dumps({"index": index, "id": doc_id}).encode() + b"\n"),
+        ]
+
+    # -- sending -----------------------------------------------------------------------------------
+    def _send(self) -> list[FailedRecord]:
+        items, self._pending, self._pending_bytes = self._pending, [], 0
+        items = self._drop_tombstoned(items)
+        for index in {i.change.key[0] for i in items if i.kind == "index"}:
+            self._ensure_index(index, self.cfg.mapping, self.cfg.settings)
+        failed: list[FailedRecord] = []
+        attempt = 0
+        while items:
+            body = b"".join(i.lines for i in items)
+            response = self._call("sending a bulk request", lambda body=body: self._client.bulk(operations=body))
+            retry: list[_Item] = []
+            for item, result in zip(items, response["items"], strict=True):
+                outcome = next(iter(result.values()))
+                status = outcome.get("status", 500)
+                if status < 300:
+                    if item.kind == "index":
+                        self.stats.upserted += 1
+                    elif item.kind == "delete":
+                        self.stats.deleted += 1
+                elif status == 409:
+                    self.stats.stale += item.kind != "tombstone"  # a newer version is already there
+                elif status == 404 and item.kind == "delete":
+                    self.stats.deleted += 1  # deleting a missing document is a success
+                elif status in RETRY_STATUS or status >= 500:
+                    retry.append(item)
+                else:
+                    failed += self._malformed(item, outcome.get("error") or {"type": f"http_{status}"})
+            if not retry:
+                break
+            attempt += 1
+            if attempt > self.cfg.max_retries:
+                err = next(iter(response["items"][0].values())).get("error", {})
+                raise SinkUnavailable(f"sink {self.name!r}: Elasticsearch at {self.url} kept rejecting {len(retry)} "
+                                      f"bulk items after {self.cfg.max_retries} retries (last: {err})")
+            time.sleep(self.cfg.retry_backoff * 2 ** (attempt - 1))
+            items = retry
+        return failed
+
+    def _malformed(self, item: _Item, error: dict[str, Any]) -> list[FailedRecord]:
+        etype, reason = str(error.get("type", "unknown")), str(error.get("reason", ""))
+        caused = error.get("caused_by") or {}
+        if caused:
+            reason += f" (caused by {caused.get('type')}: {caused.get('reason')})"
+        index, doc_id = item.change.key
+        message = f"Elasticsearch rejected document {doc_id!r} for index {index!r}: {etype}: {reason}"
+        behavior = self.cfg.behavior_on_malformed_documents
+        if behavior == "ignore":
+            self.stats.extra["ignored"] = self.stats.extra.get("ignored", 0) + 1
+            return []
+        if behavior == "warn":
+            log.warning("%s (behavior_on_malformed_documents=warn: skipped)", message)
+            self.stats.extra["warned"] = self.stats.extra.get("warned", 0) + 1
+            return []
+        self.stats.failed += 1
+        return [item.change.failed("sink", f"elasticsearch:{self.name}", f"elasticsearch.{etype}", message,
+                                   extra_headers=(("__cdcflow.errors.es.type", etype.encode()),
+                                                  ("__cdcflow.errors.es.reason", reason.encode())))]
+
+    def _drop_tombstoned(self, items: list[_Item]) -> list[_Item]:
+        """Skip index actions not newer than their document's tombstone (no resurrection)."""
+        if self.cfg.key_ignore:
+            return items
+        ids = {tombstone_id(*i.change.key): i for i in items if i.kind == "index"}
+        if not ids:
+            return items
+        found = self._call("reading tombstones", lambda: self._client.mget(
+            index=TOMBSTONES, ids=list(ids), source=False))
+        dead = {d["_id"]: d["_version"] for d in found["docs"] if d.get("found")}
+        keep = [i for i in items if i.kind != "index"
+                or dead.get(tombstone_id(*i.change.key), -1) < i.change.version]
+        self.stats.stale += len(items) - len(keep)
+        return keep
+
+    def _ensure_index(self, index: str, mappings: dict[str, Any] | None, settings: dict[str, Any] | None) -> None:
+        if index in self._known_indices:
+            return
+        from elasticsearch import BadRequestError  # noqa: PLC0415
+
+        def create() -> None:
+            if self._client.indices.exists(index=index):
+                return
+            try:
+                self._client.indices.create(index=index, mappings=mappings, settings=settings)
+            except BadRequestError as exc:
+                if exc.error != "resource_already_exists_exception":
+                    raise ConfigError(f"sink {self.name!r}: cannot create index {index!r}: {exc.error}: "
+                                      f"{exc.info.get('error', {}).get('reason') if isinstance(exc.info, dict) else exc}") from exc
+
+        self._call(f"creating index {index!r}", create)
+        self._known_indices.add(index)
+
+    def _call(self, doing: str, fn: Any) -> Any:
+        """Run a request, retrying transport errors, 429 and 5xx with exponential backoff."""
+        from elasticsearch import ApiError, TransportError  # noqa: PLC0415
+
+        attempt = 0
+        while True:
+            try:
+                return fn()
+            except TransportError as exc:  # connection refused, timeout: ambiguous, never data errors
+                error: Exception = exc
+            except ApiError as exc:
+                if exc.meta.status not in RETRY_STATUS and exc.meta.status < 500:
+                    raise SinkUnavailable(f"sink {self.name!r}: Elasticsearch at {self.url} refused {doing}: "
+                                          f"{exc.meta.status} {exc.error}") from exc
+                error = exc
+            attempt += 1
+            if attempt > self.cfg.max_retries:
+                raise SinkUnavailable(f"sink {self.name!r}: Elasticsearch at {self.url} failed while {doing} "
+                                      f"after {self.cfg.max_retries} retries: {error.__class__.__name__}: {error}")
+            time.sleep(self.cfg.retry_backoff * 2 ** (attempt - 1))
