@@ -60,6 +60,8 @@ class SinkStats:
         self.deleted += other.deleted
         self.stale += other.stale
         self.failed += other.failed
+        for key, value in other.extra.items():
+            self.extra[key] = self.extra.get(key, 0) + value
 
 
 class Sink(Protocol):

@@ -12,6 +12,7 @@ Run in-process (``airflow dags test``, the CLI) through :func:`cdcflow.runner.pr
 
 from __future__ import annotations
 
+import json
 import re
 import traceback
 from collections.abc import Callable, Iterator
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 
 RANGE_SCHEMA = pa.schema([("idx", pa.int32())])
 REPORT_SCHEMA = "reported long"
-WRITE_SCHEMA = "sink string, upserted long, deleted long, stale long, failed long"
+WRITE_SCHEMA = "sink string, upserted long, deleted long, stale long, failed long, extra string"
 MAX_EXAMPLES = 5
 
 
@@ -119,7 +120,8 @@ def _writer(job: WindowJob, target: SinkTarget) -> Callable[[Iterator[pa.RecordB
             sink.close()
         s = sink.stats
         yield pa.RecordBatch.from_pydict({"sink": [cfg.name], "upserted": [s.upserted], "deleted": [s.deleted],
-                                          "stale": [s.stale], "failed": [s.failed]})
+                                          "stale": [s.stale], "failed": [s.failed],
+                                          "extra": [json.dumps(s.extra)]})
     return write
 
 
@@ -198,7 +200,7 @@ def _run(spark: SparkSession, job: WindowJob,
         latest = latest_per_key(projected, keys) if keys else projected
         stats = SinkStats()
         for row in latest.mapInArrow(_writer(job, target), WRITE_SCHEMA).collect():
-            stats.add(SinkStats(row.upserted, row.deleted, row.stale, row.failed))
+            stats.add(SinkStats(row.upserted, row.deleted, row.stale, row.failed, json.loads(row.extra)))
         result.sinks[target.config.name] = stats
         result.dead_lettered += stats.failed
     return result

@@ -25,7 +25,8 @@ def _port_open(port: int) -> bool:
 @pytest.fixture(scope="session")
 def services() -> None:
     missing = [name for name, var, default in (("kafka", "CDCFLOW_KAFKA_PORT", "19092"),
-                                               ("mysql", "CDCFLOW_MYSQL_PORT", "13306"))
+                                               ("mysql", "CDCFLOW_MYSQL_PORT", "13306"),
+                                               ("elasticsearch", "CDCFLOW_ES_PORT", "19200"))
                if not _port_open(int(os.environ.get(var, default)))]
     if missing:
         pytest.fail(f"services not running: {missing}; start them with scripts/services.sh start "

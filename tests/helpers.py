@@ -113,3 +113,41 @@ def subprocess_env(config_dir: Path, **extra: str) -> dict[str, str]:
     env["CDCFLOW_CONFIG_DIR"] = str(config_dir)
     env.update(extra)
     return env
+
+
+ES_SINK: dict[str, Any] = {
+    "type": "elasticsearch", "name": "orders_es", "conn_id": "cdcflow_elasticsearch",
+    "id_fields": ["id"], "bulk_max_actions": 200,
+    "mapping": {"properties": {"id": {"type": "long"}, "customer": {"type": "keyword"},
+                               "status": {"type": "keyword"}, "amount": {"type": "scaled_float", "scaling_factor": 100},
+                               "updated_ms": {"type": "date", "format": "epoch_millis"}}},
+}
+
+
+def es_client() -> Any:
+    from elasticsearch import Elasticsearch
+
+    return Elasticsearch(get_connection("cdcflow_elasticsearch").http_url(), request_timeout=30)
+
+
+def es_docs(index: str) -> dict[str, dict[str, Any]]:
+    """Every document of ``index`` (refreshed first), by id, with its _version under '_version'."""
+    es = es_client()
+    es.indices.refresh(index=index)
+    out: dict[str, dict[str, Any]] = {}
+    resp = es.search(index=index, size=5000, scroll="1m", version=True, sort=["_doc"])
+    while resp["hits"]["hits"]:
+        for h in resp["hits"]["hits"]:
+            out[h["_id"]] = {**h["_source"], "_version": h["_version"]}
+        resp = es.scroll(scroll_id=resp["_scroll_id"], scroll="1m")
+    es.clear_scroll(scroll_id=resp["_scroll_id"])
+    es.close()
+    return out
+
+
+def expected_docs(state: dict[int, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {str(i): r for i, r in state.items()}
+
+
+def without_versions(docs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {k: {f: v for f, v in d.items() if f != "_version"} for k, d in docs.items()}

@@ -1,0 +1,201 @@
+"""The Elasticsearch sink against a real Elasticsearch 8, alone and fanned out with MySQL."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdcflow import cdcgen, runner
+from cdcflow.config import PipelineConfig, load_pipeline
+from cdcflow.errors import SinkUnavailable
+from cdcflow.offsets import OffsetStore
+from tests.helpers import (
+    BASE,
+    ES_SINK,
+    bootstrap,
+    es_docs,
+    expected,
+    expected_docs,
+    read_topic,
+    subprocess_env,
+    table_rows,
+    unique,
+    without_versions,
+    write_pipeline,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _pipeline(config_dir: Path, with_mysql: bool = False, **es: Any) -> tuple[PipelineConfig, str]:
+    tag = unique("es")
+    index = f"idx-{tag.replace('_', '-')}"
+    mysql = {**BASE["sinks"][0], "table": tag}
+    sinks = ([mysql] if with_mysql else []) + [{**ES_SINK, "index": index, **es}]
+    return load_pipeline(write_pipeline(config_dir, tag, f"t.{tag}", tag, sinks=sinks)), index
+
+
+def test_bulk_of_50k_documents_with_deletes_and_tombstones(config_dir: Path, store: OffsetStore, spark: Any) -> None:
+    cfg, index = _pipeline(config_dir)
+    stream = cdcgen.orders_stream(50_000, 20_000, seed=21, broken=False)
+    assert sum(1 for e in stream.events if e.kind == "tombstone") > 100
+    cdcgen.produce(bootstrap(), cfg.source.topics[0], stream.events)
+
+    stats = runner.run_window(cfg, "bulk", store=store, spark=spark)
+
+    assert stats["records"] == len(stream.events)
+    docs = es_docs(index)
+    assert without_versions(docs) == expected_docs(stream.state)
+    assert stats["sinks"]["orders_es"]["deleted"] > 0
+    # re-applying the same window changes nothing
+    before = es_docs(index)
+    runner.run_window(cfg, "bulk-again", {"start_offsets": {cfg.source.topics[0]: {"0": 0, "1": 0, "2": 0}}},
+                      store=store, spark=spark)
+    assert es_docs(index) == before
+
+
+def test_tombstone_behaviors(config_dir: Path, store: OffsetStore, spark: Any) -> None:
+    k = b'{"id": 1}'
+    created = cdcgen.Event(k, b'{"op": "c", "after": {"id": 1, "customer": "a", "status": "new", "amount": "1.00", '
+                              b'"updated_ms": 1}, "source": {"ts_ms": 100}}')
+    deleted = cdcgen.Event(k, b'{"op": "d", "before": {"id": 1}, "after": null, "source": {"ts_ms": 200}}')
+    for behavior, survives, dlq in (("delete", False, 0), ("ignore", False, 0), ("fail", False, 1)):
+        cfg, index = _pipeline(config_dir, behavior_on_null_values=behavior)
+        cdcgen.produce(bootstrap(), cfg.source.topics[0], [created, deleted, cdcgen.Event(k, None)], partitions=1)
+        stats = runner.run_window(cfg, f"tomb-{behavior}", store=store, spark=spark)
+        assert ("1" in es_docs(index)) is survives, behavior
+        assert stats["dead_lettered"] == dlq, behavior
+    # a lone tombstone (its delete was in an earlier window) with behavior delete is a no-op
+    cfg, index = _pipeline(config_dir)
+    cdcgen.produce(bootstrap(), cfg.source.topics[0], [created], partitions=1)
+    runner.run_window(cfg, "lone-1", store=store, spark=spark)
+    cdcgen.produce(bootstrap(), cfg.source.topics[0], [cdcgen.Event(k, None)], create=False)
+    runner.run_window(cfg, "lone-2", store=store, spark=spark)
+    assert "1" in es_docs(index)
+
+
+def test_malformed_documents_go_to_the_dlq_with_their_reason(config_dir: Path, store: OffsetStore, spark: Any) -> None:
+    cfg, index = _pipeline(config_dir)
+    stream = cdcgen.orders_stream(30, 10, seed=22, broken=False)
+    bad = [cdcgen.Event(f'{{"id": {9000 + i}}}'.encode(), (
+        f'{{"op": "c", "after": {{"id": {9000 + i}, "customer": "c", "status": "new", "amount": "{amount}", '
+        f'"updated_ms": 5}}, "source": {{"ts_ms": 5}}}}').encode(), (("origin", b"test"),))
+        for i, amount in enumerate(["12,5 EUR", "lots"])]
+    cdcgen.produce(bootstrap(), cfg.source.topics[0], stream.events + bad)
+    stats = runner.run_window(cfg, "malformed", store=store, spark=spark)
+    assert stats["sinks"]["orders_es"]["failed"] == 2
+    assert without_versions(es_docs(index)) == expected_docs(stream.state)
+    dead = read_topic(cfg.errors.dlq_topic)
+    assert sorted(m.value() for m in dead) == sorted(e.value for e in bad)
+    for msg in dead:
+        h = dict(msg.headers())
+        assert h["origin"] == b"test"
+        assert h["__connect.errors.stage"] == b"sink"
+        assert h["__connect.errors.class.name"] == b"elasticsearch:orders_es"
+        assert h["__cdcflow.errors.es.type"] == b"document_parsing_exception"
+        assert b"failed to parse field [amount]" in h["__cdcflow.errors.es.reason"]
+        assert h["__connect.errors.exception.class.name"] == b"elasticsearch.document_parsing_exception"
+
+
+def test_malformed_documents_ignore_and_warn_skip_without_dlq(config_dir: Path, store: OffsetStore, spark: Any) -> None:
+    bad = cdcgen.Event(b'{"id": 1}', b'{"op": "c", "after": {"id": 1, "amount": "x"}, "source": {"ts_ms": 5}}')
+    for behavior in ("ignore", "warn"):
+        cfg, _index = _pipeline(config_dir, behavior_on_malformed_documents=behavior)
+        cdcgen.produce(bootstrap(), cfg.source.topics[0], [bad], partitions=1)
+        stats = runner.run_window(cfg, f"m-{behavior}", store=store, spark=spark)
+        assert stats["dead_lettered"] == 0
+        assert stats["sinks"]["orders_es"]["extra"] == {"ignored" if behavior == "ignore" else "warned": 1}
+        assert sum(store.load(cfg.name).values()) == 1
+
+
+def test_replaying_an_older_window_changes_nothing_in_either_sink(config_dir: Path, store: OffsetStore, spark: Any) -> None:
+    cfg, index = _pipeline(config_dir, with_mysql=True)
+    stream = cdcgen.orders_stream(400, 30, seed=23, broken=False)
+    cdcgen.produce(bootstrap(), cfg.source.topics[0], stream.events)
+    runner.run_window(cfg, "all", store=store, spark=spark)
+    rows, docs = table_rows(cfg.sinks[0].table), es_docs(index)
+    assert rows == expected(stream.state) and without_versions(docs) == expected_docs(stream.state)
+    time.sleep(1)
+    topic = cfg.source.topics[0]
+    for n in (40, 150, 400):  # older windows, some ending mid-history, full of updates and deletes
+        stats = runner.run_window(cfg, f"replay-{n}", {"start_offsets": {topic: {"0": 0, "1": 0, "2": 0}},
+                                                       "max_records": n}, store=store, spark=spark)
+        assert stats["records"] == n
+        assert table_rows(cfg.sinks[0].table) == rows
+        assert es_docs(index) == docs  # same sources and the same _version: nothing was rewritten
+
+
+def test_elasticsearch_failing_in_a_fan_out_commits_nothing_and_the_rerun_converges(
+        config_dir: Path, store: OffsetStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg, index = _pipeline(config_dir, with_mysql=True, max_retries=2, retry_backoff=0.1)
+    stream = cdcgen.orders_stream(300, 40, seed=24, broken=False)
+    cdcgen.produce(bootstrap(), cfg.source.topics[0], stream.events)
+    monkeypatch.setenv("AIRFLOW_CONN_CDCFLOW_ELASTICSEARCH", '{"conn_type": "elasticsearch", "host": "127.0.0.1", "port": 1}')
+    with pytest.raises(SinkUnavailable, match=r"sink 'orders_es': Elasticsearch at http://127.0.0.1:1 failed"):
+        runner.run_window(cfg, "fanout", store=store, spark=spark)
+    assert store.load(cfg.name) == {}
+    assert table_rows(cfg.sinks[0].table) == expected(stream.state)  # MySQL was written first
+    assert read_topic(cfg.errors.dlq_topic) == []
+    monkeypatch.undo()
+    runner.run_window(cfg, "fanout", store=store, spark=spark)  # the retry of the same run
+    assert table_rows(cfg.sinks[0].table) == expected(stream.state)  # no duplicates, same state
+    assert without_versions(es_docs(index)) == expected_docs(stream.state)
+    assert sum(store.load(cfg.name).values()) == len(stream.events)
+
+
+def _services(*args: str) -> None:
+    subprocess.run([str(ROOT / "scripts/services.sh"), *args], check=True, capture_output=True, timeout=180)
+
+
+def test_elasticsearch_stopped_mid_window_then_restarted(config_dir: Path) -> None:
+    cfg, index = _pipeline(config_dir, bulk_max_actions=20, max_retries=3, retry_backoff=0.2)
+    stream = cdcgen.orders_stream(30_000, 15_000, seed=25, broken=False)
+    cdcgen.produce(bootstrap(), cfg.source.topics[0], stream.events)
+    store = runner.offset_store(cfg)
+    proc = subprocess.Popen([sys.executable, "-m", "cdcflow.cli", "run", cfg.name, "--run-id", "stopped"],
+                            cwd=ROOT, env=subprocess_env(config_dir), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while (w := store.get_window(cfg.name, "stopped")) is None or w.status != "read":
+            assert proc.poll() is None and time.monotonic() < deadline, "window ended before the read finished"
+            time.sleep(0.2)
+        time.sleep(1.0)  # the bulk writes are under way
+        _services("stop", "elasticsearch")
+        out, _ = proc.communicate(timeout=300)
+        assert proc.returncode == 1, out[-3000:]
+        assert "SinkUnavailable" in out and "Elasticsearch at" in out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        _services("start", "elasticsearch")
+    assert store.load(cfg.name) == {}
+    assert store.get_window(cfg.name, "stopped").status == "failed"
+    rerun = subprocess.run([sys.executable, "-m", "cdcflow.cli", "run", cfg.name, "--run-id", "stopped"], cwd=ROOT,
+                           env=subprocess_env(config_dir), capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert without_versions(es_docs(index)) == expected_docs(stream.state)
+    assert sum(store.load(cfg.name).values()) == len(stream.events)
+
+
+def test_documents_route_per_topic_and_key_ignore_appends(config_dir: Path, store: OffsetStore, spark: Any) -> None:
+    tag = unique("route")
+    topics = [f"t.{tag}.a", f"t.{tag}.B"]
+    sink = {**ES_SINK, "index": f"r-{tag.replace('_', '-')}-{{topic}}", "id_fields": [], "key_ignore": True}
+    cfg = load_pipeline(write_pipeline(config_dir, tag, topics[0], tag, sinks=[sink],
+                                       source={"topics": topics}))
+    streams = {t: cdcgen.orders_stream(20, 5, seed=random.randrange(1000), broken=False) for t in topics}
+    for topic, stream in streams.items():
+        cdcgen.produce(bootstrap(), topic, stream.events, partitions=1)
+    runner.run_window(cfg, "route", store=store, spark=spark)
+    for topic, stream in streams.items():
+        docs = es_docs(f"r-{tag.replace('_', '-')}-{topic.lower()}")
+        upserts = [i for i, e in enumerate(stream.events) if e.value and b'"op": "d"' not in e.value]
+        assert sorted(docs) == sorted(f"{topic}+0+{i}" for i in upserts)  # one document per change
