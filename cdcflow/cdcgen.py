@@ -59,8 +59,9 @@ def _row(rng: random.Random, i: int, ts: int) -> dict[str, Any]:
 
 
 def orders_stream(n: int = 200, keys: int = 40, seed: int = 7, broken: bool = True,
-                  start_ts: int = 1_767_225_600_000, table: str = "orders") -> Stream:
-    """``n`` change events over ``keys`` order ids; with ``broken``, six poison records too."""
+                  start_ts: int = 1_767_225_600_000, table: str = "orders", wrapped: float = 0.2) -> Stream:
+    """``n`` change events over ``keys`` order ids; with ``broken``, six poison records too.
+    ``wrapped`` is the share of events written with the JsonConverter's {schema, payload} wrapper."""
     rng = random.Random(seed)
     out = Stream()
     ts = start_ts
@@ -78,22 +79,22 @@ def orders_stream(n: int = 200, keys: int = 40, seed: int = 7, broken: bool = Tr
     while len(out.events) < n:
         ts += 10
         i = rng.randint(1, keys)
-        wrapped = rng.random() < 0.2
+        is_wrapped = rng.random() < wrapped
         current = out.state.get(i)
         if current is None:
             row = _row(rng, i, ts)
-            out.events.append(Event(_key(i, wrapped), _envelope("c", None, row, ts, wrapped, table)))
+            out.events.append(Event(_key(i, is_wrapped), _envelope("c", None, row, ts, is_wrapped, table)))
             out.state[i] = row
         elif rng.random() < 0.8:
             row = {**current, "status": rng.choice(STATUSES), "amount": f"{rng.randrange(100, 100000) / 100:.2f}",
                    "updated_ms": ts}
-            out.events.append(Event(_key(i, wrapped), _envelope("u", current, row, ts, wrapped, table)))
+            out.events.append(Event(_key(i, is_wrapped), _envelope("u", current, row, ts, is_wrapped, table)))
             out.state[i] = row
         else:
-            out.events.append(Event(_key(i, wrapped), _envelope("d", current, None, ts, wrapped, table)))
+            out.events.append(Event(_key(i, is_wrapped), _envelope("d", current, None, ts, is_wrapped, table)))
             del out.state[i]
             if rng.random() < 0.5:
-                out.events.append(Event(_key(i, wrapped), None, kind="tombstone"))
+                out.events.append(Event(_key(i, is_wrapped), None, kind="tombstone"))
     if broken:
         out.events.extend(poison_records(rng, keys, ts, table))
     return out

@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from cdcflow.errors import ConfigError
+from cdcflow.transforms import TransformConfig
 
 DEFAULT_CONFIG_DIR = Path(__file__).resolve().parent.parent / "config" / "pipelines"
 
@@ -77,8 +78,8 @@ class SourceConfig(StrictModel):
     group_id: str | None = Field(
         default=None, description="Consumer group the offsets are mirrored to; default cdcflow-<name>."
     )
-    key_converter: Literal["json"] = "json"
-    value_converter: Literal["json"] = "json"
+    key_converter: Literal["json", "json_schema", "string", "bytes"] = "json"
+    value_converter: Literal["json", "json_schema", "string", "bytes"] = "json"
     consumer_config: dict[str, str | int | float | bool] = Field(
         default_factory=dict, description="Extra librdkafka settings (no secrets, no offset settings)."
     )
@@ -133,16 +134,25 @@ class MySqlColumn(StrictModel):
         return self.field or self.name
 
 
+KAFKA_PK_COLUMNS = ("__connect_topic", "__connect_partition", "__connect_offset")
+
+
 class MySqlSinkConfig(StrictModel):
-    """Upserts c/r/u changes and deletes d changes in one MySQL table."""
+    """Upserts changes and deletes deleted keys in MySQL tables."""
 
     type: Literal["mysql"]
     name: str = "mysql"
     conn_id: ConnId = "cdcflow_mysql"
-    table: Identifier
-    primary_key: list[Identifier] = Field(min_length=1)
-    columns: list[MySqlColumn] = Field(min_length=1)
-    create_table: bool = False
+    table: Identifier = Field(description="Table name; '{topic}' is replaced by the record's topic "
+                                          "(after the transforms), so one sink can feed several tables.")
+    pk_mode: Literal["record_value", "record_key", "kafka"] = Field(
+        default="record_value", description="Where the primary key comes from (Kafka Connect's pk.mode).")
+    primary_key: list[Identifier] = Field(
+        default_factory=list, description="Key fields; record_key: default all fields of the key; kafka: unused.")
+    columns: list[MySqlColumn] = Field(
+        default_factory=list, description="Explicit column mapping; empty: from the record schema (needs transforms).")
+    create_table: bool = Field(default=False, description="Create missing tables (Kafka Connect's auto.create).")
+    auto_evolve: bool = Field(default=False, description="Add nullable columns for new fields; never drops any.")
     batch_size: int = Field(default=500, ge=1, le=10_000)
 
     @model_validator(mode="after")
@@ -151,8 +161,10 @@ class MySqlSinkConfig(StrictModel):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"column names must be unique, repeated: {dupes}")
+        if self.pk_mode == "record_value" and not self.primary_key:
+            raise ValueError("primary_key is required with pk_mode record_value")
         missing = [k for k in self.primary_key if k not in names]
-        if missing:
+        if self.columns and self.pk_mode != "kafka" and missing:
             raise ValueError(f"primary_key {missing} must be listed in columns {names}")
         return self
 
@@ -251,6 +263,9 @@ class PipelineConfig(StrictModel):
         default="source_ts_ms",
         description="Where a change's version comes from; sinks refuse to go back to an older one.",
     )
+    transforms: list[TransformConfig] = Field(
+        default_factory=list, description="Single-message transforms, in order. Without transforms the values "
+        "must be Debezium envelopes (json), decoded directly.")
     sinks: list[SinkConfig] = Field(min_length=1)
     errors: ErrorsConfig = ErrorsConfig()
     offset_store: OffsetStoreConfig = OffsetStoreConfig()
@@ -263,6 +278,17 @@ class PipelineConfig(StrictModel):
             raise ValueError(f"sink names must be unique, got {names}")
         if self.errors.dlq_topic and self.errors.dlq_topic in self.source.topics:
             raise ValueError("errors.dlq_topic must differ from the source topics")
+        if not self.transforms:
+            if (self.source.key_converter, self.source.value_converter) != ("json", "json"):
+                raise ValueError("without transforms the values are decoded as Debezium envelopes and need the json "
+                                 "converters; add transforms (e.g. HoistField) to use string, bytes or json_schema")
+            bare = [s.name for s in self.sinks if s.type == "mysql" and not s.columns]
+            if bare:
+                raise ValueError(f"mysql sinks {bare} need columns: without transforms there is no record schema "
+                                 "to create the table from")
+        elif self.versioning == "source_ts_ms" and not any(t.type == "ExtractNewRecordState" for t in self.transforms):
+            raise ValueError("versioning source_ts_ms needs an ExtractNewRecordState transform (Debezium topics); "
+                             "for other records set versioning: kafka_offset")
         return self
 
     @property
@@ -310,13 +336,19 @@ def _expected(err: dict[str, Any]) -> str:
     return msg[0].lower() + msg[1:] if msg else kind
 
 
+_TAGS = frozenset({"mysql", "elasticsearch", "ExtractNewRecordState", "Cast", "Drop", "ExtractField", "ExtractTopic",
+                    "Filter", "Flatten", "HoistField", "InsertField", "MaskField", "RegexRouter", "ReplaceField",
+                    "SetSchemaMetadata", "TimestampConverter", "TimestampRouter", "TombstoneHandler", "ValueToKey",
+                    "SqlExpression", "Python", "TopicNameMatches", "HasHeaderKey", "RecordIsTombstone", "Sql"})
+
+
 def format_validation_error(path: Path | str, text: str, exc: ValidationError) -> str:
     lines_by_path = _line_index(text)
     problems = []
     for err in exc.errors():
         loc = tuple(str(p) for p in err["loc"])
         # discriminated unions add the tag to the location: drop it from what the user sees
-        shown = tuple(p for p in loc if p not in ("mysql", "elasticsearch"))
+        shown = tuple(p for p in loc if p not in _TAGS)
         field = ".".join(shown) or "(top level)"
         line = None
         for n in range(len(shown), -1, -1):

@@ -230,7 +230,8 @@ def _process(cfg: PipelineConfig, window: WindowPlan, p: RunParams, store: Offse
         producer_conf=producer_config(kafka_client(cfg)), ranges=ranges,
         sinks=tuple(sink_target(s) for s in cfg.sinks),
         versioning=cfg.versioning, tolerance=cfg.errors.tolerance, dlq_topic=cfg.errors.dlq_topic,
-        context_headers=cfg.errors.context_headers)
+        context_headers=cfg.errors.context_headers, transforms=tuple(cfg.transforms),
+        key_converter=cfg.source.key_converter, value_converter=cfg.source.value_converter)
     spark = spark or get_spark(cfg.spark, app_name=f"cdcflow-{cfg.name}")
 
     def on_read(ends: dict[TopicPartition, tuple[int, int]]) -> None:

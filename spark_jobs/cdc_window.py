@@ -51,6 +51,9 @@ class WindowJob:
     tolerance: str
     dlq_topic: str | None
     context_headers: bool
+    transforms: tuple[Any, ...] = ()
+    key_converter: str = "json"
+    value_converter: str = "json"
 
 
 @dataclass
@@ -161,7 +164,7 @@ def _run(spark: SparkSession, job: WindowJob,
          on_read: Callable[[dict[tuple[str, int], tuple[int, int]]], None]) -> WindowResult:
     from pyspark.sql import functions as F  # noqa: PLC0415
 
-    from spark_jobs.debezium import RAW_COLUMNS, decode_changes, latest_per_key  # noqa: PLC0415
+    from spark_jobs.debezium import RAW_COLUMNS, latest_per_key  # noqa: PLC0415
 
     n = len(job.ranges)
     # one range per Spark task: parallelize puts exactly one element in each of the n slices
@@ -175,18 +178,22 @@ def _run(spark: SparkSession, job: WindowJob,
     if result.records == 0:
         return result
 
-    changes = decode_changes(raw, job.versioning)
-    bad = changes.where("error_stage IS NOT NULL").select(*RAW_COLUMNS, "error_stage", "error_message",
-                                                          F.lit("converter:json").alias("component"))
-    good = changes.where("error_stage IS NULL")
+    frames = _change_frames(raw, job, ends)
+    bad = None
     per_sink = []
     for target in job.sinks:
-        projected = SINK_TYPES[target.config.type].project(good, target.config)
-        bad = bad.unionByName(projected.where("error_message IS NOT NULL").select(
-            *RAW_COLUMNS, F.lit("transform").alias("error_stage"), "error_message",
-            F.lit(target.component).alias("component")))
-        per_sink.append((target, projected.where("error_message IS NULL")))
-
+        kind = SINK_TYPES[target.config.type]
+        for frame in frames:
+            for concrete, subset in kind.expand(target, frame.where("error_stage IS NULL")):
+                projected = kind.project(subset, concrete.config)
+                per_sink.append((concrete, projected.where("error_message IS NULL")))
+                bad = _union(bad, projected.where("error_message IS NOT NULL").select(
+                    *RAW_COLUMNS, F.lit("transform").alias("error_stage"), "error_message",
+                    F.lit(concrete.component).alias("component")))
+    for frame in frames:
+        bad = _union(bad, frame.where("error_stage IS NOT NULL").select(
+            *RAW_COLUMNS, "error_stage", "error_message", F.lit(f"converter:{job.value_converter}").alias("component")))
+    assert bad is not None
     bad = bad.localCheckpoint(eager=True)
     bad_count = bad.count()
     if bad_count and job.tolerance == "none":
@@ -196,14 +203,39 @@ def _run(spark: SparkSession, job: WindowJob,
         result.dead_lettered += sum(r.reported for r in bad.coalesce(1).mapInArrow(_reporter(job), REPORT_SCHEMA).collect())
 
     for target, projected in per_sink:
-        keys = SINK_TYPES[target.config.type].key_columns(target.config)
+        kind = SINK_TYPES[target.config.type]
+        kind.prepare(target)
+        keys = kind.key_columns(target.config)
         latest = latest_per_key(projected, keys) if keys else projected
-        stats = SinkStats()
+        stats = result.sinks.setdefault(target.config.name, SinkStats())
         for row in latest.mapInArrow(_writer(job, target), WRITE_SCHEMA).collect():
             stats.add(SinkStats(row.upserted, row.deleted, row.stale, row.failed, json.loads(row.extra)))
-        result.sinks[target.config.name] = stats
-        result.dead_lettered += stats.failed
+            result.dead_lettered += row.failed
     return result
+
+
+def _union(a: DataFrame | None, b: DataFrame) -> DataFrame:
+    return b if a is None else a.unionByName(b)
+
+
+def _change_frames(raw: DataFrame, job: WindowJob, ends: dict[tuple[str, int], tuple[int, int]]) -> list[DataFrame]:
+    """Debezium envelopes decoded directly, or per topic: converters, then the transform chain."""
+    from pyspark.sql import functions as F  # noqa: PLC0415
+
+    from spark_jobs.converters import to_records  # noqa: PLC0415
+    from spark_jobs.debezium import decode_changes  # noqa: PLC0415
+    from spark_jobs.records import records_to_changes  # noqa: PLC0415
+    from spark_jobs.transforms import apply_chain  # noqa: PLC0415
+
+    if not job.transforms:
+        return [decode_changes(raw, job.versioning).localCheckpoint(eager=True)]
+    frames = []
+    for topic in sorted({t for (t, _p), (_e, n) in ends.items() if n > 0}):
+        # one frame per topic: each topic has its own schema (inferred or from its Connect schemas)
+        records = to_records(raw.where(F.col("topic") == topic), job.key_converter, job.value_converter)
+        changes = records_to_changes(apply_chain(records, list(job.transforms)), job.versioning)
+        frames.append(changes.localCheckpoint(eager=True))
+    return frames
 
 
 def main(argv: list[str] | None = None) -> int:

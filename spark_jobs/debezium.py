@@ -11,7 +11,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from cdcflow.config import ElasticsearchSinkConfig, MySqlSinkConfig
+from cdcflow.config import KAFKA_PK_COLUMNS, ElasticsearchSinkConfig, MySqlSinkConfig
 
 # before/after stay JSON text: the MySQL path reads them as a string map, the Elasticsearch path
 # sends the text as the document (keeping JSON types).
@@ -83,6 +83,8 @@ def decode_changes(raw: DataFrame, versioning: str) -> DataFrame:
         .withColumn("version", version.cast("bigint"))
         .withColumn("error_stage", F.col("_err").getField("col1"))
         .withColumn("error_message", F.col("_err").getField("col2"))
+        .withColumn("route", F.col("topic"))
+        .withColumn("key_image", F.lit(None).cast("map<string,string>"))
         .drop("_v", "_key", "_err")
     )
 
@@ -100,6 +102,9 @@ def _spark_type(sql_type: str) -> str | None:
 
 
 def _typed(raw: Column, sql_type: str) -> Column:
+    if sql_type.upper().startswith(("DATETIME", "TIMESTAMP")):  # ISO strings (to_json) -> MySQL's format
+        ts = raw.try_cast("timestamp")
+        return F.when(ts.isNotNull(), F.date_format(ts, "yyyy-MM-dd HH:mm:ss.SSSSSS")).otherwise(raw)
     spark_type = _spark_type(sql_type)
     if spark_type is None:
         return raw
@@ -117,6 +122,11 @@ def project_for_sink(changes: DataFrame, sink: MySqlSinkConfig) -> DataFrame:
     errors: list[Column] = []
     for i, col in enumerate(sink.columns):
         raw = F.col("image")[col.source_field]
+        if sink.pk_mode == "kafka" and col.name in KAFKA_PK_COLUMNS:
+            raw = {"__connect_topic": F.col("route"), "__connect_partition": F.col("partition").cast("string"),
+                   "__connect_offset": F.col("offset").cast("string")}[col.name]
+        elif sink.pk_mode == "record_key" and col.name in sink.primary_key:
+            raw = F.coalesce(F.col("key_image")[col.source_field], raw)
         typed = _typed(raw, col.type)
         cols.append(typed.alias(f"c_{i}"))
         is_key = col.name in sink.primary_key
@@ -127,7 +137,9 @@ def project_for_sink(changes: DataFrame, sink: MySqlSinkConfig) -> DataFrame:
         errors.append(F.when(check, F.concat(F.lit(f"field '{col.source_field}' = '"), raw,
                                              F.lit(f"' is not a valid {col.type}"))))
     message = F.concat_ws("; ", *errors)
-    return changes.select(*RAW_COLUMNS, "change_op", "version", *cols,
+    if sink.pk_mode == "kafka":  # every record is its own row: there is nothing to delete
+        changes = changes.where(F.col("change_op") == "upsert")
+    return changes.select(*RAW_COLUMNS, "route", "change_op", "version", *cols,
                           F.when(message != "", message).alias("error_message"))
 
 
@@ -167,7 +179,7 @@ def project_for_elasticsearch(changes: DataFrame, sink: ElasticsearchSinkConfig)
     pieces = sink.index.split("{topic}")
     index: Column = F.lit(pieces[0])
     for piece in pieces[1:]:
-        index = F.concat(index, F.lower(F.col("topic")), F.lit(piece))
+        index = F.concat(index, F.lower(F.col("route")), F.lit(piece))
     errors = [F.when(missing != "", missing)]
     if sink.behavior_on_null_values == "fail":
         errors.append(F.when(tombstone, F.lit("null value (tombstone) with behavior_on_null_values: fail")))

@@ -9,14 +9,18 @@ same row" means, for last-change-per-key), ``to_change`` (an Arrow row -> a Chan
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from cdcflow.config import ElasticsearchSinkConfig, MySqlSinkConfig
+from pydantic import ValidationError
+
+from cdcflow.config import KAFKA_PK_COLUMNS, ElasticsearchSinkConfig, MySqlSinkConfig
+from cdcflow.errors import ConfigError
 from connectors.base import Change, Sink, SourceRef
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+    from pyspark.sql import types as T
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,9 @@ class SinkType:
     key_columns: Callable[[Any], list[str] | None]  # None: every change is its own row (no reduction)
     to_change: Callable[[dict[str, Any], Any], Change]
     open: Callable[[SinkTarget], Sink]
+    # driver side: split a change frame into concrete targets (one per table), and prepare them (DDL)
+    expand: Callable[[SinkTarget, DataFrame], list[tuple[SinkTarget, DataFrame]]] = lambda t, df: [(t, df)]
+    prepare: Callable[[SinkTarget], None] = lambda t: None
 
 
 def _mysql_change(row: dict[str, Any], cfg: MySqlSinkConfig) -> Change:
@@ -88,8 +95,83 @@ def _es_project(df: DataFrame, cfg: ElasticsearchSinkConfig) -> DataFrame:
     return project_for_elasticsearch(df, cfg)
 
 
+def mysql_type(dtype: T.DataType, is_key: bool) -> str:
+    """The MySQL column type auto-create gives a field of this Spark type."""
+    from pyspark.sql import types as T  # noqa: PLC0415
+
+    simple = [(T.ByteType, "TINYINT"), (T.ShortType, "SMALLINT"), (T.IntegerType, "INT"), (T.LongType, "BIGINT"),
+              (T.FloatType, "FLOAT"), (T.DoubleType, "DOUBLE"), (T.DecimalType, "DOUBLE"), (T.BooleanType, "BOOLEAN"),
+              (T.DateType, "DATE"), (T.TimestampType, "DATETIME(6)"), (T.TimestampNTZType, "DATETIME(6)"),
+              (T.BinaryType, "BLOB")]
+    for cls, name in simple:
+        if isinstance(dtype, cls):
+            return name
+    if isinstance(dtype, T.StringType | T.NullType):
+        return "VARCHAR(255)" if is_key else "TEXT"
+    return "JSON"  # structs, arrays, maps, variants
+
+
+def derive_mysql(cfg: MySqlSinkConfig, table: str, schema: T.StructType) -> MySqlSinkConfig:
+    """Columns and primary key from the record schema (auto-create / auto-evolve)."""
+    from pyspark.sql import types as T  # noqa: PLC0415
+
+    value_t, key_t = schema["record_value"].dataType, schema["record_key"].dataType
+    columns: list[dict[str, Any]] = []
+    if cfg.pk_mode == "kafka":
+        pk = list(KAFKA_PK_COLUMNS)
+        columns += [{"name": "__connect_topic", "type": "VARCHAR(249)"}, {"name": "__connect_partition", "type": "INT"},
+                    {"name": "__connect_offset", "type": "BIGINT"}]
+    elif cfg.pk_mode == "record_key":
+        if not isinstance(key_t, T.StructType):
+            raise ConfigError(f"sink {cfg.name!r}: pk_mode record_key needs a struct key, the key is {key_t.simpleString()}")
+        pk = cfg.primary_key or key_t.fieldNames()
+        missing = [k for k in pk if k not in key_t.fieldNames()]
+        if missing:
+            raise ConfigError(f"sink {cfg.name!r}: primary_key {missing} not in the record key {key_t.fieldNames()}")
+        columns += [{"name": k, "type": mysql_type(key_t[k].dataType, True)} for k in pk]
+    else:
+        pk = cfg.primary_key
+        missing = [k for k in pk if k not in value_t.fieldNames()]
+        if missing:
+            raise ConfigError(f"sink {cfg.name!r}: primary_key {missing} not in the record value {value_t.fieldNames()}")
+    names = {c["name"] for c in columns}
+    columns += [{"name": f.name, "type": mysql_type(f.dataType, f.name in pk)}
+                for f in value_t.fields if f.name not in names]
+    data = {**cfg.model_dump(), "table": table, "columns": columns, "primary_key": pk}
+    try:
+        return MySqlSinkConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']} (got {e.get('input')!r})" for e in exc.errors())
+        raise ConfigError(f"sink {cfg.name!r}: cannot derive table {table!r} from the record schema: {problems}") from None
+
+
+def _mysql_expand(target: SinkTarget, frame: DataFrame) -> list[tuple[SinkTarget, DataFrame]]:
+    from pyspark.sql import functions as F  # noqa: PLC0415
+
+    cfg = target.config
+    assert isinstance(cfg, MySqlSinkConfig)
+    routed, derived = "{topic}" in cfg.table, not cfg.columns
+    if not routed and not derived:
+        return [(target, frame)]
+    routes = [r.route for r in frame.select("route").distinct().collect()] if routed else [None]
+    out = []
+    for route in sorted(r for r in routes if r is not None) if routed else routes:
+        table = cfg.table.replace("{topic}", route) if route is not None else cfg.table
+        subset = frame.where(F.col("route") == route) if route is not None else frame
+        eff = derive_mysql(cfg, table, frame.schema) if derived else cfg.model_copy(update={"table": table})
+        out.append((replace(target, config=eff), subset))
+    return out
+
+
+def _mysql_prepare(target: SinkTarget) -> None:
+    """Create or evolve the table once, on the driver, before the tasks write to it."""
+    sink = _mysql_open(target)
+    sink.open()
+    sink.close()
+
+
 SINK_TYPES: dict[str, SinkType] = {
-    "mysql": SinkType(_mysql_project, _mysql_keys, _mysql_change, _mysql_open),
+    "mysql": SinkType(_mysql_project, _mysql_keys, _mysql_change, _mysql_open, _mysql_expand, _mysql_prepare),
     "elasticsearch": SinkType(_es_project, lambda cfg: None if cfg.key_ignore else ["c_0", "c_1"],
                               _es_change, _es_open),
 }

@@ -42,7 +42,7 @@ DATA_ERRORS = frozenset({1048, 1062, 1264, 1265, 1292, 1364, 1366, 1367, 1406, 1
 # Lock conflicts: retry the batch.
 RETRY_ERRORS = frozenset({1205, 1213})
 # Problems of the deployment rather than of a record: fail the window with the server's words.
-CONFIG_ERRORS = frozenset({1044, 1045, 1049, 1054, 1142, 1146})
+CONFIG_ERRORS = frozenset({1044, 1045, 1049, 1054, 1059, 1103, 1142, 1146, 1166, 1170})
 
 
 def quote(identifier: str) -> str:
@@ -132,10 +132,16 @@ class MySqlSink:
                               "set create_table: true")
         have = {r[0].lower() for r in rows}
         missing = [c for c in [*self._columns, VERSION_COLUMN] if c.lower() not in have]
+        evolvable = [c for c in self.cfg.columns if c.name in missing and c.name not in self.cfg.primary_key]
+        if missing and self.cfg.auto_evolve and len(evolvable) == len(missing):
+            for c in evolvable:  # new fields become nullable columns; nothing is ever dropped
+                conn.exec_driver_sql(f"ALTER TABLE {quote(self.cfg.table)} ADD COLUMN {quote(c.name)} {c.type} NULL")
+            return
         if missing:
             hint = (f"; add it with: ALTER TABLE {quote(self.cfg.table)} ADD COLUMN {quote(VERSION_COLUMN)} "
                     "BIGINT NOT NULL DEFAULT 0" if VERSION_COLUMN in missing else "")
-            raise ConfigError(f"sink {self.name!r}: table {self.cfg.table!r} lacks columns {missing}{hint}")
+            raise ConfigError(f"sink {self.name!r}: table {self.cfg.table!r} lacks columns {missing}{hint}"
+                              f"{'' if hint else ' (set auto_evolve: true to add new fields as columns)'}")
 
     def write(self, changes: Sequence[Change]) -> list[FailedRecord]:
         self._buffer.extend(changes)

@@ -1,0 +1,253 @@
+"""Typed configs of the single-message transforms (Kafka Connect's SMT vocabulary) and predicates.
+
+Only configuration lives here (no Spark): the implementations are Spark column expressions in
+:mod:`spark_jobs.transforms`, registered there by ``type``. Transforms run in config order on the
+record frame (topic, key, value, timestamp, headers) after the converters.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Target = Literal["key", "value"]
+ConnectType = Literal["int8", "int16", "int32", "int64", "float32", "float64", "boolean", "string"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# -- predicates ------------------------------------------------------------------------------------
+class TopicNameMatches(_Model):
+    type: Literal["TopicNameMatches"]
+    pattern: str
+
+    @field_validator("pattern")
+    @classmethod
+    def _regex(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"expected a regular expression, got {value!r}: {exc}") from None
+        return value
+
+
+class HasHeaderKey(_Model):
+    type: Literal["HasHeaderKey"]
+    name: str
+
+
+class RecordIsTombstone(_Model):
+    type: Literal["RecordIsTombstone"]
+
+
+class SqlCondition(_Model):
+    """A Spark SQL boolean expression over the record: ``value.amount > 100 AND topic LIKE 'x%'``."""
+
+    type: Literal["Sql"]
+    condition: str = Field(min_length=1)
+
+
+Predicate = Annotated[TopicNameMatches | HasHeaderKey | RecordIsTombstone | SqlCondition, Field(discriminator="type")]
+
+
+class _Transform(_Model):
+    predicate: Predicate | None = Field(default=None, description="Apply only to records matching this.")
+    negate: bool = Field(default=False, description="Apply only to records NOT matching the predicate.")
+
+    # Transforms that keep the record's shape can be applied to part of the records.
+    shape_preserving: ClassVar[bool] = False
+
+    @model_validator(mode="after")
+    def _predicate_allowed(self) -> _Transform:
+        if self.predicate is not None and not self.shape_preserving:
+            raise ValueError(
+                f"{type(self).__name__} changes the record's shape, so it cannot take a predicate (Spark needs one "
+                "schema for all records); put a Filter with the predicate before it, or route those records "
+                "through another pipeline")
+        if self.negate and self.predicate is None:
+            raise ValueError("negate needs a predicate")
+        return self
+
+
+# -- transforms ------------------------------------------------------------------------------------
+class ExtractNewRecordState(_Transform):
+    """Debezium's unwrap: the value becomes the envelope's ``after`` row image."""
+
+    type: Literal["ExtractNewRecordState"]
+    delete_handling: Literal["drop", "rewrite", "none"] = Field(
+        default="drop", description="drop deletes; rewrite: 'before' with __deleted=true; none: a null value")
+    drop_tombstones: bool = True
+    add_fields: list[Literal["op", "table", "db", "source.ts_ms", "ts_ms", "lsn", "connector"]] = Field(
+        default_factory=list, description="Envelope fields added as __<name> (dots become _).")
+
+
+class Cast(_Transform):
+    type: Literal["Cast"]
+    target: Target = "value"
+    spec: dict[str, ConnectType] = Field(min_length=1, description="field -> Connect type")
+
+
+class Drop(_Transform):
+    """Sets the key or the value to null (a value Drop makes a tombstone)."""
+
+    type: Literal["Drop"]
+    target: Target = "value"
+    shape_preserving: ClassVar[bool] = True
+
+
+class ExtractField(_Transform):
+    type: Literal["ExtractField"]
+    target: Target = "value"
+    field: str = Field(min_length=1)
+
+
+class ExtractTopic(_Transform):
+    """The topic becomes the value of a field (Confluent's ExtractTopic)."""
+
+    type: Literal["ExtractTopic"]
+    target: Target = "value"
+    field: str = Field(min_length=1)
+    skip_missing_or_null: bool = False
+    shape_preserving: ClassVar[bool] = True
+
+
+class Filter(_Transform):
+    """Drops the records that match the predicate (all records without one)."""
+
+    type: Literal["Filter"]
+    shape_preserving: ClassVar[bool] = True
+
+
+class Flatten(_Transform):
+    type: Literal["Flatten"]
+    target: Target = "value"
+    delimiter: str = "."
+
+
+class HoistField(_Transform):
+    type: Literal["HoistField"]
+    target: Target = "value"
+    field: str = Field(min_length=1)
+
+
+class InsertField(_Transform):
+    type: Literal["InsertField"]
+    target: Target = "value"
+    topic_field: str | None = None
+    partition_field: str | None = None
+    offset_field: str | None = None
+    timestamp_field: str | None = None
+    static_field: str | None = None
+    static_value: str | int | float | bool | None = None
+
+    @model_validator(mode="after")
+    def _something(self) -> InsertField:
+        if not any([self.topic_field, self.partition_field, self.offset_field, self.timestamp_field, self.static_field]):
+            raise ValueError("set at least one of topic_field, partition_field, offset_field, timestamp_field, static_field")
+        if self.static_field and self.static_value is None:
+            raise ValueError("static_field needs a static_value")
+        return self
+
+
+class MaskField(_Transform):
+    """Replaces fields with a replacement or their type's empty value (0, '', false)."""
+
+    type: Literal["MaskField"]
+    target: Target = "value"
+    fields: list[str] = Field(min_length=1)
+    replacement: str | None = None
+    shape_preserving: ClassVar[bool] = True
+
+
+class RegexRouter(_Transform):
+    """Renames the topic when it fully matches ``regex``; ``replacement`` uses $1, $2 …"""
+
+    type: Literal["RegexRouter"]
+    regex: str
+    replacement: str
+    shape_preserving: ClassVar[bool] = True
+
+    @field_validator("regex")
+    @classmethod
+    def _regex(cls, value: str) -> str:
+        return TopicNameMatches._regex(value)  # type: ignore[operator]
+
+
+class ReplaceField(_Transform):
+    type: Literal["ReplaceField"]
+    target: Target = "value"
+    include: list[str] = Field(default_factory=list)
+    exclude: list[str] = Field(default_factory=list)
+    renames: dict[str, str] = Field(default_factory=dict)
+
+
+class SetSchemaMetadata(_Transform):
+    """Sets the schema name/version carried with the record (used by the json_schema converter's
+    tables: the MySQL table comment). Data is unchanged."""
+
+    type: Literal["SetSchemaMetadata"]
+    target: Target = "value"
+    name: str | None = None
+    version: int | None = None
+    shape_preserving: ClassVar[bool] = True
+
+
+class TimestampConverter(_Transform):
+    type: Literal["TimestampConverter"]
+    target: Target = "value"
+    field: str = Field(min_length=1)
+    target_type: Literal["string", "unix", "Date", "Time", "Timestamp"]
+    format: str | None = Field(default=None, description="Java/Spark datetime pattern for string input/output")
+    unix_precision: Literal["seconds", "milliseconds", "microseconds"] = "milliseconds"
+
+    @model_validator(mode="after")
+    def _format(self) -> TimestampConverter:
+        if self.target_type == "string" and not self.format:
+            raise ValueError("target_type string needs a format, e.g. yyyy-MM-dd HH:mm:ss")
+        return self
+
+
+class TimestampRouter(_Transform):
+    type: Literal["TimestampRouter"]
+    topic_format: str = "${topic}-${timestamp}"
+    timestamp_format: str = "yyyyMMdd"
+    shape_preserving: ClassVar[bool] = True
+
+
+class TombstoneHandler(_Transform):
+    type: Literal["TombstoneHandler"]
+    behavior: Literal["ignore", "warn", "fail"] = "warn"
+    shape_preserving: ClassVar[bool] = True
+
+
+class ValueToKey(_Transform):
+    type: Literal["ValueToKey"]
+    fields: list[str] = Field(min_length=1)
+
+
+class SqlExpression(_Transform):
+    """Custom: value fields set from Spark SQL expressions over the record (``key``, ``value``,
+    ``topic``, ``partition``, ``offset``, ``timestamp``)."""
+
+    type: Literal["SqlExpression"]
+    fields: dict[str, str] = Field(min_length=1, description="field -> Spark SQL expression")
+
+
+class PythonTransform(_Transform):
+    """Custom: a function ``DataFrame -> DataFrame`` named by dotted path (``package.module.function``)."""
+
+    type: Literal["Python"]
+    function: str = Field(pattern=r"^[A-Za-z_][\w.]*\.[A-Za-z_]\w*$")
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+TransformConfig = Annotated[
+    ExtractNewRecordState | Cast | Drop | ExtractField | ExtractTopic | Filter | Flatten | HoistField
+    | InsertField | MaskField | RegexRouter | ReplaceField | SetSchemaMetadata | TimestampConverter
+    | TimestampRouter | TombstoneHandler | ValueToKey | SqlExpression | PythonTransform,
+    Field(discriminator="type"),
+]
