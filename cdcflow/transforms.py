@@ -186,8 +186,9 @@ class ReplaceField(_Transform):
 
 
 class SetSchemaMetadata(_Transform):
-    """Sets the schema name/version carried with the record (used by the json_schema converter's
-    tables: the MySQL table comment). Data is unchanged."""
+    """Sets the schema name/version carried with the record (``_value_schema_name`` and
+    ``_value_schema_version``, which Sql predicates can test; the json_schema converter fills the name
+    from the envelope). Data is unchanged; no sink uses the metadata yet."""
 
     type: Literal["SetSchemaMetadata"]
     target: Target = "value"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -62,10 +63,17 @@ class WindowResult:
     records: int = 0
     dead_lettered: int = 0
     sinks: dict[str, SinkStats] = field(default_factory=dict)
+    stages: dict[str, float] = field(default_factory=dict)  # wall seconds per stage, where time goes
 
     def stats(self) -> dict[str, Any]:
         return {"records": self.records, "dead_lettered": self.dead_lettered,
-                "sinks": {n: vars(s) for n, s in self.sinks.items()}}
+                "sinks": {n: vars(s) for n, s in self.sinks.items()},
+                "stages": {k: round(v, 3) for k, v in self.stages.items()}}
+
+    def lap(self, stage: str, since: float) -> float:
+        now = time.perf_counter()
+        self.stages[stage] = self.stages.get(stage, 0.0) + now - since
+        return now
 
 
 # -- executor side ---------------------------------------------------------------------------------
@@ -115,7 +123,7 @@ def _writer(job: WindowJob, target: SinkTarget) -> Callable[[Iterator[pa.RecordB
         sink.open()
         try:
             for batch in batches:
-                handle(sink.write([kind.to_change(r, cfg) for r in batch.to_pylist()]))
+                handle(sink.write(kind.to_changes(batch, cfg)))
             handle(sink.flush())
             if dlq is not None:
                 dlq.flush()  # before the task reports success, so before any commit
@@ -166,6 +174,7 @@ def _run(spark: SparkSession, job: WindowJob,
 
     from spark_jobs.debezium import RAW_COLUMNS, latest_per_key  # noqa: PLC0415
 
+    t = time.perf_counter()
     n = len(job.ranges)
     # one range per Spark task: parallelize puts exactly one element in each of the n slices
     ranges = spark.createDataFrame(spark.sparkContext.parallelize([(i,) for i in range(n)], n), "idx int")
@@ -175,10 +184,12 @@ def _run(spark: SparkSession, job: WindowJob,
     ends = {(r.topic, r.partition): counted.get((r.topic, r.partition), (r.start, 0)) for r in job.ranges}
     on_read(ends)
     result = WindowResult(ends=ends, records=sum(c for _e, c in ends.values()))
+    t = result.lap("read", t)
     if result.records == 0:
         return result
 
     frames = _change_frames(raw, job, ends)
+    t = result.lap("decode", t)
     bad = None
     per_sink = []
     for target in job.sinks:
@@ -196,11 +207,13 @@ def _run(spark: SparkSession, job: WindowJob,
     assert bad is not None
     bad = bad.localCheckpoint(eager=True)
     bad_count = bad.count()
+    t = result.lap("project", t)
     if bad_count and job.tolerance == "none":
         raise ToleranceExceeded(f"errors.tolerance is 'none' and {bad_count} record(s) cannot be processed: "
                                 f"{_examples(bad)}")
     if bad_count:
         result.dead_lettered += sum(r.reported for r in bad.coalesce(1).mapInArrow(_reporter(job), REPORT_SCHEMA).collect())
+    t = result.lap("dlq", t)
 
     for target, projected in per_sink:
         kind = SINK_TYPES[target.config.type]
@@ -211,6 +224,7 @@ def _run(spark: SparkSession, job: WindowJob,
         for row in latest.mapInArrow(_writer(job, target), WRITE_SCHEMA).collect():
             stats.add(SinkStats(row.upserted, row.deleted, row.stale, row.failed, json.loads(row.extra)))
             result.dead_lettered += row.failed
+        t = result.lap(f"sink:{target.config.name}", t)
     return result
 
 
@@ -228,7 +242,8 @@ def _change_frames(raw: DataFrame, job: WindowJob, ends: dict[tuple[str, int], t
     from spark_jobs.transforms import apply_chain  # noqa: PLC0415
 
     if not job.transforms:
-        return [decode_changes(raw, job.versioning).localCheckpoint(eager=True)]
+        need_json = any(t.config.type == "elasticsearch" for t in job.sinks)
+        return [decode_changes(raw, job.versioning, need_json).localCheckpoint(eager=True)]
     frames = []
     for topic in sorted({t for (t, _p), (_e, n) in ends.items() if n > 0}):
         # one frame per topic: each topic has its own schema (inferred or from its Connect schemas)

@@ -13,10 +13,16 @@ from pyspark.sql import functions as F
 
 from cdcflow.config import KAFKA_PK_COLUMNS, ElasticsearchSinkConfig, MySqlSinkConfig
 
-# before/after stay JSON text: the MySQL path reads them as a string map, the Elasticsearch path
-# sends the text as the document (keeping JSON types).
-ENVELOPE = "op:string,before:string,after:string,source:map<string,string>,ts_ms:bigint"
-VALUE_SCHEMA = f"struct<schema:string,payload:struct<{ENVELOPE}>,{ENVELOPE},_corrupt:string>"
+# With need_json, before/after stay JSON text (the Elasticsearch sink sends the text as the document,
+# keeping JSON types) and are parsed again into a string map; without, they are parsed once, as maps.
+ENVELOPE_TEXT = "op:string,before:string,after:string,source:map<string,string>,ts_ms:bigint"
+ENVELOPE_MAP = "op:string,before:map<string,string>,after:map<string,string>,source:map<string,string>,ts_ms:bigint"
+
+
+def _value_schema(envelope: str) -> str:
+    return f"struct<schema:string,payload:struct<{envelope}>,{envelope},_corrupt:string>"
+
+
 KEY_SCHEMA = "struct<schema:string,payload:map<string,string>,_corrupt:string>"
 JSON_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt"}
 VERSION_SHIFT = 1 << 20  # source_ts_ms versions: ts_ms * 2^20 + (offset mod 2^20), see docs/semantics.md
@@ -29,15 +35,17 @@ def _envelope_field(parsed: Column, name: str) -> Column:
     return F.when(parsed["payload"].isNotNull(), parsed["payload"][name]).otherwise(parsed[name])
 
 
-def decode_changes(raw: DataFrame, versioning: str) -> DataFrame:
+def decode_changes(raw: DataFrame, versioning: str, need_json: bool = True) -> DataFrame:
     """Raw records -> RAW_COLUMNS + change_op, image (string map), image_json (the row image as JSON
     text; null for tombstones), version, error_stage, error_message."""
-    value = F.from_json(F.col("value").cast("string"), VALUE_SCHEMA, JSON_OPTIONS)
+    schema = _value_schema(ENVELOPE_TEXT if need_json else ENVELOPE_MAP)
+    value = F.from_json(F.col("value").cast("string"), schema, JSON_OPTIONS)
     key_text = F.col("key").cast("string")
-    key_wrapped = F.from_json(key_text, KEY_SCHEMA, JSON_OPTIONS)
-    key_plain = F.from_json(key_text, "map<string,string>")
-    df = raw.withColumn("_v", value).withColumn(
-        "_key", F.when(key_wrapped["payload"].isNotNull(), key_wrapped["payload"]).otherwise(key_plain))
+    # one parse per key: the {schema, payload} form only when the text mentions a payload
+    key_wrapped = F.from_json(key_text, KEY_SCHEMA, JSON_OPTIONS)["payload"]
+    df = raw.withColumn("_v", value).withColumn("_key", F.when(
+        key_text.contains('"payload"'), F.coalesce(key_wrapped, F.from_json(key_text, "map<string,string>")))
+        .otherwise(F.from_json(key_text, "map<string,string>")))
     v = F.col("_v")
     op = _envelope_field(v, "op")
     before, after = _envelope_field(v, "before"), _envelope_field(v, "after")
@@ -76,10 +84,11 @@ def decode_changes(raw: DataFrame, versioning: str) -> DataFrame:
     return (
         df.withColumn("_err", stage_message)
         .withColumn("change_op", F.when(tombstone | (op == "d"), F.lit("delete")).otherwise(F.lit("upsert")))
-        .withColumn("image_json", F.when(tombstone, F.lit(None))
-                    .when(op == "d", F.coalesce(before, F.to_json(F.col("_key")))).otherwise(after))
-        .withColumn("image", F.when(tombstone, F.col("_key"))
-                    .otherwise(F.from_json(F.col("image_json"), "map<string,string>")))
+        .withColumn("image_json", (F.when(tombstone, F.lit(None)).when(op == "d", F.coalesce(
+                        before, F.to_json(F.col("_key")))).otherwise(after)) if need_json else F.lit(None).cast("string"))
+        .withColumn("image", F.when(tombstone, F.col("_key")).otherwise(
+                    F.from_json(F.col("image_json"), "map<string,string>") if need_json
+                    else F.when(op == "d", F.coalesce(before, F.col("_key"))).otherwise(after)))
         .withColumn("version", version.cast("bigint"))
         .withColumn("error_stage", F.col("_err").getField("col1"))
         .withColumn("error_message", F.col("_err").getField("col2"))

@@ -2,7 +2,7 @@
 
 Registered explicitly in ``SINK_TYPES`` (no import side effects). A sink type supplies:
 ``project`` (valid changes -> typed columns c_0.. plus error_message), ``key_columns`` (what "the
-same row" means, for last-change-per-key), ``to_change`` (an Arrow row -> a Change) and ``open``
+same row" means, for last-change-per-key), ``to_changes`` (an Arrow batch -> Changes) and ``open``
 (the Sink, created inside a Spark task).
 """
 
@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 from pydantic import ValidationError
 
 from cdcflow.config import KAFKA_PK_COLUMNS, ElasticsearchSinkConfig, MySqlSinkConfig
@@ -36,26 +37,60 @@ class SinkTarget:
         return f"{self.config.type}:{self.config.name}"
 
 
-def source_ref(row: dict[str, Any]) -> SourceRef:
-    return SourceRef(row["topic"], row["partition"], row["offset"], row["key"], row["value"],
-                     [(h["key"], h["value"]) for h in row["headers"] or []])
+class _RawRecords:
+    """The raw columns of an Arrow batch, converted to Python only for the rows that ask (a rejected
+    row needs its original bytes for the DLQ; the others never do)."""
+
+    def __init__(self, batch: pa.RecordBatch) -> None:
+        self.batch = batch
+        self.topic = batch.column("topic").to_pylist()
+        self.partition = batch.column("partition").to_pylist()
+        self.offset = batch.column("offset").to_pylist()
+
+    def ref(self, i: int) -> SourceRef:
+        return _LazyRef(self, i)  # type: ignore[return-value]
+
+
+class _LazyRef:
+    __slots__ = ("_raw", "_i")
+
+    def __init__(self, raw: _RawRecords, i: int) -> None:
+        self._raw, self._i = raw, i
+
+    topic = property(lambda self: self._raw.topic[self._i])
+    partition = property(lambda self: self._raw.partition[self._i])
+    offset = property(lambda self: self._raw.offset[self._i])
+    key = property(lambda self: self._raw.batch.column("key")[self._i].as_py())
+    value = property(lambda self: self._raw.batch.column("value")[self._i].as_py())
+    headers = property(lambda self: [(h["key"], h["value"]) for h in self._raw.batch.column("headers")[self._i].as_py() or []])
+
+
+def _columns(batch: pa.RecordBatch, names: list[str]) -> list[list[Any]]:
+    return [batch.column(n).to_pylist() for n in names]
 
 
 @dataclass(frozen=True)
 class SinkType:
     project: Callable[[DataFrame, Any], DataFrame]
     key_columns: Callable[[Any], list[str] | None]  # None: every change is its own row (no reduction)
-    to_change: Callable[[dict[str, Any], Any], Change]
+    to_changes: Callable[[pa.RecordBatch, Any], list[Change]]
     open: Callable[[SinkTarget], Sink]
     # driver side: split a change frame into concrete targets (one per table), and prepare them (DDL)
     expand: Callable[[SinkTarget, DataFrame], list[tuple[SinkTarget, DataFrame]]] = lambda t, df: [(t, df)]
     prepare: Callable[[SinkTarget], None] = lambda t: None
 
 
-def _mysql_change(row: dict[str, Any], cfg: MySqlSinkConfig) -> Change:
-    values = {c.name: row[f"c_{i}"] for i, c in enumerate(cfg.columns)}
-    key = tuple(values[k] for k in cfg.primary_key)
-    return Change(row["change_op"], key, values, row["version"], source_ref(row))
+def _mysql_changes(batch: pa.RecordBatch, cfg: MySqlSinkConfig) -> list[Change]:
+    raw = _RawRecords(batch)
+    names = [c.name for c in cfg.columns]
+    cols = _columns(batch, [f"c_{i}" for i in range(len(names))])
+    ops, versions = _columns(batch, ["change_op", "version"])
+    key_at = [names.index(k) for k in cfg.primary_key]
+    out = []
+    for i, values in enumerate(zip(*cols, strict=True)):
+        out.append(Change(ops[i], tuple(values[k] for k in key_at), dict(zip(names, values, strict=True)),
+                          versions[i], raw.ref(i)))
+    return out
 
 
 def _mysql_open(target: SinkTarget) -> Sink:
@@ -65,9 +100,11 @@ def _mysql_open(target: SinkTarget) -> Sink:
     return MySqlSink(target.config, target.url)
 
 
-def _es_change(row: dict[str, Any], _cfg: ElasticsearchSinkConfig) -> Change:
-    return Change(row["change_op"], (row["c_0"], row["c_1"]), {"doc": row["c_2"]}, row["version"] or 0,
-                  source_ref(row))
+def _es_changes(batch: pa.RecordBatch, _cfg: ElasticsearchSinkConfig) -> list[Change]:
+    raw = _RawRecords(batch)
+    ops, versions, index, ids, docs = _columns(batch, ["change_op", "version", "c_0", "c_1", "c_2"])
+    return [Change(ops[i], (index[i], ids[i]), {"doc": docs[i]}, versions[i] or 0, raw.ref(i))
+            for i in range(len(ops))]
 
 
 def _es_open(target: SinkTarget) -> Sink:
@@ -171,7 +208,7 @@ def _mysql_prepare(target: SinkTarget) -> None:
 
 
 SINK_TYPES: dict[str, SinkType] = {
-    "mysql": SinkType(_mysql_project, _mysql_keys, _mysql_change, _mysql_open, _mysql_expand, _mysql_prepare),
+    "mysql": SinkType(_mysql_project, _mysql_keys, _mysql_changes, _mysql_open, _mysql_expand, _mysql_prepare),
     "elasticsearch": SinkType(_es_project, lambda cfg: None if cfg.key_ignore else ["c_0", "c_1"],
-                              _es_change, _es_open),
+                              _es_changes, _es_open),
 }
