@@ -32,11 +32,13 @@ export AIRFLOW__CORE__LOAD_EXAMPLES="${AIRFLOW__CORE__LOAD_EXAMPLES:-False}"
 export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-4}"
 export AIRFLOW__CORE__UNIT_TEST_MODE="${AIRFLOW__CORE__UNIT_TEST_MODE:-False}"
 
-# Connections, by the conn ids the pipeline files use.
-export AIRFLOW_CONN_CDCFLOW_KAFKA="${AIRFLOW_CONN_CDCFLOW_KAFKA:-{\"conn_type\": \"kafka\", \"extra\": {\"bootstrap.servers\": \"127.0.0.1:$CDCFLOW_KAFKA_PORT\"}}}"
-export AIRFLOW_CONN_CDCFLOW_MYSQL="${AIRFLOW_CONN_CDCFLOW_MYSQL:-{\"conn_type\": \"mysql\", \"host\": \"127.0.0.1\", \"port\": $CDCFLOW_MYSQL_PORT, \"login\": \"$CDCFLOW_MYSQL_USER\", \"password\": \"$CDCFLOW_MYSQL_PASSWORD\", \"schema\": \"$CDCFLOW_MYSQL_DATABASE\"}}"
-export AIRFLOW_CONN_CDCFLOW_ELASTICSEARCH="${AIRFLOW_CONN_CDCFLOW_ELASTICSEARCH:-{\"conn_type\": \"elasticsearch\", \"host\": \"127.0.0.1\", \"port\": $CDCFLOW_ES_PORT, \"schema\": \"http\"}}"
-export AIRFLOW_CONN_SPARK_DEFAULT="${AIRFLOW_CONN_SPARK_DEFAULT:-{\"conn_type\": \"spark\", \"host\": \"local[2]\"}}"
+# Connections, by the conn ids the pipeline files use. Set only when not given already (a plain
+# ${VAR:-default} cannot hold JSON: the first '}' would end the expansion).
+default_env() { [ -n "${!1:-}" ] || export "$1=$2"; }
+default_env AIRFLOW_CONN_CDCFLOW_KAFKA "{\"conn_type\": \"kafka\", \"extra\": {\"bootstrap.servers\": \"127.0.0.1:$CDCFLOW_KAFKA_PORT\"}}"
+default_env AIRFLOW_CONN_CDCFLOW_MYSQL "{\"conn_type\": \"mysql\", \"host\": \"127.0.0.1\", \"port\": $CDCFLOW_MYSQL_PORT, \"login\": \"$CDCFLOW_MYSQL_USER\", \"password\": \"$CDCFLOW_MYSQL_PASSWORD\", \"schema\": \"$CDCFLOW_MYSQL_DATABASE\"}"
+default_env AIRFLOW_CONN_CDCFLOW_ELASTICSEARCH "{\"conn_type\": \"elasticsearch\", \"host\": \"127.0.0.1\", \"port\": $CDCFLOW_ES_PORT, \"schema\": \"http\"}"
+default_env AIRFLOW_CONN_SPARK_DEFAULT "{\"conn_type\": \"spark\", \"host\": \"local[2]\"}"
 
 export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"
 export PYSPARK_PYTHON="$CDCFLOW_VENV/bin/python"
