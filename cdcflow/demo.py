@@ -14,7 +14,6 @@ import uuid
 from decimal import Decimal
 
 import sqlalchemy as sa
-from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from cdcflow import cdcgen, runner
@@ -59,24 +58,9 @@ def prepare() -> None:
 
 
 def _dlq_messages(topic: str) -> list[object]:
-    consumer = Consumer({"bootstrap.servers": _bootstrap(), "group.id": f"demo-report-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "enable.partition.eof": True})
-    try:
-        meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
-        if meta is None or meta.error is not None:
-            return []
-        consumer.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
-        pending, out, deadline = set(meta.partitions), [], time.monotonic() + 20
-        while pending and time.monotonic() < deadline:
-            for msg in consumer.consume(100, 0.5):
-                if msg.error():
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
-                        pending.discard(msg.partition())
-                    continue
-                out.append(msg)
-        return out
-    finally:
-        consumer.close()
+    from connectors.kafka.reader import read_topic  # noqa: PLC0415
+
+    return read_topic({"bootstrap.servers": _bootstrap(), "group.id": f"demo-report-{uuid.uuid4().hex}"}, topic)
 
 
 def _report_elasticsearch(cfg: object, stream: cdcgen.Stream) -> bool:

@@ -11,7 +11,6 @@ from typing import Any
 
 import sqlalchemy as sa
 import yaml
-from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from cdcflow.config import PipelineConfig, load_pipeline
 from cdcflow.connections import get_connection
@@ -82,30 +81,9 @@ def expected(state: dict[int, dict[str, Any]]) -> list[tuple[Any, ...]]:
 
 def read_topic(topic: str, timeout: float = 20.0) -> list[Any]:
     """Every message of ``topic`` (all partitions), read to EOF."""
-    consumer = Consumer({"bootstrap.servers": bootstrap(), "group.id": f"reader-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "enable.partition.eof": True})
-    try:
-        meta = consumer.list_topics(topic, timeout=10).topics[topic]
-        if meta.error is not None:
-            return []
-        parts = list(meta.partitions)
-        consumer.assign([TopicPartition(topic, p, 0) for p in parts])
-        pending, out = set(parts), []
-        import time
+    from connectors.kafka.reader import read_topic as read
 
-        end = time.monotonic() + timeout
-        while pending and time.monotonic() < end:
-            for msg in consumer.consume(500, 0.5):
-                if msg.error():
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
-                        pending.discard(msg.partition())
-                        continue
-                    raise RuntimeError(msg.error().str())
-                out.append(msg)
-        assert not pending, f"no EOF for partitions {pending} of {topic}"
-        return out
-    finally:
-        consumer.close()
+    return read({"bootstrap.servers": bootstrap(), "group.id": f"reader-{uuid.uuid4().hex}"}, topic, timeout)
 
 
 def subprocess_env(config_dir: Path, **extra: str) -> dict[str, str]:

@@ -194,3 +194,32 @@ class KafkaRangeReader:
             raise convert_error(exc, what, self.servers) from exc
         finally:
             consumer.close()
+
+
+def read_topic(conf: dict[str, Any], topic: str, timeout: float = 20.0) -> list[Any]:
+    """Every message of ``topic`` (all partitions) up to partition EOF; [] when the topic does not
+    exist. For reports and tests (the DLQ read back), not for windows."""
+    consumer = Consumer({**conf, "group.id": conf.get("group.id", "cdcflow-read-topic"),
+                         "enable.auto.commit": False, "enable.partition.eof": True})
+    servers = str(conf.get("bootstrap.servers"))
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if meta is None or meta.error is not None:
+            return []
+        consumer.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
+        pending, out, deadline = set(meta.partitions), [], time.monotonic() + timeout
+        while pending:
+            if time.monotonic() > deadline:
+                raise BrokerUnavailable(f"reading {topic}: no end-of-partition for {sorted(pending)} from {servers} "
+                                        f"within {timeout:.0f}s")
+            for msg in consumer.consume(500, 0.5):
+                err = msg.error()
+                if err is not None:
+                    if err.code() != KafkaError._PARTITION_EOF:
+                        raise convert_error(err, f"reading {topic}", servers)
+                    pending.discard(msg.partition())
+                    continue
+                out.append(msg)
+        return out
+    finally:
+        consumer.close()

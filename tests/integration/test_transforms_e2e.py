@@ -113,7 +113,7 @@ def test_hostile_table_and_field_names_cannot_inject_sql(config_dir: Path, store
     runner.run_window(cfg, "hostile", store=store, spark=spark)
     assert _rows(victim, "id") == [(1,)]  # still there
     assert set(_columns(evil_table)) == {*fields, "__cdc_version"}
-    assert _rows(evil_table, f"id, `a``b`, `we\"ird`") == [(1, "tick", "q")]
+    assert _rows(evil_table, "id, `a``b`, `we\"ird`") == [(1, "tick", "q")]
 
 
 def test_a_record_a_transform_fails_on_goes_to_the_dlq_and_the_window_continues(
