@@ -336,19 +336,29 @@ def _expected(err: dict[str, Any]) -> str:
     return msg[0].lower() + msg[1:] if msg else kind
 
 
-_TAGS = frozenset({"mysql", "elasticsearch", "ExtractNewRecordState", "Cast", "Drop", "ExtractField", "ExtractTopic",
-                    "Filter", "Flatten", "HoistField", "InsertField", "MaskField", "RegexRouter", "ReplaceField",
-                    "SetSchemaMetadata", "TimestampConverter", "TimestampRouter", "TombstoneHandler", "ValueToKey",
-                    "SqlExpression", "Python", "TopicNameMatches", "HasHeaderKey", "RecordIsTombstone", "Sql"})
+def _user_path(data: Any, loc: tuple[Any, ...]) -> tuple[str, ...]:
+    """The error location as the user wrote it: pydantic adds the tag of a discriminated union
+    (``mysql``, ``Cast`` …) to the location; a step that is not a key or index of the data is one."""
+    shown: list[str] = []
+    node = data
+    for part in loc:
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        elif isinstance(node, dict) and node.get("type") == part:
+            continue  # the union tag: this node's own 'type', not a key the user wrote
+        else:
+            node = None
+        shown.append(str(part))
+    return tuple(shown)
 
 
-def format_validation_error(path: Path | str, text: str, exc: ValidationError) -> str:
+def format_validation_error(path: Path | str, text: str, exc: ValidationError, data: Any = None) -> str:
     lines_by_path = _line_index(text)
     problems = []
     for err in exc.errors():
-        loc = tuple(str(p) for p in err["loc"])
-        # discriminated unions add the tag to the location: drop it from what the user sees
-        shown = tuple(p for p in loc if p not in _TAGS)
+        shown = _user_path(data, tuple(err["loc"]))
         field = ".".join(shown) or "(top level)"
         line = None
         for n in range(len(shown), -1, -1):
@@ -375,7 +385,7 @@ def parse_pipeline(text: str, path: Path | str = "<string>") -> PipelineConfig:
     try:
         return PipelineConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(path, text, exc)) from None
+        raise ConfigError(format_validation_error(path, text, exc, data)) from None
 
 
 def load_pipeline(path: Path | str) -> PipelineConfig:

@@ -189,11 +189,10 @@ def process(cfg: PipelineConfig, run_id: str, params: Mapping[str, Any] | None =
                  run_id, _describe(window))
     try:
         stats = _process(cfg, window, p, store, spark)
-    except CdcflowError as exc:
-        store.mark(cfg.name, run_id, "failed", f"attempt {attempt}: {exc.__class__.__name__}: {exc}")
-        raise
     except Exception as exc:
         store.mark(cfg.name, run_id, "failed", f"attempt {attempt}: {exc.__class__.__name__}: {exc}")
+        if isinstance(exc, CdcflowError):
+            raise
         raise WindowFailed(f"window {run_id} failed unexpectedly: {exc.__class__.__name__}: {exc}") from exc
     store.mark(cfg.name, run_id, "applied", None, stats)
     return stats
@@ -236,9 +235,9 @@ def _process(cfg: PipelineConfig, window: WindowPlan, p: RunParams, store: Offse
 
     def on_read(ends: dict[TopicPartition, tuple[int, int]]) -> None:
         store.record_read(cfg.name, window.run_id, ends)
+        starts = {(r.topic, r.partition): r.start for r in ranges}
         log.info("read %s records: %s", sum(c for _e, c in ends.values()),
-                 ", ".join(f"{t}[{p}] {s}..{e}" for (t, p), (e, _c) in sorted(ends.items())
-                           for s in [next(r.start for r in ranges if (r.topic, r.partition) == (t, p))]))
+                 ", ".join(f"{t}[{p}] {starts[(t, p)]}..{e}" for (t, p), (e, _c) in sorted(ends.items())))
 
     result = run_window_job(spark, job, on_read)
     stats = result.stats()

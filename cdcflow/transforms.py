@@ -20,6 +20,14 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _valid_regex(value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"expected a regular expression, got {value!r}: {exc}") from None
+    return value
+
+
 # -- predicates ------------------------------------------------------------------------------------
 class TopicNameMatches(_Model):
     type: Literal["TopicNameMatches"]
@@ -28,11 +36,7 @@ class TopicNameMatches(_Model):
     @field_validator("pattern")
     @classmethod
     def _regex(cls, value: str) -> str:
-        try:
-            re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"expected a regular expression, got {value!r}: {exc}") from None
-        return value
+        return _valid_regex(value)
 
 
 class HasHeaderKey(_Model):
@@ -174,7 +178,7 @@ class RegexRouter(_Transform):
     @field_validator("regex")
     @classmethod
     def _regex(cls, value: str) -> str:
-        return TopicNameMatches._regex(value)  # type: ignore[operator]
+        return _valid_regex(value)
 
 
 class ReplaceField(_Transform):

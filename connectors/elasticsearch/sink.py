@@ -118,6 +118,7 @@ class ElasticsearchSink:
             body = b"".join(i.lines for i in items)
             response = self._call("sending a bulk request", lambda body=body: self._client.bulk(operations=body))
             retry: list[_Item] = []
+            last_error: dict[str, Any] = {}
             for item, result in zip(items, response["items"], strict=True):
                 outcome = next(iter(result.values()))
                 status = outcome.get("status", 500)
@@ -132,15 +133,15 @@ class ElasticsearchSink:
                     self.stats.deleted += 1  # deleting a missing document is a success
                 elif status in RETRY_STATUS or status >= 500:
                     retry.append(item)
+                    last_error = outcome.get("error") or {"status": status}
                 else:
                     failed += self._malformed(item, outcome.get("error") or {"type": f"http_{status}"})
             if not retry:
                 break
             attempt += 1
             if attempt > self.cfg.max_retries:
-                err = next(iter(response["items"][0].values())).get("error", {})
                 raise SinkUnavailable(f"sink {self.name!r}: Elasticsearch at {self.url} kept rejecting {len(retry)} "
-                                      f"bulk items after {self.cfg.max_retries} retries (last: {err})")
+                                      f"bulk items after {self.cfg.max_retries} retries (last: {last_error})")
             time.sleep(self.cfg.retry_backoff * 2 ** (attempt - 1))
             items = retry
         return failed
