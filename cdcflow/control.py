@@ -279,6 +279,10 @@ class Control:
         """Reset every partition to ``earliest``, ``latest`` or the first offset at/after ``timestamp``;
         ``forget`` removes the stored offsets (the next window starts from initial_offsets)."""
         cfg = valid(name)
+        if to not in ("earliest", "latest", "timestamp", "forget"):
+            raise BadRequest(f"reset to {to!r}: expected earliest, latest, timestamp or forget")
+        if to == "timestamp" and timestamp_ms is None:
+            raise BadRequest("reset to a timestamp needs the timestamp (ISO 8601 or epoch ms)")
         self._require_stopped(cfg)
         if to == "forget":
             store_for(cfg).clear(cfg.name)
@@ -288,16 +292,13 @@ class Control:
             target = {(p.topic, p.partition): p.log_start for p in parts}
         elif to == "latest":
             target = {(p.topic, p.partition): p.log_end for p in parts}
-        elif to == "timestamp":
-            if timestamp_ms is None:
-                raise BadRequest("reset to a timestamp needs the timestamp (ISO 8601 or epoch ms)")
+        else:
+            assert timestamp_ms is not None
             from cdcflow import runner  # noqa: PLC0415
             from connectors.kafka.reader import offsets_for_time  # noqa: PLC0415
 
             target = offsets_for_time(runner.consumer_conf(cfg), [(p.topic, p.partition, p.log_start, p.log_end)
                                                                   for p in parts], timestamp_ms)
-        else:
-            raise BadRequest(f"reset to {to!r}: expected earliest, latest, timestamp or forget")
         self.alter_offsets(cfg.name, dict(target), user)
         return {"message": "The offsets for this connector have been altered successfully",
                 "offsets": {f"{t}:{p}": o for (t, p), o in sorted(target.items())}}
@@ -332,7 +333,8 @@ class Control:
         done = store_for(cfg).redrives(cfg.name, topic)
         return DlqPage(topic, page, total, nxt if more else None,
                        {(d.partition, d.offset): done[(d.partition, d.offset)] for d in page
-                        if (d.partition, d.offset) in done})
+                        if (d.partition, d.offset) in done
+                        and done[(d.partition, d.offset)].fingerprint == d.fingerprint})
 
     def dlq_record(self, name: str, partition: int, offset: int) -> Any:
         from cdcflow import runner  # noqa: PLC0415
@@ -374,7 +376,8 @@ class Control:
         if not records:
             raise NotFound(f"no dead letter in {topic!r} matches {_describe_selection(partition, start, end, stage, error_class)}")
         store = store_for(cfg)
-        done = store.redrives(cfg.name, topic)
+        prints = {(d.partition, d.offset): d.fingerprint for d in records}
+        done = {k: r for k, r in store.redrives(cfg.name, topic).items() if prints.get(k) == r.fingerprint}
         already = [{"partition": d.partition, "offset": d.offset, "status": done[(d.partition, d.offset)].status,
                     "target_topic": done[(d.partition, d.offset)].target_topic,
                     "by": done[(d.partition, d.offset)].requested_by,
@@ -393,7 +396,8 @@ class Control:
         request_id = uuid.uuid4().hex[:16]
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         plan = [(target_topic or d.original_topic or "", d) for d in todo]
-        store.claim_redrives(cfg.name, topic, [(d.partition, d.offset, t) for t, d in plan], request_id, user)
+        store.claim_redrives(cfg.name, topic, [(d.partition, d.offset, t, d.fingerprint) for t, d in plan],
+                             request_id, user)
         marker = lambda d: (REDRIVE_HEADER, json.dumps(  # noqa: E731
             {"dlq": f"{topic}/{d.partition}/{d.offset}", "request": request_id, "by": user, "at": now}).encode())
         try:

@@ -2,6 +2,7 @@
 
     python -m cdcflow.demo prepare   # recreate the topics, drop the table, reset offsets, produce events
     python -m cdcflow.demo report    # rows read back from MariaDB, DLQ records read back from Kafka
+    python -m cdcflow.demo page      # the cdcflow page and API of the running api-server, checked
 
 scripts/demo.sh runs prepare, then ``airflow dags test demo_orders``, then report.
 """
@@ -43,7 +44,9 @@ def prepare() -> None:
         conn.exec_driver_sql(f"DROP TABLE IF EXISTS `{cfg.sinks[0].table}`")
         if conn.exec_driver_sql("SHOW TABLES LIKE 'cdcflow_tombstones'").first():
             conn.exec_driver_sql("DELETE FROM cdcflow_tombstones WHERE table_name = %s", (cfg.sinks[0].table,))
-    runner.offset_store(cfg).clear(cfg.name)
+    store = runner.offset_store(cfg)
+    store.clear(cfg.name)
+    store.set_state(cfg.name, "running", "demo")  # a demo stopped from the page earlier runs again
     for sink in cfg.sinks:
         if sink.type == "elasticsearch":
             from elasticsearch import Elasticsearch  # noqa: PLC0415
@@ -132,9 +135,44 @@ def report() -> int:
     return 0 if same and es_ok and len(dead) >= len(stream.broken) else 1
 
 
+def page() -> int:
+    """Log in to the api-server as the demo admin, read the demo pipeline's status through the
+    cdcflow API and its page, and print where to open it."""
+    import json  # noqa: PLC0415
+    import os  # noqa: PLC0415
+    import urllib.request  # noqa: PLC0415
+
+    base = f"http://127.0.0.1:{os.environ.get('CDCFLOW_AIRFLOW_PORT', '18080')}"
+    pw_file = os.environ["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"]
+    password = json.load(open(pw_file, encoding="utf-8"))["admin"]  # noqa: SIM115
+
+    def call(path: str, body: object = None, token: str | None = None, accept: str = "application/json") -> str:
+        req = urllib.request.Request(base + path, data=json.dumps(body).encode() if body is not None else None,
+                                     headers={"Content-Type": "application/json", "Accept": accept})
+        if token:
+            req.add_header("Authorization", f"Bearer {token}")
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.read().decode()
+
+    token = json.loads(call("/auth/token", {"username": "admin", "password": password}))["access_token"]
+    status = json.loads(call(f"/cdcflow/connectors/{PIPELINE}/status", token=token))
+    html = call(f"/cdcflow/pipelines/{PIPELINE}", token=token, accept="text/html")
+    lag = json.loads(call(f"/cdcflow/connectors/{PIPELINE}/partitions", token=token))
+    shown = PIPELINE in html and "Dead letters" in html and "Last windows" in html
+    print(f"\n== the cdcflow page (Airflow api-server, user admin, password in {pw_file}) ==")
+    print(f"pipelines:      {base}/cdcflow/")
+    print(f"this pipeline:  {base}/cdcflow/pipelines/{PIPELINE}   (also a tab on the DAG's page in Airflow's UI)")
+    print(f"REST API:       curl -H 'Authorization: Bearer <token>' {base}/cdcflow/connectors/{PIPELINE}/status")
+    print(f"status:         {status['connector']['state']}; total lag {sum(p['lag'] for p in lag)} records over "
+          f"{len(lag)} partitions; page shows the pipeline: {'yes' if shown else 'NO'}")
+    return 0 if shown else 1
+
+
 if __name__ == "__main__":
     action = sys.argv[1] if len(sys.argv) > 1 else "report"
     if action == "prepare":
         prepare()
         raise SystemExit(0)
+    if action == "page":
+        raise SystemExit(page())
     raise SystemExit(report())

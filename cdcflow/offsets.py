@@ -97,6 +97,9 @@ redrives_table = sa.Table(
     sa.Column("partition", sa.Integer, primary_key=True, autoincrement=False),
     sa.Column("offset", sa.BigInteger, primary_key=True, autoincrement=False),
     sa.Column("target_topic", sa.String(249), nullable=False),
+    # the DLQ record's timestamp, key and value hashed: a recreated DLQ topic reuses offsets, and a new
+    # record at an old offset must not look redriven already
+    sa.Column("fingerprint", sa.String(32), nullable=False),
     sa.Column("status", sa.String(16), nullable=False),
     sa.Column("request_id", sa.String(64), nullable=False),
     sa.Column("requested_by", sa.String(200), nullable=False),
@@ -110,6 +113,7 @@ class Redrive:
     partition: int
     offset: int
     target_topic: str
+    fingerprint: str
     status: RedriveStatus
     request_id: str
     requested_by: str
@@ -364,18 +368,25 @@ class OffsetStore:
             rows = conn.execute(sa.select(redrives_table).where(
                 (redrives_table.c.pipeline == pipeline) & (redrives_table.c.dlq_topic == dlq_topic)))
             return {(r.partition, r.offset): Redrive(
-                r.dlq_topic, r.partition, r.offset, r.target_topic, r.status, r.request_id,
+                r.dlq_topic, r.partition, r.offset, r.target_topic, r.fingerprint, r.status, r.request_id,
                 r.requested_by, r.updated_at) for r in rows}
 
-    def claim_redrives(self, pipeline: str, dlq_topic: str, records: list[tuple[int, int, str]],
+    def claim_redrives(self, pipeline: str, dlq_topic: str, records: list[tuple[int, int, str, str]],
                        request_id: str, by: str) -> None:
-        """Record (partition, offset, target) as pending, in one transaction; fails on any already there."""
+        """Record (partition, offset, target, fingerprint) as pending, in one transaction. An entry of
+        another record at the same offset (the DLQ topic was recreated) is replaced; one of the same
+        record makes the insert fail, so two concurrent requests cannot both send it."""
         now = _now()
         with self.engine.begin() as conn:
+            for p, o, _t, f in records:
+                conn.execute(sa.delete(redrives_table).where(
+                    (redrives_table.c.pipeline == pipeline) & (redrives_table.c.dlq_topic == dlq_topic)
+                    & (redrives_table.c.partition == p) & (redrives_table.c.offset == o)
+                    & (redrives_table.c.fingerprint != f)))
             conn.execute(sa.insert(redrives_table), [
                 {"pipeline": pipeline, "dlq_topic": dlq_topic, "partition": p, "offset": o,
-                 "target_topic": t, "status": "pending", "request_id": request_id,
-                 "requested_by": by, "updated_at": now} for p, o, t in records])
+                 "target_topic": t, "fingerprint": f, "status": "pending", "request_id": request_id,
+                 "requested_by": by, "updated_at": now} for p, o, t, f in records])
 
     def finish_redrives(self, pipeline: str, request_id: str) -> None:
         with self.engine.begin() as conn:

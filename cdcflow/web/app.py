@@ -64,16 +64,13 @@ def _encode_before(nxt: dict[int, int] | None) -> str | None:
 
 
 def _text(data: bytes | None) -> str | None:
+    """Bytes as text where they are UTF-8, else as hex (the original bytes stay in the DLQ)."""
     if data is None:
         return None
     try:
-        text = data.decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         return "0x" + data[:512].hex() + ("…" if len(data) > 512 else "")
-    try:
-        return json.dumps(json.loads(text), indent=2, sort_keys=True)
-    except ValueError:
-        return text
 
 
 def dead_letter_json(d: Any, redrive: Any = None, trace: bool = True) -> dict[str, Any]:

@@ -165,6 +165,17 @@ class DeadLetter:
     def stacktrace(self) -> str | None:
         return self.context("exception.stacktrace")
 
+    @property
+    def fingerprint(self) -> str:
+        """Identifies this record beyond its offset (a recreated topic reuses offsets)."""
+        import hashlib  # noqa: PLC0415
+
+        h = hashlib.sha256(str(self.timestamp).encode())
+        for part in (self.key, self.value):
+            h.update(len(part or b"").to_bytes(8, "big"))
+            h.update(part or b"")
+        return h.hexdigest()[:32]
+
     def original_headers(self) -> list[Header]:
         """The record's own headers: the error context (ours and Connect's) removed."""
         return [(k, v) for k, v in self.headers

@@ -426,3 +426,69 @@ def test_the_page_in_chromium(server: AirflowServer, use_server_store: None, spa
         assert disabled is True
     finally:
         viewer.close()
+
+
+def _iframe_text(browser: Any, timeout: float = 40.0) -> str:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = browser.eval("(() => { const f = document.querySelector('iframe'); "
+                            "return f && f.contentDocument && f.contentDocument.body ? f.contentDocument.body.innerText : ''; })()")
+        if text and "Partitions" in text or text and "Pipelines" in text:
+            return str(text)
+        time.sleep(0.5)
+    raise AssertionError("Airflow's UI did not show the cdcflow page in its iframe:\n" + browser.text()[:2000])
+
+
+def test_the_page_is_a_tab_of_the_dag_and_an_entry_of_airflows_navigation(server: AirflowServer) -> None:
+    from tests.browser import Browser
+
+    cfg = _pipeline(server, "tab")
+    server.sync_dags()
+    browser = Browser()
+    try:
+        browser.set_cookie(server.base + "/", "_token", server.tokens["admin"])
+        browser.open(f"{server.base}/dags/{cfg.name}/plugin/cdcflow-pipeline")
+        inner = _iframe_text(browser)
+        assert f"{cfg.name} PAUSED" in inner and "Partitions" in inner
+        assert "cdcflow pipeline" in browser.text()  # the tab's name in Airflow's own UI
+        browser.screenshot(SCREENSHOTS / "cdcflow-in-airflow-dag-tab.png")
+        browser.open(f"{server.base}/plugin/cdcflow")
+        assert cfg.name in _iframe_text(browser)
+    finally:
+        browser.close()
+
+
+def test_the_cli_uses_the_same_service(server: AirflowServer, use_server_store: None, spark: Any) -> None:
+    import subprocess
+
+    cfg = _pipeline(server, "cli")
+    server.sync_dags()
+    name, topic = cfg.name, cfg.source.topics[0]
+    stream = cdcgen.orders_stream(50, 10, seed=8)
+    cdcgen.produce(bootstrap(), topic, stream.events)
+    runner.run_window(cfg, "cli_window", {}, _store(server), spark)
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["cdcflow", *args], env=server.env, cwd=ROOT, capture_output=True, text=True,
+                              timeout=120)
+
+    shown = cli("dlq", "show", name, "--limit", "50")
+    assert shown.returncode == 0, shown.stderr
+    assert f"{len(stream.broken)} records" in shown.stdout and "stage=sink pymysql.err.DataError" in shown.stdout
+    refused = cli("offsets", "set", name, f"{topic}:0=0")
+    assert refused.returncode == 2 and "Connectors must be in the STOPPED state" in refused.stderr
+    assert cli("stop", name).stdout.strip() == f"{name}: STOPPED"
+    assert server.request("GET", f"/cdcflow/connectors/{name}/status").body["connector"]["state"] == "STOPPED"
+    done = cli("offsets", "set", name, f"{topic}:0=0")
+    assert done.returncode == 0, done.stderr
+    assert _store(server).load(name)[(topic, 0)] == 0
+    status = cli("status", name)
+    assert status.returncode == 0 and "STOPPED" in status.stdout and "cli_window committed" in status.stdout
+    assert cli("resume", name).stdout.strip() == f"{name}: RUNNING"
+    redrive = cli("dlq", "redrive", name, "--stage", "converter")
+    assert redrive.returncode == 0, redrive.stderr
+    assert "2 of 2 matching records sent" in redrive.stdout
+    again = cli("dlq", "redrive", name, "--stage", "converter")
+    assert again.returncode == 2 and "redriven already" in again.stderr
