@@ -14,6 +14,8 @@
     cdcflow replay PIPELINE TOPIC:PARTITION=OFFSET ...          a window from the given offsets
     cdcflow dlq show PIPELINE [--limit N] [--before P:O,...] [--trace]
     cdcflow dlq redrive PIPELINE [--partition P --from O --to O] [--stage S] [--error-class C] [--topic T]
+    cdcflow lag PIPELINE | --all                 Burrow-style lag status per partition (reads log ends now)
+    cdcflow monitor [PIPELINE] [--interval S] [--count N]   record log-end samples without running windows
 
 The operator commands (status … dlq) call the same functions (cdcflow.control) as the REST API and
 the page; they need Airflow's metadata DB (the same AIRFLOW_HOME as the api-server).
@@ -195,6 +197,44 @@ def cmd_dlq(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_lag(args: argparse.Namespace) -> int:
+    if not args.pipeline and not args.all:
+        raise ConfigError("give a pipeline or --all")
+    svc = _service()
+    names = [p.name for p in control.pipelines() if p.config is not None] if args.all else [args.pipeline]
+    worst = 0
+    for name in names:
+        ev = svc.lag(name, refresh=True)
+        worst = max(worst, {"OK": 0, "NOTFOUND": 0, "WARN": 1, "ERR": 2}[ev.status])
+        print(f"{name} (group {ev.group}): {ev.status}, total lag {ev.total_lag}, window {ev.complete:.0%} full")
+        for p in ev.partitions:
+            print(f"  {p.topic}[{p.partition}] {p.status:6} lag {p.current_lag:>8}  committed "
+                  f"{p.committed if p.committed is not None else '-':>10}  log end "
+                  f"{p.log_end if p.log_end is not None else '-':>10}  {p.reason}")
+    return 3 if worst == 2 else 0
+
+
+def cmd_monitor(args: argparse.Namespace) -> int:
+    import time  # noqa: PLC0415
+
+    svc = _service()
+    names = [args.pipeline] if args.pipeline else [p.name for p in control.pipelines() if p.config is not None]
+    n = 0
+    while True:
+        for name in names:
+            try:
+                rows = svc.sample(name)
+                print(f"{datetime.now(UTC):%H:%M:%S} {name}: lag "
+                      f"{sum(e - (c or 0) for c, e in rows.values())} over {len(rows)} partitions", flush=True)
+            except CdcflowError as exc:
+                print(f"{datetime.now(UTC):%H:%M:%S} {name}: {exc.__class__.__name__}: {exc}", file=sys.stderr,
+                      flush=True)
+        n += 1
+        if args.count and n >= args.count:
+            return 0
+        time.sleep(args.interval)
+
+
 def cmd_history(args: argparse.Namespace) -> int:
     from cdcflow import runner  # noqa: PLC0415
 
@@ -246,6 +286,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("pipeline")
     p.add_argument("specs", nargs="+", help="TOPIC:PARTITION=OFFSET")
     p.set_defaults(func=cmd_replay)
+    p = sub.add_parser("lag", help="Burrow-style lag status (exit 3 when a pipeline is in ERR)")
+    p.add_argument("pipeline", nargs="?")
+    p.add_argument("--all", action="store_true")
+    p.set_defaults(func=cmd_lag)
+    p = sub.add_parser("monitor", help="sample log end offsets (no window) every --interval seconds")
+    p.add_argument("pipeline", nargs="?")
+    p.add_argument("--interval", type=float, default=30.0)
+    p.add_argument("--count", type=int, default=0, help="stop after N rounds (0 = run until stopped)")
+    p.set_defaults(func=cmd_monitor)
     p = sub.add_parser("dlq", help="show or redrive dead letters")
     p.add_argument("action", choices=["show", "redrive"])
     p.add_argument("pipeline")

@@ -242,6 +242,16 @@ class OffsetStoreConfig(StrictModel):
     )
 
 
+class MonitorConfig(StrictModel):
+    """Lag evaluation (Burrow's rules, cdcflow.lag) and metrics."""
+
+    window: int = Field(default=10, ge=2, le=1000, description="Commits per partition in the sliding window.")
+    stop_after: Duration = Field(default=900.0, description="STOP when no window committed for this long while "
+                                 "records wait; set it above the schedule's interval.")
+    sample_interval: Duration = Field(default=30.0, description="The metrics endpoint reads fresh log end "
+                                      "offsets when its newest sample is older than this.")
+
+
 class SparkConfig(StrictModel):
     mode: Literal["inprocess", "submit"] = "inprocess"
     master: str | None = Field(default=None, description="Default: $CDCFLOW_SPARK_MASTER or local[*].")
@@ -270,6 +280,7 @@ class PipelineConfig(StrictModel):
     errors: ErrorsConfig = ErrorsConfig()
     offset_store: OffsetStoreConfig = OffsetStoreConfig()
     spark: SparkConfig = SparkConfig()
+    monitor: MonitorConfig = MonitorConfig()
 
     @model_validator(mode="after")
     def _cross_checks(self) -> PipelineConfig:

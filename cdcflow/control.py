@@ -189,6 +189,42 @@ class Control:
         cfg = valid(name)
         return store_for(cfg).load(cfg.name)
 
+    # -- lag -------------------------------------------------------------------------------------
+    def sample(self, name: str) -> dict[tuple[str, int], tuple[int | None, int]]:
+        """Read every partition's log end from the broker now (no window) and record it with the
+        stored offset: the monitor's sample."""
+        from cdcflow import runner  # noqa: PLC0415
+        from connectors.kafka.reader import discover  # noqa: PLC0415
+
+        cfg = valid(name)
+        store = store_for(cfg)
+        stored = store.load(cfg.name)
+        rows = {(s.topic, s.partition): (stored.get((s.topic, s.partition)), s.end)
+                for s in discover(runner.consumer_conf(cfg), list(cfg.source.topics), timeout=10)}
+        store.record_lag(cfg.name, "sample", rows)
+        return rows
+
+    def lag(self, name: str, refresh: bool | None = None, now: datetime | None = None) -> Any:
+        """Burrow-style evaluation (cdcflow.lag). ``refresh``: sample the broker first; None = only
+        when the newest sample is older than monitor.sample_interval."""
+        from cdcflow import lag as lagmod  # noqa: PLC0415
+
+        cfg = valid(name)
+        store = store_for(cfg)
+        now = now or datetime.now(UTC).replace(tzinfo=None)
+        entries = store.lag_entries(cfg.name, per_partition=max(50, 2 * cfg.monitor.window))
+        newest = max((e.at for rows in entries.values() for e in rows if e.source in ("sample", "plan")),
+                     default=None)
+        if refresh or (refresh is None and (newest is None
+                                            or (now - newest).total_seconds() > cfg.monitor.sample_interval)):
+            self.sample(cfg.name)
+            entries = store.lag_entries(cfg.name, per_partition=max(50, 2 * cfg.monitor.window))
+        partitions = sorted(set(entries) | set(store.load(cfg.name)))
+        replays = frozenset(run for run, _st, origin, _stats, _at in store.windows_summary(cfg.name)
+                            if origin == "params")
+        return lagmod.from_entries(cfg.name, cfg.group_id, entries, partitions, replays, now,
+                                   cfg.monitor.window, cfg.monitor.stop_after)
+
     # -- lifecycle -----------------------------------------------------------------------------
     def _dag(self, name: str) -> DagInfo:
         info = self.dags.info(name)

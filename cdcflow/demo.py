@@ -159,12 +159,36 @@ def page() -> int:
     html = call(f"/cdcflow/pipelines/{PIPELINE}", token=token, accept="text/html")
     lag = json.loads(call(f"/cdcflow/connectors/{PIPELINE}/partitions", token=token))
     shown = PIPELINE in html and "Dead letters" in html and "Last windows" in html
+    cfg = find_pipeline(PIPELINE)
+    burrow = json.loads(call(f"/cdcflow/v3/kafka/{cfg.source.kafka_conn_id}/consumer/{cfg.group_id}/lag",
+                             token=token))["status"]
     print(f"\n== the cdcflow page (Airflow api-server, user admin, password in {pw_file}) ==")
     print(f"pipelines:      {base}/cdcflow/")
     print(f"this pipeline:  {base}/cdcflow/pipelines/{PIPELINE}   (also a tab on the DAG's page in Airflow's UI)")
     print(f"REST API:       curl -H 'Authorization: Bearer <token>' {base}/cdcflow/connectors/{PIPELINE}/status")
     print(f"status:         {status['connector']['state']}; total lag {sum(p['lag'] for p in lag)} records over "
           f"{len(lag)} partitions; page shows the pipeline: {'yes' if shown else 'NO'}")
+    print(f"\n== lag status (Burrow's rules; GET /cdcflow/v3/kafka/{cfg.source.kafka_conn_id}/consumer/"
+          f"{cfg.group_id}/lag) ==")
+    print(f"group {burrow['group']}: {burrow['status']}, total lag {burrow['totallag']}, "
+          f"window {burrow['complete']:.0%} full")
+    for p in burrow["partitions"]:
+        print(f"  {p['topic']}[{p['partition']}] {p['status']:6} lag {p['current_lag']}  ({p['reason']})")
+    prom = f"http://127.0.0.1:{os.environ.get('CDCFLOW_PROMETHEUS_PORT', '19090')}"
+    scraped = None
+    for _ in range(30):  # Prometheus scrapes every 15 s
+        try:
+            q = urllib.request.urlopen(f"{prom}/api/v1/query?query=cdcflow_pipeline_lag_records", timeout=10)
+            result = json.load(q)["data"]["result"]
+            scraped = next((r["value"][1] for r in result if r["metric"].get("pipeline") == PIPELINE), None)
+        except OSError:
+            scraped = None
+        if scraped is not None:
+            break
+        time.sleep(1)
+    print(f"\n== Prometheus ({prom}, alert rules config/prometheus/cdcflow-alerts.yml) ==")
+    print(f"cdcflow_pipeline_lag_records{{pipeline=\"{PIPELINE}\"}} = {scraped if scraped is not None else 'not scraped yet'}"
+          f"   (metrics: {base}/cdcflow/metrics)")
     return 0 if shown else 1
 
 

@@ -106,6 +106,36 @@ redrives_table = sa.Table(
     sa.Column("updated_at", sa.DateTime, nullable=False),
 )
 
+# Lag over time, per partition: at each window's plan (the log end seen, source "plan"), at its commit
+# (the committed offset and that log end, "commit"), at an operator's offset change ("reset") and at
+# each monitor sample ("sample"). cdcflow.lag evaluates it the way Burrow does.
+lag_table = sa.Table(
+    "cdcflow_lag",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("pipeline", sa.String(200), nullable=False),
+    sa.Column("topic", sa.String(249), nullable=False),
+    sa.Column("partition", sa.Integer, nullable=False),
+    sa.Column("source", sa.String(8), nullable=False),
+    sa.Column("committed", sa.BigInteger, nullable=True),
+    sa.Column("log_end", sa.BigInteger, nullable=True),
+    sa.Column("run_id", sa.String(250), nullable=True),
+    sa.Column("at", sa.DateTime, nullable=False),
+    sa.Index("ix_cdcflow_lag_pipeline_tp", "pipeline", "topic", "partition", "id"),
+)
+LagSource = Literal["plan", "commit", "reset", "sample"]
+
+
+@dataclass(frozen=True)
+class LagEntry:
+    topic: str
+    partition: int
+    source: LagSource
+    committed: int | None
+    log_end: int | None
+    run_id: str | None
+    at: datetime
+
 
 @dataclass(frozen=True)
 class Redrive:
@@ -207,6 +237,60 @@ class OffsetStore:
         with self.engine.begin() as conn:
             for (topic, partition), offset in offsets.items():
                 self._upsert_offset(conn, pipeline, topic, partition, offset, run_id)
+            self._add_lag(conn, pipeline, [(t, p, "reset", o, None, run_id) for (t, p), o in offsets.items()])
+
+    # -- lag -------------------------------------------------------------------------------------
+    def _add_lag(self, conn: sa.Connection, pipeline: str,
+                 rows: list[tuple[str, int, LagSource, int | None, int | None, str | None]]) -> None:
+        if rows:
+            now = _now()
+            conn.execute(sa.insert(lag_table), [
+                {"pipeline": pipeline, "topic": t, "partition": p, "source": src, "committed": c, "log_end": e,
+                 "run_id": r, "at": now} for t, p, src, c, e, r in rows])
+
+    def record_lag(self, pipeline: str, source: LagSource,
+                   rows: Mapping[TopicPartition, tuple[int | None, int | None]], run_id: str | None = None) -> None:
+        """{tp: (committed, log end)} observed now."""
+        with self.engine.begin() as conn:
+            self._add_lag(conn, pipeline, [(t, p, source, c, e, run_id) for (t, p), (c, e) in rows.items()])
+
+    def lag_entries(self, pipeline: str, per_partition: int = 50) -> dict[TopicPartition, list[LagEntry]]:
+        """The newest entries of each partition (oldest first), at most ``per_partition`` of each source."""
+        out: dict[TopicPartition, list[LagEntry]] = {}
+        with self.engine.connect() as conn:
+            tps = conn.execute(sa.select(lag_table.c.topic, lag_table.c.partition).where(
+                lag_table.c.pipeline == pipeline).distinct()).all()
+            for topic, partition in tps:
+                rows: list[Any] = []
+                for source in ("commit", "reset", "plan", "sample"):
+                    rows += conn.execute(sa.select(lag_table).where(
+                        (lag_table.c.pipeline == pipeline) & (lag_table.c.topic == topic)
+                        & (lag_table.c.partition == partition) & (lag_table.c.source == source)
+                    ).order_by(lag_table.c.id.desc()).limit(per_partition)).all()
+                rows.sort(key=lambda r: r.id)
+                out[(topic, partition)] = [LagEntry(r.topic, r.partition, r.source, r.committed, r.log_end,
+                                                    r.run_id, r.at) for r in rows]
+        return out
+
+    def windows_summary(self, pipeline: str) -> list[tuple[str, str, str, dict[str, Any], datetime]]:
+        """(run_id, status, origin, stats, updated_at) of every window in the ledger, oldest first."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(runs_table.c.run_id, runs_table.c.status, runs_table.c.origin,
+                                          runs_table.c.stats, runs_table.c.updated_at)
+                                .where(runs_table.c.pipeline == pipeline).order_by(runs_table.c.created_at)).all()
+        return [(r.run_id, r.status, r.origin, json.loads(r.stats or "{}"), r.updated_at) for r in rows]
+
+    def records_read(self, pipeline: str) -> dict[TopicPartition, int]:
+        """Records read per partition by windows that were applied or committed (a failed window's
+        records are counted when its retry succeeds)."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(windows_table.c.topic, windows_table.c.partition, sa.func.sum(windows_table.c.records))
+                .join(runs_table, (runs_table.c.pipeline == windows_table.c.pipeline)
+                      & (runs_table.c.run_id == windows_table.c.run_id))
+                .where((windows_table.c.pipeline == pipeline) & runs_table.c.status.in_(("applied", "committed")))
+                .group_by(windows_table.c.topic, windows_table.c.partition)).all()
+        return {(t, p): int(n or 0) for t, p, n in rows}
 
     def clear(self, pipeline: str) -> None:
         """Forget a pipeline's stored offsets (the next run starts from initial_offsets)."""
@@ -324,6 +408,13 @@ class OffsetStore:
                     continue
                 self._upsert_offset(conn, pipeline, p.topic, p.partition, p.end, run_id)
                 advanced[p.tp] = p.end
+            planned_ends = {(r.topic, r.partition): r.log_end for r in conn.execute(
+                sa.select(lag_table.c.topic, lag_table.c.partition, lag_table.c.log_end).where(
+                    (lag_table.c.pipeline == pipeline) & (lag_table.c.run_id == run_id)
+                    & (lag_table.c.source == "plan")))}
+            self._add_lag(conn, pipeline, [
+                (t, p, "commit", end, max(end, planned_ends.get((t, p)) or end), run_id)
+                for (t, p), end in advanced.items()])
             self._set_status(conn, pipeline, run_id, "committed", None)
         return CommitResult(advanced, left)
 

@@ -174,6 +174,7 @@ def plan(cfg: PipelineConfig, run_id: str, params: Mapping[str, Any] | None = No
             shares[tp] += spare // len(shares)
     windows = [PartitionWindow(t, part, starts[(t, part)], shares[(t, part)]) for t, part in sorted(starts)]
     result = store.plan(cfg.name, run_id, origin, windows)
+    store.record_lag(cfg.name, "plan", {tp: (stored.get(tp), state.end) for tp, state in parts.items()}, run_id)
     log.info("planned window %s: %s", run_id, ", ".join(
         f"{w.topic}[{w.partition}] from {w.start} up to {w.max_records}" for w in result.partitions))
     return result

@@ -33,6 +33,7 @@ export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-4}"
 export AIRFLOW__CORE__UNIT_TEST_MODE="${AIRFLOW__CORE__UNIT_TEST_MODE:-False}"
 # The api-server (Airflow UI, REST API and the cdcflow plugin at /cdcflow), on loopback.
 export CDCFLOW_AIRFLOW_PORT="${CDCFLOW_AIRFLOW_PORT:-18080}"
+export CDCFLOW_PROMETHEUS_PORT="${CDCFLOW_PROMETHEUS_PORT:-19090}"
 export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="${AIRFLOW__CORE__EXECUTION_API_SERVER_URL:-http://127.0.0.1:$CDCFLOW_AIRFLOW_PORT/execution/}"
 # SimpleAuthManager users (user:role): admin may change pipelines, viewer may only look.
 export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="${AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS:-admin:admin,viewer:viewer}"

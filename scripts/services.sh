@@ -5,6 +5,8 @@
 #   elasticsearch  Elasticsearch 8.12.2 (verified tarball), as a system user, loopback only
 #   airflow  Airflow's api-server (UI, REST API, the cdcflow plugin at /cdcflow), scheduler and
 #            dag-processor, LocalExecutor on the SQLite metadata DB; loopback only
+#   prometheus  Debian's Prometheus, scraping the cdcflow plugin's /cdcflow/metrics, with the alert
+#            rules of config/prometheus/cdcflow-alerts.yml; loopback only
 # Data, logs and PID files live in $CDCFLOW_HOME/services. stop only stops what start started,
 # by PID file. Ports and credentials come from scripts/env.sh (override with CDCFLOW_* variables).
 set -euo pipefail
@@ -172,6 +174,33 @@ status_airflow() {
   for part in api-server scheduler dag-processor; do status_one "airflow $part" "$AF_DIR/$part.pid" "$CDCFLOW_AIRFLOW_PORT"; done
 }
 
+# -- prometheus ---------------------------------------------------------------------------------------
+PROM_DIR="$SVC/prometheus"; PROM_PID="$PROM_DIR/prometheus.pid"; PROM_LOG="$PROM_DIR/prometheus.log"
+prom_healthy() { curl -fsS "http://127.0.0.1:$CDCFLOW_PROMETHEUS_PORT/-/ready"; }
+
+start_prometheus() {
+  if pid_alive "$PROM_PID"; then say "prometheus already running (pid $(cat "$PROM_PID"), port $CDCFLOW_PROMETHEUS_PORT)"; return; fi
+  command -v prometheus >/dev/null 2>&1 || die "prometheus is not installed: run scripts/setup.sh first"
+  check_port_free prometheus "$CDCFLOW_PROMETHEUS_PORT"
+  mkdir -p "$PROM_DIR/data"
+  local every="${CDCFLOW_PROMETHEUS_INTERVAL:-15s}"
+  cat >"$PROM_DIR/prometheus.yml" <<YAML
+# written by scripts/services.sh from its settings; edit those, not this file
+global: {scrape_interval: $every, evaluation_interval: $every}
+rule_files: ["$CDCFLOW_ROOT/config/prometheus/cdcflow-alerts.yml"]
+scrape_configs:
+  - job_name: cdcflow
+    metrics_path: /cdcflow/metrics
+    static_configs: [{targets: ["127.0.0.1:$CDCFLOW_AIRFLOW_PORT"]}]
+YAML
+  say "starting prometheus on 127.0.0.1:$CDCFLOW_PROMETHEUS_PORT (scraping 127.0.0.1:$CDCFLOW_AIRFLOW_PORT/cdcflow/metrics every $every)"
+  nohup prometheus --config.file="$PROM_DIR/prometheus.yml" --storage.tsdb.path="$PROM_DIR/data" \
+    --web.listen-address="127.0.0.1:$CDCFLOW_PROMETHEUS_PORT" --storage.tsdb.retention.time=2d >"$PROM_LOG" 2>&1 &
+  echo $! >"$PROM_PID"
+  wait_until 60 prometheus "$PROM_LOG" "$PROM_PID" prom_healthy
+  say "prometheus is up: http://127.0.0.1:$CDCFLOW_PROMETHEUS_PORT"
+}
+
 # -- common -----------------------------------------------------------------------------------------
 stop_one() { # name pidfile
   if pid_alive "$2"; then
@@ -190,7 +219,7 @@ status_one() { # name pidfile port
   if pid_alive "$2"; then say "$1: running (pid $(cat "$2"), port $3)"; else say "$1: stopped"; fi
 }
 
-ALL=(kafka mysql elasticsearch airflow)
+ALL=(kafka mysql elasticsearch airflow prometheus)
 cmd=${1:-status}; shift || true
 targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=("${ALL[@]}")
 for t in "${targets[@]}"; do
@@ -199,6 +228,9 @@ for t in "${targets[@]}"; do
     start:mysql) start_mysql ;;
     start:elasticsearch|start:es) start_elasticsearch ;;
     start:airflow) start_airflow ;;
+    start:prometheus) start_prometheus ;;
+    stop:prometheus) stop_one prometheus "$PROM_PID" ;;
+    status:prometheus) status_one prometheus "$PROM_PID" "$CDCFLOW_PROMETHEUS_PORT" ;;
     stop:airflow) stop_airflow ;;
     status:airflow) status_airflow ;;
     stop:kafka) stop_one kafka "$KAFKA_PID" ;;

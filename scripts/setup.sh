@@ -6,11 +6,13 @@ source "$(dirname "$0")/env.sh"
 cd "$CDCFLOW_ROOT"
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 
-# 1. Debian packages: MariaDB (the MySQL server), Java for Spark, Chromium for the tests of pages.
+# 1. Debian packages: MariaDB (the MySQL server), Java for Spark, Chromium for the tests of pages,
+#    Prometheus (its server and promtool) for the metrics.
 need=()
 command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || need+=(mariadb-server)
 command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 if [ ${#need[@]} -gt 0 ]; then
   say "installing Debian packages: ${need[*]}"
   apt-get update -q

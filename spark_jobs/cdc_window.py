@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 RANGE_SCHEMA = pa.schema([("idx", pa.int32())])
 REPORT_SCHEMA = "reported long"
+DLQ_CLASS_KEY = "dlq:"  # sink dead letters by error class ride in the writer's extra stats
 WRITE_SCHEMA = "sink string, upserted long, deleted long, stale long, failed long, extra string"
 MAX_EXAMPLES = 5
 
@@ -62,11 +63,14 @@ class WindowResult:
     ends: dict[tuple[str, int], tuple[int, int]]
     records: int = 0
     dead_lettered: int = 0
+    dead_letters: dict[tuple[str, str], int] = field(default_factory=dict)  # (stage, error class) -> count
     sinks: dict[str, SinkStats] = field(default_factory=dict)
     stages: dict[str, float] = field(default_factory=dict)  # wall seconds per stage, where time goes
 
     def stats(self) -> dict[str, Any]:
         return {"records": self.records, "dead_lettered": self.dead_lettered,
+                "dead_letters": [{"stage": st, "error_class": ec, "count": n}
+                                 for (st, ec), n in sorted(self.dead_letters.items())],
                 "sinks": {n: vars(s) for n, s in self.sinks.items()},
                 "stages": {k: round(v, 3) for k, v in self.stages.items()}}
 
@@ -112,6 +116,8 @@ def _writer(job: WindowJob, target: SinkTarget) -> Callable[[Iterator[pa.RecordB
         dlq = (DeadLetterReporter(job.producer_conf, job.dlq_topic, job.pipeline, job.run_id, job.context_headers)
                if job.dlq_topic and job.tolerance == "all" else None)
 
+        classes: dict[str, int] = {}
+
         def handle(failed: list[FailedRecord]) -> None:
             for rec in failed:
                 if dlq is None:
@@ -119,6 +125,7 @@ def _writer(job: WindowJob, target: SinkTarget) -> Callable[[Iterator[pa.RecordB
                         f"errors.tolerance is 'none' and sink {cfg.name!r} rejected {rec.topic}[{rec.partition}]"
                         f"@{rec.offset}: {rec.message}")
                 dlq.report(rec)
+                classes[rec.error_class] = classes.get(rec.error_class, 0) + 1
 
         sink.open()
         try:
@@ -132,7 +139,8 @@ def _writer(job: WindowJob, target: SinkTarget) -> Callable[[Iterator[pa.RecordB
         s = sink.stats
         yield pa.RecordBatch.from_pydict({"sink": [cfg.name], "upserted": [s.upserted], "deleted": [s.deleted],
                                           "stale": [s.stale], "failed": [s.failed],
-                                          "extra": [json.dumps(s.extra)]})
+                                          "extra": [json.dumps({**s.extra, **{f"{DLQ_CLASS_KEY}{c}": n
+                                                                               for c, n in classes.items()}})]})
     return write
 
 
@@ -213,6 +221,9 @@ def _run(spark: SparkSession, job: WindowJob,
                                 f"{_examples(bad)}")
     if bad_count:
         result.dead_lettered += sum(r.reported for r in bad.coalesce(1).mapInArrow(_reporter(job), REPORT_SCHEMA).collect())
+        for r in bad.groupBy("error_stage").count().collect():
+            key = (str(r["error_stage"]), "cdcflow.errors.RecordError")
+            result.dead_letters[key] = result.dead_letters.get(key, 0) + int(r["count"])
     t = result.lap("dlq", t)
 
     for target, projected in per_sink:
@@ -222,7 +233,11 @@ def _run(spark: SparkSession, job: WindowJob,
         latest = latest_per_key(projected, keys) if keys else projected
         stats = result.sinks.setdefault(target.config.name, SinkStats())
         for row in latest.mapInArrow(_writer(job, target), WRITE_SCHEMA).collect():
-            stats.add(SinkStats(row.upserted, row.deleted, row.stale, row.failed, json.loads(row.extra)))
+            extra = json.loads(row.extra)
+            for key in [k for k in extra if k.startswith(DLQ_CLASS_KEY)]:
+                dl = ("sink", key.removeprefix(DLQ_CLASS_KEY))
+                result.dead_letters[dl] = result.dead_letters.get(dl, 0) + int(extra.pop(key))
+            stats.add(SinkStats(row.upserted, row.deleted, row.stale, row.failed, extra))
             result.dead_lettered += row.failed
         t = result.lap(f"sink:{target.config.name}", t)
     return result

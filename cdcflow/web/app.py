@@ -24,6 +24,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from cdcflow import control as ctl
 from cdcflow.errors import BadRequest, CdcflowError, ConfigError, ControlError
+from cdcflow.lag import burrow_json
 from cdcflow.web import connect
 
 log = logging.getLogger("cdcflow.web")
@@ -260,6 +261,40 @@ def create_app(service: ctl.Control | None = None) -> FastAPI:
         return {"request_id": result.request_id, "matched": result.matched, "redriven": result.redriven,
                 "already_redriven": result.already}
 
+    # -- lag and metrics ---------------------------------------------------------------------------
+    @app.get("/connectors/{name}/lag")
+    def lag(name: str, user: Any = user_dep, refresh: bool = False) -> Any:
+        authorize(user, name, "GET")
+        cfg = ctl.valid(name)
+        return burrow_json(svc.lag(name, refresh=refresh or None), cfg.source.kafka_conn_id,
+                           f"/v3/kafka/{cfg.source.kafka_conn_id}/consumer/{cfg.group_id}/lag")
+
+    @app.get("/v3/kafka/{cluster}/consumer/{group}/lag")
+    def burrow_lag(cluster: str, group: str, request: Request, user: Any = user_dep) -> Any:
+        """Burrow's endpoint: the group is the pipeline's consumer group (cdcflow-<name>) or its name;
+        the cluster is the pipeline's Kafka connection id."""
+        for p in ctl.pipelines():
+            cfg = p.config
+            if cfg is not None and group in (cfg.group_id, cfg.name) and cluster == cfg.source.kafka_conn_id:
+                authorize(user, cfg.name, "GET")
+                return burrow_json(svc.lag(cfg.name), cluster, request.url.path.removeprefix(PREFIX))
+        raise HTTPException(404, f"cluster or consumer group not found: no pipeline with consumer group {group!r} "
+                                 f"on Kafka connection {cluster!r}")
+
+    @app.get("/metrics")
+    def metrics(request: Request) -> Response:
+        """Prometheus metrics of every pipeline. Open unless CDCFLOW_METRICS_TOKEN is set, then a Bearer
+        token equal to it is required (Prometheus: authorization.credentials_file)."""
+        import os  # noqa: PLC0415
+
+        from cdcflow.metrics import render  # noqa: PLC0415
+
+        token = os.environ.get("CDCFLOW_METRICS_TOKEN")
+        if token and request.headers.get("authorization", "") != f"Bearer {token}":
+            raise HTTPException(401, "metrics need the Bearer token of CDCFLOW_METRICS_TOKEN")
+        body, content_type = render(svc)
+        return Response(body, media_type=content_type)
+
     # -- pages -------------------------------------------------------------------------------------
     @app.get("/", response_class=HTMLResponse)
     def index(request: Request, user: Any = user_dep) -> Any:
@@ -278,6 +313,7 @@ def create_app(service: ctl.Control | None = None) -> FastAPI:
                                "can_edit": _may(user, name, "PUT"), "can_run": _may(user, name, "POST", runs=True)}
         if p.config is not None:
             ctx["offsets"] = _safe(lambda: svc.offsets(name))
+            ctx["lag"] = _safe(lambda: svc.lag(name))
             ctx["windows"] = _safe(lambda: svc.windows(name, 15))
             ctx["dlq"] = _safe(lambda: svc.dlq(name, 20, _parse_before(before))) if p.config.errors.dlq_topic else None
             ctx["config_yaml"] = yaml.safe_dump(p.config.model_dump(mode="json", exclude_none=True), sort_keys=False)

@@ -51,9 +51,11 @@ def status(st: Status) -> dict[str, Any]:
         connector["trace"] = st.trace
     tasks: list[dict[str, Any]] = []
     if st.state != "STOPPED":  # Connect: a stopped connector's tasks are shut down and not listed
-        task = {"id": 0, "state": st.state, "worker_id": WORKER_ID}
-        if st.trace:
-            task["trace"] = st.trace
+        failed = st.last_window is not None and st.last_window.status == "failed"
+        task = {"id": 0, "state": "FAILED" if failed else st.state, "worker_id": WORKER_ID}
+        trace = st.last_window.message if failed and st.last_window is not None else st.trace
+        if trace:
+            task["trace"] = trace
         tasks.append(task)
     return {"name": st.name, "connector": connector, "tasks": tasks, "type": "sink"}
 

@@ -87,3 +87,27 @@ def test_no_literal_secrets_and_pinned_images() -> None:
         assert ":" in image and not image.endswith(":latest"), f"{name}: image {image!r} is not pinned"
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert "requirements.lock" in dockerfile  # the image installs the same pins as the tests
+
+
+def test_prometheus_and_grafana_are_wired_to_the_plugin_and_the_repo_files() -> None:
+    prom = SERVICES["prometheus"]
+    mounts = dict(v.rsplit(":", 1)[0].split(":", 1) for v in prom["volumes"])
+    scrape = yaml.safe_load((ROOT / "config/prometheus/prometheus-compose.yml").read_text())
+    assert mounts["./config/prometheus/cdcflow-alerts.yml"] in scrape["rule_files"]
+    [job] = scrape["scrape_configs"]
+    assert job["metrics_path"] == "/cdcflow/metrics"  # the plugin's mount point
+    [target] = job["static_configs"][0]["targets"]
+    host, port = target.split(":")
+    api = SERVICES[host]
+    assert f"--port {port}" in api["command"] and "api-server" in api["command"]
+    grafana = SERVICES["grafana"]
+    gmounts = dict(v.rsplit(":", 1)[0].split(":", 1) for v in grafana["volumes"])
+    source = yaml.safe_load((ROOT / "config/grafana/provisioning-datasources.yml").read_text())["datasources"][0]
+    assert source["url"] == "http://prometheus:9090" and "9090:9090" in prom["ports"]
+    dashboard = json.loads((ROOT / "config/grafana/cdcflow-dashboard.json").read_text())
+    uids = {t["datasource"]["uid"] for p in dashboard["panels"] for t in [p]}
+    assert uids == {source["uid"]}
+    provider = yaml.safe_load((ROOT / "config/grafana/provisioning-dashboards.yml").read_text())["providers"][0]
+    assert gmounts["./config/grafana/cdcflow-dashboard.json"].startswith(provider["options"]["path"])
+    for path in [*mounts, *gmounts]:
+        assert (ROOT / path).exists(), path
