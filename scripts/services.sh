@@ -143,6 +143,13 @@ af_healthy() { curl -fsS "http://127.0.0.1:$CDCFLOW_AIRFLOW_PORT/api/v2/monitor/
 
 start_airflow() {
   mkdir -p "$AF_DIR"
+  # Airflow imports the plugin and the DAGs' code once: after a code change, restart it.
+  if pid_alive "$AF_DIR/api-server.pid" && [ -n "$(find "$CDCFLOW_ROOT/cdcflow" "$CDCFLOW_ROOT/plugins" \
+       "$CDCFLOW_ROOT/connectors" "$CDCFLOW_ROOT/spark_jobs" -newer "$AF_DIR/api-server.pid" \
+       \( -name '*.py' -o -name '*.html' \) -print -quit 2>/dev/null)" ]; then
+    say "cdcflow's code changed since airflow started: restarting it"
+    stop_airflow
+  fi
   if pid_alive "$AF_DIR/api-server.pid"; then
     say "airflow api-server already running (pid $(cat "$AF_DIR/api-server.pid"), port $CDCFLOW_AIRFLOW_PORT)"
   else
