@@ -405,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     from spark_jobs.session import get_spark
 
     with timed() as t:
-        spark = get_spark(SparkConfig(), app_name="cdcflow-bench")
+        spark = get_spark(SparkConfig(mode="inprocess"), app_name="cdcflow-bench")
     result["spark_session_start_s"] = round(t["seconds"], 2)
 
     mysql_sink = {"type": "mysql", "name": "m", "table": "bench_cdcflow", "create_table": True,
@@ -473,7 +473,7 @@ def scaling(args: argparse.Namespace) -> int:
     os.environ["CDCFLOW_OFFSET_STORE_URL"] = f"sqlite:///{tmp / 'offsets.db'}"
     result: dict[str, Any] = {"started": datetime.now(UTC).isoformat(timespec="seconds"), "versions": versions(),
                               "machine": machine(), "window": WINDOW, "runs": {}, "checks": {}}
-    spark = get_spark(SparkConfig(), app_name="cdcflow-bench-scaling")
+    spark = get_spark(SparkConfig(mode="inprocess"), app_name="cdcflow-bench-scaling")
     for n in (args.events, 3 * args.events):
         workload = Workload(n, args.keys, args.seed)
         topic = f"bench.scaling.{n}.{uuid.uuid4().hex[:6]}"

@@ -253,7 +253,11 @@ class MonitorConfig(StrictModel):
 
 
 class SparkConfig(StrictModel):
-    mode: Literal["inprocess", "submit"] = "inprocess"
+    mode: Literal["connect", "inprocess", "submit"] = Field(
+        default="connect", description="connect: the long-lived Spark Connect server (scripts/services.sh start "
+        "spark); inprocess: a Spark started inside the task; submit: SparkSubmitOperator.")
+    remote: str | None = Field(default=None, pattern=r"^sc://[^/\s]+", description="Spark Connect URL for mode "
+                               "connect, sc://host:port. Default: $CDCFLOW_SPARK_REMOTE or sc://127.0.0.1:15002.")
     master: str | None = Field(default=None, description="Default: $CDCFLOW_SPARK_MASTER or local[*].")
     conn_id: ConnId = "spark_default"
     conf: dict[str, str] = Field(default_factory=dict)

@@ -6,6 +6,7 @@
     │   ├── InfrastructureError     a service is unreachable or broken; Airflow retries with backoff
     │   │   ├── SinkUnavailable
     │   │   ├── BrokerUnavailable
+    │   │   ├── SparkUnavailable
     │   │   └── DeadLetterWriteFailed
     │   ├── OffsetOutOfRange        the stored offset is gone from the log (retention); needs a decision
     │   ├── ToleranceExceeded       a bad record with errors.tolerance=none
@@ -46,6 +47,10 @@ class SinkUnavailable(InfrastructureError):
 
 class BrokerUnavailable(InfrastructureError):
     """The Kafka broker cannot be reached or returned an error while reading or producing."""
+
+
+class SparkUnavailable(InfrastructureError):
+    """The long-lived Spark (Spark Connect) cannot be reached."""
 
 
 class DeadLetterWriteFailed(InfrastructureError):

@@ -59,5 +59,9 @@ default_env AIRFLOW_CONN_CDCFLOW_ELASTICSEARCH "{\"conn_type\": \"elasticsearch\
 default_env AIRFLOW_CONN_SPARK_DEFAULT "{\"conn_type\": \"spark\", \"host\": \"local[2]\"}"
 
 export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"
+# The long-lived Spark (Spark Connect server, scripts/services.sh start spark) that windows run on.
+export CDCFLOW_SPARK_CONNECT_PORT="${CDCFLOW_SPARK_CONNECT_PORT:-15002}"
+export CDCFLOW_SPARK_REMOTE="${CDCFLOW_SPARK_REMOTE:-sc://127.0.0.1:$CDCFLOW_SPARK_CONNECT_PORT}"
+export CDCFLOW_SPARK_CORES="${CDCFLOW_SPARK_CORES:-2}"
 export PYSPARK_PYTHON="$CDCFLOW_VENV/bin/python"
 export PATH="$CDCFLOW_VENV/bin:$PATH"

@@ -5,6 +5,8 @@
 #   elasticsearch  Elasticsearch 8.12.2 (verified tarball), as a system user, loopback only
 #   airflow  Airflow's api-server (UI, REST API, the cdcflow plugin at /cdcflow), scheduler and
 #            dag-processor, LocalExecutor on the SQLite metadata DB; loopback only
+#   spark    the long-lived Spark that every window runs on: PySpark's Spark Connect server, local
+#            mode (CDCFLOW_SPARK_CORES), Python workers from the project's venv; loopback only
 #   prometheus  Debian's Prometheus, scraping the cdcflow plugin's /cdcflow/metrics, with the alert
 #            rules of config/prometheus/cdcflow-alerts.yml; loopback only
 # Data, logs and PID files live in $CDCFLOW_HOME/services. stop only stops what start started,
@@ -144,9 +146,7 @@ af_healthy() { curl -fsS "http://127.0.0.1:$CDCFLOW_AIRFLOW_PORT/api/v2/monitor/
 start_airflow() {
   mkdir -p "$AF_DIR"
   # Airflow imports the plugin and the DAGs' code once: after a code change, restart it.
-  if pid_alive "$AF_DIR/api-server.pid" && [ -n "$(find "$CDCFLOW_ROOT/cdcflow" "$CDCFLOW_ROOT/plugins" \
-       "$CDCFLOW_ROOT/connectors" "$CDCFLOW_ROOT/spark_jobs" -newer "$AF_DIR/api-server.pid" \
-       \( -name '*.py' -o -name '*.html' \) -print -quit 2>/dev/null)" ]; then
+  if pid_alive "$AF_DIR/api-server.pid" && code_changed_since "$AF_DIR/api-server.pid"; then
     say "cdcflow's code changed since airflow started: restarting it"
     stop_airflow
   fi
@@ -179,6 +179,42 @@ stop_airflow() {
 
 status_airflow() {
   for part in api-server scheduler dag-processor; do status_one "airflow $part" "$AF_DIR/$part.pid" "$CDCFLOW_AIRFLOW_PORT"; done
+}
+
+# -- spark (Spark Connect server) ---------------------------------------------------------------------
+SPARK_DIR="$SVC/spark"; SPARK_PID="$SPARK_DIR/connect.pid"; SPARK_LOG="$SPARK_DIR/connect.log"
+spark_healthy() { port_open "$CDCFLOW_SPARK_CONNECT_PORT" && grep -q "Spark Connect server started" "$SPARK_LOG"; }
+
+code_changed_since() { # pidfile: is any of cdcflow's code newer than the process?
+  [ -n "$(find "$CDCFLOW_ROOT/cdcflow" "$CDCFLOW_ROOT/plugins" "$CDCFLOW_ROOT/connectors" "$CDCFLOW_ROOT/spark_jobs" \
+    -newer "$1" \( -name '*.py' -o -name '*.html' \) -print -quit 2>/dev/null)" ]
+}
+
+start_spark() {
+  mkdir -p "$SPARK_DIR"
+  # its Python workers keep cdcflow's modules imported: after a code change, restart it
+  if pid_alive "$SPARK_PID" && code_changed_since "$SPARK_PID"; then
+    say "cdcflow's code changed since spark started: restarting it"; stop_one spark "$SPARK_PID"
+  fi
+  if pid_alive "$SPARK_PID"; then say "spark already running (pid $(cat "$SPARK_PID"), $CDCFLOW_SPARK_REMOTE)"; return; fi
+  check_port_free spark "$CDCFLOW_SPARK_CONNECT_PORT"
+  say "starting spark (Spark Connect server, local[$CDCFLOW_SPARK_CORES]) on $CDCFLOW_SPARK_REMOTE"
+  : >"$SPARK_LOG"
+  # PYTHONPATH: the repo root (and CDCFLOW_SPARK_PYTHONPATH), so custom transforms named by dotted path import
+  nohup env PYSPARK_PYTHON="$CDCFLOW_VENV/bin/python" SPARK_LOCAL_IP=127.0.0.1 \
+    PYTHONPATH="$CDCFLOW_ROOT${CDCFLOW_SPARK_PYTHONPATH:+:$CDCFLOW_SPARK_PYTHONPATH}" \
+    "$CDCFLOW_VENV/bin/spark-submit" --class org.apache.spark.sql.connect.service.SparkConnectServer \
+    --name cdcflow-spark-connect --master "local[$CDCFLOW_SPARK_CORES]" --driver-memory "${CDCFLOW_SPARK_MEMORY:-1536m}" \
+    --conf spark.connect.grpc.binding.address=127.0.0.1 \
+    --conf spark.connect.grpc.binding.port="$CDCFLOW_SPARK_CONNECT_PORT" \
+    --conf spark.ui.enabled=false --conf spark.sql.shuffle.partitions=4 --conf spark.sql.adaptive.enabled=true \
+    --conf spark.sql.session.timeZone=UTC --conf spark.sql.execution.arrow.pyspark.enabled=true \
+    --conf spark.task.maxFailures=1 --conf spark.python.worker.reuse=true \
+    --conf spark.local.dir="$SPARK_DIR/tmp" --conf spark.sql.warehouse.dir="$SPARK_DIR/warehouse" \
+    >"$SPARK_LOG" 2>&1 &
+  echo $! >"$SPARK_PID"
+  wait_until 120 spark "$SPARK_LOG" "$SPARK_PID" spark_healthy
+  say "spark is up: $CDCFLOW_SPARK_REMOTE"
 }
 
 # -- prometheus ---------------------------------------------------------------------------------------
@@ -226,7 +262,7 @@ status_one() { # name pidfile port
   if pid_alive "$2"; then say "$1: running (pid $(cat "$2"), port $3)"; else say "$1: stopped"; fi
 }
 
-ALL=(kafka mysql elasticsearch airflow prometheus)
+ALL=(kafka mysql elasticsearch spark airflow prometheus)
 cmd=${1:-status}; shift || true
 targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=("${ALL[@]}")
 for t in "${targets[@]}"; do
@@ -236,6 +272,9 @@ for t in "${targets[@]}"; do
     start:elasticsearch|start:es) start_elasticsearch ;;
     start:airflow) start_airflow ;;
     start:prometheus) start_prometheus ;;
+    start:spark) start_spark ;;
+    stop:spark) stop_one spark "$SPARK_PID" ;;
+    status:spark) status_one spark "$SPARK_PID" "$CDCFLOW_SPARK_CONNECT_PORT" ;;
     stop:prometheus) stop_one prometheus "$PROM_PID" ;;
     status:prometheus) status_one prometheus "$PROM_PID" "$CDCFLOW_PROMETHEUS_PORT" ;;
     stop:airflow) stop_airflow ;;

@@ -4,6 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-scripts/services.sh start kafka mysql elasticsearch  # tests start their own Airflow servers
+scripts/services.sh start kafka mysql elasticsearch spark  # tests start their own Airflow servers
 source scripts/env.sh
 python -m pytest "$@"

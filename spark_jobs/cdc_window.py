@@ -184,8 +184,9 @@ def _run(spark: SparkSession, job: WindowJob,
 
     t = time.perf_counter()
     n = len(job.ranges)
-    # one range per Spark task: parallelize puts exactly one element in each of the n slices
-    ranges = spark.createDataFrame(spark.sparkContext.parallelize([(i,) for i in range(n)], n), "idx int")
+    # one range per Spark task: range(0, n, 1, n) puts exactly one id in each of its n partitions
+    # (works on a classic session and on Spark Connect, which has no sparkContext)
+    ranges = spark.range(0, n, 1, n).select(F.col("id").cast("int").alias("idx"))
     raw = ranges.mapInArrow(_reader(job), RAW_SPARK_SCHEMA).localCheckpoint(eager=True)
     counted = {(r.topic, r.partition): (r.end, r.n) for r in raw.groupBy("topic", "partition").agg(
         (F.max("offset") + 1).alias("end"), F.count("*").alias("n")).collect()}

@@ -24,11 +24,62 @@ DEFAULT_CONF = {
 }
 
 
+DEFAULT_REMOTE = "sc://127.0.0.1:15002"
+
+
 def resolve_master(cfg: SparkConfig) -> str:
     return cfg.master or os.environ.get("CDCFLOW_SPARK_MASTER") or "local[*]"
 
 
+def resolve_remote(cfg: SparkConfig) -> str:
+    return cfg.remote or os.environ.get("CDCFLOW_SPARK_REMOTE") or DEFAULT_REMOTE
+
+
+def connect_spark(cfg: SparkConfig, app_name: str = "cdcflow") -> SparkSession:
+    """A session on the long-lived Spark Connect server (``spark.mode: connect``): no JVM in this
+    process, warm executors and Python workers on the server."""
+    from pyspark.errors import PySparkException  # noqa: PLC0415
+    from pyspark.sql import SparkSession  # noqa: PLC0415
+
+    from cdcflow.errors import SparkUnavailable  # noqa: PLC0415
+
+    url = resolve_remote(cfg)
+    _check_reachable(url)  # the client itself retries a refused connection for minutes
+    try:
+        spark = SparkSession.builder.remote(url).appName(app_name).getOrCreate()
+        for key, value in cfg.conf.items():
+            spark.conf.set(key, value)
+        spark.range(1).collect()  # fail here, with a clear message, rather than in the middle of a window
+    except (PySparkException, OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else exc.__class__.__name__
+        raise SparkUnavailable(
+            f"Spark Connect at {url} is unreachable ({first}). Start the long-lived Spark with "
+            "`scripts/services.sh start spark`, or set spark.mode: inprocess to run Spark inside the task; "
+            "no offset was moved") from exc
+    return spark
+
+
+def _check_reachable(url: str, timeout: float = 5.0) -> None:
+    import socket  # noqa: PLC0415
+    from urllib.parse import urlsplit  # noqa: PLC0415
+
+    from cdcflow.errors import SparkUnavailable  # noqa: PLC0415
+
+    parts = urlsplit(url.replace("sc://", "http://", 1))
+    host, port = parts.hostname or "127.0.0.1", parts.port or 15002
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as exc:
+        raise SparkUnavailable(
+            f"Spark Connect at {url} is unreachable ({exc.__class__.__name__}: {exc}). Start the long-lived Spark "
+            "with `scripts/services.sh start spark`, or set spark.mode: inprocess to run Spark inside the task; "
+            "no offset was moved") from exc
+
+
 def get_spark(cfg: SparkConfig, app_name: str = "cdcflow") -> SparkSession:
+    if cfg.mode == "connect" and not os.environ.get("CDCFLOW_SPARK_SUBMITTED"):
+        return connect_spark(cfg, app_name)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession  # noqa: PLC0415 - heavy; only when a window runs

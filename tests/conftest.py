@@ -41,7 +41,7 @@ def spark() -> Iterator[Any]:
     from cdcflow.config import SparkConfig
     from spark_jobs.session import get_spark
 
-    session = get_spark(SparkConfig(master="local[2]"), app_name="cdcflow-tests")
+    session = get_spark(SparkConfig(mode="inprocess", master="local[2]"), app_name="cdcflow-tests")
     yield session
     session.stop()
 

@@ -1,0 +1,103 @@
+"""Fixed cost of a window as Airflow runs it: a fresh Python process per window, measured for the
+long-lived Spark (spark.mode connect) and for a Spark started in the process (inprocess), in one run.
+
+    scripts/bench.sh --fixed-cost        (or: python -m bench.fixed_cost [--rounds 3])
+
+Prints a table and writes bench/results/<time>-fixed-cost.json. Needs the services (scripts/services.sh
+start, with spark).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import yaml
+
+from cdcflow import cdcgen
+from cdcflow.connections import get_connection
+
+ROOT = Path(__file__).resolve().parent.parent
+CHILD = """
+import json, sys, time
+t0 = time.perf_counter()
+from cdcflow import runner
+from cdcflow.config import find_pipeline
+stats = runner.run_window(find_pipeline(sys.argv[1]), sys.argv[2])
+print(json.dumps({"records": stats["records"], "inside": time.perf_counter() - t0}))
+"""
+
+
+def pipeline(directory: Path, mode: str, records: int) -> str:
+    tag = uuid.uuid4().hex[:8]
+    name, topic = f"fc_{mode}_{records}_{tag}", f"bench.fc.{tag}"
+    data = {"name": name, "source": {"topics": [topic], "kafka_conn_id": "cdcflow_kafka"},
+            "window": {"max_records": 100_000, "max_duration": "120s", "stop_on_empty": True},
+            "initial_offsets": "earliest", "spark": {"mode": mode},
+            "sinks": [{"type": "mysql", "name": "m", "conn_id": "cdcflow_mysql", "table": f"fc_{tag}",
+                       "create_table": True, "primary_key": ["id"],
+                       "columns": [{"name": "id", "type": "BIGINT"}, {"name": "customer", "type": "VARCHAR(32)"},
+                                   {"name": "status", "type": "VARCHAR(16)"},
+                                   {"name": "amount", "type": "DECIMAL(10,2)"},
+                                   {"name": "updated_at", "type": "BIGINT", "field": "updated_ms"}]}],
+            "errors": {"tolerance": "all", "dlq_topic": f"{topic}.dlq"}}
+    (directory / f"{name}.yaml").write_text(yaml.safe_dump(data))
+    bootstrap = get_connection("cdcflow_kafka").kafka_config()["bootstrap.servers"]
+    events = cdcgen.orders_stream(records, max(10, records // 5), seed=3, broken=False).events if records else []
+    cdcgen.produce(bootstrap, topic, events, partitions=3)
+    return name
+
+
+def run_once(directory: Path, name: str, run_id: str) -> dict[str, float]:
+    env = {**os.environ, "CDCFLOW_CONFIG_DIR": str(directory)}
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", CHILD, name, run_id], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=600)
+    wall = time.perf_counter() - t0
+    if out.returncode != 0:
+        raise SystemExit(f"window failed:\n{out.stderr[-3000:]}")
+    child = json.loads(out.stdout.strip().splitlines()[-1])
+    return {"wall": wall, "inside": child["inside"], "records": child["records"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        os.environ["CDCFLOW_OFFSET_STORE_URL"] = f"sqlite:///{d / 'offsets.db'}"
+        for mode in ("connect", "inprocess"):
+            for records in (0, 1000):
+                walls = []
+                for r in range(args.rounds):
+                    name = pipeline(d, mode, records)
+                    res = run_once(d, name, f"fc-{r}")
+                    assert res["records"] == records, res
+                    walls.append(res["wall"])
+                rows.append({"mode": mode, "records": records, "median_s": round(statistics.median(walls), 2),
+                             "runs_s": [round(w, 2) for w in walls]})
+                print(f"{mode:10} {records:>6} records: median {statistics.median(walls):6.2f} s  "
+                      f"(runs {', '.join(f'{w:.2f}' for w in walls)})", flush=True)
+    by = {(r["mode"], r["records"]): r["median_s"] for r in rows}
+    ratio = round(by[("inprocess", 1000)] / by[("connect", 1000)], 2)
+    print(f"1,000-record window in a fresh process: connect {by[('connect', 1000)]} s vs inprocess "
+          f"{by[('inprocess', 1000)]} s ({ratio}x)")
+    out = ROOT / "bench" / "results" / f"{time.strftime('%Y%m%dT%H%M%S')}-fixed-cost.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"rows": rows, "ratio_inprocess_over_connect_1000": ratio,
+                               "cores": os.cpu_count()}, indent=2))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

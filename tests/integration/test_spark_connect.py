@@ -1,0 +1,61 @@
+"""Windows on the long-lived Spark (the Spark Connect server that scripts/services.sh starts)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cdcflow import cdcgen, runner
+from cdcflow.config import load_pipeline
+from cdcflow.errors import SparkUnavailable
+from tests.airflow_server import free_port
+from tests.helpers import bootstrap, expected, subprocess_env, table_rows, unique, write_pipeline
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
+ROOT = Path(__file__).resolve().parents[2]
+
+FRESH_PROCESS_WINDOW = """
+import json, sys, time
+t0 = time.perf_counter()
+from cdcflow import runner
+from cdcflow.config import find_pipeline
+cfg = find_pipeline(sys.argv[1])
+stats = runner.run_window(cfg, sys.argv[2])
+from pyspark import SparkContext
+print(json.dumps({"records": stats["records"], "seconds": time.perf_counter() - t0,
+                  "local_jvm": SparkContext._active_spark_context is not None or SparkContext._jvm is not None}))
+"""
+
+
+def test_a_window_in_a_fresh_process_runs_on_the_long_lived_spark(config_dir: Path) -> None:
+    tag = unique("sc")
+    cfg = load_pipeline(write_pipeline(config_dir, tag, f"t.{tag}", tag))
+    assert cfg.spark.mode == "connect"  # the default
+    stream = cdcgen.orders_stream(300, 40, seed=17)
+    cdcgen.produce(bootstrap(), cfg.source.topics[0], stream.events)
+    result = subprocess.run([sys.executable, "-c", FRESH_PROCESS_WINDOW, cfg.name, "fresh-1"], cwd=ROOT,
+                            env=subprocess_env(config_dir), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["records"] == len(stream.events)
+    assert out["local_jvm"] is False  # the Spark work ran on the server, not in this process
+    assert table_rows(cfg.sinks[0].table) == expected(stream.state)
+
+
+def test_a_spark_that_is_down_fails_the_window_clearly_and_moves_no_offset(config_dir: Path) -> None:
+    tag = unique("scdown")
+    cfg = load_pipeline(write_pipeline(config_dir, tag, f"t.{tag}", tag,
+                                       spark={"remote": f"sc://127.0.0.1:{free_port()}"}))
+    cdcgen.produce(bootstrap(), cfg.source.topics[0], cdcgen.orders_stream(30, 5, seed=1, broken=False).events)
+    store = runner.offset_store(cfg)
+    with pytest.raises(SparkUnavailable) as err:
+        runner.run_window(cfg, "down-1", {}, store)
+    message = str(err.value)
+    assert f"Spark Connect at {cfg.spark.remote} is unreachable" in message
+    assert "scripts/services.sh start spark" in message and "no offset was moved" in message
+    assert store.load(cfg.name) == {}
+    assert store.get_window(cfg.name, "down-1").status == "failed"
