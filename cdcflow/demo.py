@@ -176,19 +176,21 @@ def page() -> int:
         print(f"  {p['topic']}[{p['partition']}] {p['status']:6} lag {p['current_lag']}  ({p['reason']})")
     prom = f"http://127.0.0.1:{os.environ.get('CDCFLOW_PROMETHEUS_PORT', '19090')}"
     scraped = None
-    for _ in range(30):  # Prometheus scrapes every 15 s
+    deadline = time.monotonic() + 45  # Prometheus scrapes every 15 s: wait for a scrape after the window
+    while time.monotonic() < deadline:
         try:
             q = urllib.request.urlopen(f"{prom}/api/v1/query?query=cdcflow_pipeline_lag_records", timeout=10)
             result = json.load(q)["data"]["result"]
             scraped = next((r["value"][1] for r in result if r["metric"].get("pipeline") == PIPELINE), None)
         except OSError:
             scraped = None
-        if scraped is not None:
+        if scraped is not None and float(scraped) == burrow["totallag"]:
             break
         time.sleep(1)
+    agrees = scraped is not None and float(scraped) == burrow["totallag"]
     print(f"\n== Prometheus ({prom}, alert rules config/prometheus/cdcflow-alerts.yml) ==")
-    print(f"cdcflow_pipeline_lag_records{{pipeline=\"{PIPELINE}\"}} = {scraped if scraped is not None else 'not scraped yet'}"
-          f"   (metrics: {base}/cdcflow/metrics)")
+    print(f"cdcflow_pipeline_lag_records{{pipeline=\"{PIPELINE}\"}} = {scraped if scraped is not None else 'not scraped'}"
+          f" ({'agrees with the API' if agrees else 'does NOT agree with the API yet'}; metrics: {base}/cdcflow/metrics)")
     return 0 if shown else 1
 
 
