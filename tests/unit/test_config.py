@@ -110,3 +110,13 @@ def test_shipped_configs_are_valid_and_schema_is_current() -> None:
     on_disk = json.loads((ROOT / "config/pipeline.schema.json").read_text())
     assert on_disk == json_schema(), "config/pipeline.schema.json is stale: run `cdcflow schema`"
     assert on_disk["additionalProperties"] is False
+
+
+def test_spark_connect_sessions_are_stable_per_pipeline() -> None:
+    from spark_jobs.session import session_url
+
+    a = session_url("sc://127.0.0.1:15002", "cdcflow-orders")
+    assert a.startswith("sc://127.0.0.1:15002/;session_id=") and a == session_url("sc://127.0.0.1:15002", "cdcflow-orders")
+    assert a != session_url("sc://127.0.0.1:15002", "cdcflow-other")
+    assert session_url("sc://h:1/;token=x", "p").startswith("sc://h:1/;token=x;session_id=")
+    assert session_url("sc://h:1/;session_id=fixed", "p") == "sc://h:1/;session_id=fixed"
