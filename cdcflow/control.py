@@ -17,6 +17,7 @@ ledgers keep it.
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from collections.abc import Mapping
@@ -129,10 +130,18 @@ def valid(name: str) -> PipelineConfig:
     return p.config
 
 
-def store_for(cfg: PipelineConfig | None) -> OffsetStore:
-    from cdcflow import runner  # noqa: PLC0415
+@functools.lru_cache(maxsize=32)
+def _store(url: str) -> OffsetStore:
+    return OffsetStore(url)
 
-    return runner.offset_store(cfg) if cfg is not None else OffsetStore()
+
+def store_for(cfg: PipelineConfig | None) -> OffsetStore:
+    """The pipeline's offset store, one per URL for the life of the process: the api-server serves
+    every request and scrape from it instead of building an engine (and checking the schema) each time."""
+    from cdcflow import runner  # noqa: PLC0415
+    from cdcflow.offsets import default_store_url  # noqa: PLC0415
+
+    return _store(runner.offset_store_url(cfg) if cfg is not None else default_store_url())
 
 
 class Control:
@@ -220,8 +229,7 @@ class Control:
             self.sample(cfg.name)
             entries = store.lag_entries(cfg.name, per_partition=max(50, 2 * cfg.monitor.window))
         partitions = sorted(set(entries) | set(store.load(cfg.name)))
-        replays = frozenset(run for run, _st, origin, _stats, _at in store.windows_summary(cfg.name)
-                            if origin == "params")
+        replays = frozenset(store.run_ids(cfg.name, origin="params"))
         return lagmod.from_entries(cfg.name, cfg.group_id, entries, partitions, replays, now,
                                    cfg.monitor.window, cfg.monitor.stop_after)
 

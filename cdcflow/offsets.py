@@ -255,22 +255,23 @@ class OffsetStore:
             self._add_lag(conn, pipeline, [(t, p, source, c, e, run_id) for (t, p), (c, e) in rows.items()])
 
     def lag_entries(self, pipeline: str, per_partition: int = 50) -> dict[TopicPartition, list[LagEntry]]:
-        """The newest entries of each partition (oldest first), at most ``per_partition`` of each source."""
+        """The newest entries of each partition (oldest first), at most ``per_partition`` of each source,
+        in one query."""
+        rank = sa.func.row_number().over(
+            partition_by=(lag_table.c.topic, lag_table.c.partition, lag_table.c.source),
+            order_by=lag_table.c.id.desc()).label("rank")
+        newest = sa.select(lag_table, rank).where(lag_table.c.pipeline == pipeline).subquery()
         out: dict[TopicPartition, list[LagEntry]] = {}
         with self.engine.connect() as conn:
-            tps = conn.execute(sa.select(lag_table.c.topic, lag_table.c.partition).where(
-                lag_table.c.pipeline == pipeline).distinct()).all()
-            for topic, partition in tps:
-                rows: list[Any] = []
-                for source in ("commit", "reset", "plan", "sample"):
-                    rows += conn.execute(sa.select(lag_table).where(
-                        (lag_table.c.pipeline == pipeline) & (lag_table.c.topic == topic)
-                        & (lag_table.c.partition == partition) & (lag_table.c.source == source)
-                    ).order_by(lag_table.c.id.desc()).limit(per_partition)).all()
-                rows.sort(key=lambda r: r.id)
-                out[(topic, partition)] = [LagEntry(r.topic, r.partition, r.source, r.committed, r.log_end,
-                                                    r.run_id, r.at) for r in rows]
+            for r in conn.execute(sa.select(newest).where(newest.c.rank <= per_partition).order_by(newest.c.id)):
+                out.setdefault((r.topic, r.partition), []).append(
+                    LagEntry(r.topic, r.partition, r.source, r.committed, r.log_end, r.run_id, r.at))
         return out
+
+    def run_ids(self, pipeline: str, origin: Origin) -> list[str]:
+        with self.engine.connect() as conn:
+            return list(conn.execute(sa.select(runs_table.c.run_id).where(
+                (runs_table.c.pipeline == pipeline) & (runs_table.c.origin == origin))).scalars())
 
     def windows_summary(self, pipeline: str) -> list[tuple[str, str, str, dict[str, Any], datetime]]:
         """(run_id, status, origin, stats, updated_at) of every window in the ledger, oldest first."""
@@ -484,12 +485,6 @@ class OffsetStore:
             conn.execute(sa.update(redrives_table).where(
                 (redrives_table.c.pipeline == pipeline) & (redrives_table.c.request_id == request_id)
             ).values(status="done", updated_at=_now()))
-
-    def release_redrives(self, pipeline: str, request_id: str) -> None:
-        """Forget a request's claims (its produce failed before anything was acknowledged)."""
-        with self.engine.begin() as conn:
-            conn.execute(sa.delete(redrives_table).where(
-                (redrives_table.c.pipeline == pipeline) & (redrives_table.c.request_id == request_id)))
 
     def history(self, pipeline: str, limit: int = 20) -> list[WindowPlan]:
         with self.engine.connect() as conn:

@@ -23,7 +23,7 @@ from cdcflow import faults
 from cdcflow.config import PipelineConfig
 from cdcflow.connections import get_connection
 from cdcflow.errors import CdcflowError, ConfigError, OffsetOutOfRange, PipelineStopped, WindowFailed
-from cdcflow.offsets import OffsetStore, PartitionWindow, TopicPartition, WindowPlan
+from cdcflow.offsets import OffsetStore, PartitionWindow, TopicPartition, WindowPlan, default_store_url
 
 log = logging.getLogger("cdcflow.runner")
 
@@ -79,10 +79,14 @@ class RunParams:
         return cls(starts, mr, float(md) if md is not None else None)
 
 
-def offset_store(cfg: PipelineConfig) -> OffsetStore:
+def offset_store_url(cfg: PipelineConfig) -> str:
     if cfg.offset_store.conn_id:
-        return OffsetStore(get_connection(cfg.offset_store.conn_id).sqlalchemy_url())
-    return OffsetStore()
+        return get_connection(cfg.offset_store.conn_id).sqlalchemy_url()
+    return default_store_url()
+
+
+def offset_store(cfg: PipelineConfig) -> OffsetStore:
+    return OffsetStore(offset_store_url(cfg))
 
 
 def kafka_client(cfg: PipelineConfig) -> dict[str, Any]:
@@ -135,8 +139,8 @@ def plan(cfg: PipelineConfig, run_id: str, params: Mapping[str, Any] | None = No
         return existing
     if store.get_state(cfg.name) == "stopped":
         raise PipelineStopped(f"pipeline {cfg.name!r} is STOPPED: no window is planned until an operator "
-                              "resumes it (the cdcflow page, PUT /cdcflow/connectors/{name}/resume, or "
-                              "`cdcflow resume`)".replace("{name}", cfg.name))
+                              f"resumes it (the cdcflow page, PUT /cdcflow/connectors/{cfg.name}/resume, or "
+                              "`cdcflow resume`)")
     from connectors.kafka.reader import discover  # noqa: PLC0415
 
     conf = consumer_conf(cfg)
