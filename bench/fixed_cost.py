@@ -26,16 +26,6 @@ from cdcflow import cdcgen
 from cdcflow.connections import get_connection
 
 ROOT = Path(__file__).resolve().parent.parent
-CHILD = """
-import json, sys, time
-t0 = time.perf_counter()
-from cdcflow import runner
-from cdcflow.config import find_pipeline
-stats = runner.run_window(find_pipeline(sys.argv[1]), sys.argv[2])
-print(json.dumps({"records": stats["records"], "inside": time.perf_counter() - t0}))
-"""
-
-
 def produce(topic: str, records: int, seed: int) -> None:
     if records:
         bootstrap = get_connection("cdcflow_kafka").kafka_config()["bootstrap.servers"]
@@ -62,11 +52,11 @@ def pipeline(directory: Path, mode: str, records: int) -> tuple[str, str]:
     return name, topic
 
 
-def run_once(directory: Path, name: str, run_id: str) -> dict[str, float]:
+def run_once(directory: Path, name: str, run_id: str, step: str = "all") -> dict[str, float]:
     env = {**os.environ, "CDCFLOW_CONFIG_DIR": str(directory)}
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", CHILD, name, run_id], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=600)
+    out = subprocess.run([sys.executable, "-m", "bench.window_once", name, run_id, step], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600)
     wall = time.perf_counter() - t0
     if out.returncode != 0:
         raise SystemExit(f"window failed:\n{out.stderr[-3000:]}")
@@ -98,6 +88,19 @@ def main() -> None:
                              "median_s": round(statistics.median(warm), 2), "runs_s": [round(w, 2) for w in warm]})
                 print(f"{mode:10} {records:>6} records: first {walls[0]:6.2f} s, then median "
                       f"{statistics.median(warm):6.2f} s  (runs {', '.join(f'{w:.2f}' for w in warm)})", flush=True)
+                if mode == "connect" and records:
+                    # as the DAG runs it: plan_window, process_window and commit_offsets, each its own process
+                    per_step: dict[str, list[float]] = {"plan": [], "process": [], "commit": []}
+                    for r in range(args.rounds):
+                        produce(topic, records, seed=100 + r)
+                        for step in per_step:
+                            res = run_once(d, name, f"fc-steps-{r}", step)
+                            per_step[step].append(res["wall"])
+                    steps = {k: round(statistics.median(v), 2) for k, v in per_step.items()}
+                    rows.append({"mode": "connect, three task processes", "records": records, "steps_s": steps,
+                                 "median_s": round(sum(steps.values()), 2)})
+                    print(f"{'':10} {'':>6}          as three task processes (medians): "
+                          + ", ".join(f"{k} {v:.2f} s" for k, v in steps.items()), flush=True)
     by = {(r["mode"], r["records"]): r["median_s"] for r in rows}
     ratio = round(by[("inprocess", 1000)] / by[("connect", 1000)], 2)
     print(f"1,000-record window in a fresh process: connect {by[('connect', 1000)]} s vs inprocess "

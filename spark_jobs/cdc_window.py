@@ -37,6 +37,8 @@ REPORT_SCHEMA = "reported long"
 DLQ_CLASS_KEY = "dlq:"  # sink dead letters by error class ride in the writer's extra stats
 WRITE_SCHEMA = "sink string, upserted long, deleted long, stale long, failed long, extra string"
 MAX_EXAMPLES = 5
+SMALL_WINDOW = 20_000  # records; up to this, each sink is written by one task (no shuffle)
+RECORDS_PER_READ_TASK = 10_000  # planned records per read task, in windows that end by themselves
 
 
 @dataclass(frozen=True)
@@ -81,13 +83,25 @@ class WindowResult:
 
 
 # -- executor side ---------------------------------------------------------------------------------
-def _reader(job: WindowJob) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def _reader(job: WindowJob, tasks: int) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         reader = KafkaRangeReader(job.consumer_conf)
         for batch in batches:
             for idx in batch.column("idx").to_pylist():
-                yield from reader.read_batches(job.ranges[idx], ReadOutcome(0, 0, ""))
+                for rng in job.ranges[idx::tasks]:
+                    yield from reader.read_batches(rng, ReadOutcome(0, 0, ""))
     return read
+
+
+def read_tasks(ranges: tuple[ReadRange, ...]) -> int:
+    """How many Spark tasks read the window: one per partition range, except that a small window
+    whose ranges all end by themselves (at EOF, a known stop or their budget, never by waiting for
+    new records) is read by fewer tasks, one after another: a task costs more to schedule (~0.1 s)
+    than reading a few thousand records takes."""
+    if not all(r.stop_on_eof or r.stop is not None for r in ranges):
+        return len(ranges)  # a range that waits until the deadline must not delay the next one
+    planned = sum(max(r.max_records, 0) for r in ranges)
+    return max(1, min(len(ranges), -(-planned // RECORDS_PER_READ_TASK)))
 
 
 def _failed_from_row(row: dict[str, Any], stage: str, component: str, message: str) -> FailedRecord:
@@ -170,7 +184,9 @@ def run_window_job(spark: SparkSession, job: WindowJob,
     except CdcflowError:
         raise
     except Exception as exc:  # Py4J / PythonException wrappers from Spark
-        inner = unwrap_spark_error(exc)
+        from spark_jobs.session import spark_unavailable  # noqa: PLC0415
+
+        inner = unwrap_spark_error(exc) or spark_unavailable(exc)
         if inner is not None:
             raise inner from None
         raise WindowFailed(f"Spark job failed: {exc.__class__.__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from exc
@@ -178,29 +194,35 @@ def run_window_job(spark: SparkSession, job: WindowJob,
 
 def _run(spark: SparkSession, job: WindowJob,
          on_read: Callable[[dict[tuple[str, int], tuple[int, int]]], None]) -> WindowResult:
+    """Few Spark jobs, because each costs a round of scheduling (~0.1-0.2 s on the long-lived Spark):
+    read + decode (one checkpoint), one tally (ends per partition and bad records per stage), the
+    DLQ report when there are bad records, and one write per sink target."""
     from pyspark.sql import functions as F  # noqa: PLC0415
 
     from spark_jobs.debezium import RAW_COLUMNS, latest_per_key  # noqa: PLC0415
 
     t = time.perf_counter()
-    n = len(job.ranges)
-    # one range per Spark task: range(0, n, 1, n) puts exactly one id in each of its n partitions
-    # (works on a classic session and on Spark Connect, which has no sparkContext)
+    n = read_tasks(job.ranges)
+    # task i reads ranges i, i+n, ...: range(0, n, 1, n) puts exactly one id in each of its n
+    # partitions (works on a classic session and on Spark Connect, which has no sparkContext)
     ranges = spark.range(0, n, 1, n).select(F.col("id").cast("int").alias("idx"))
-    raw = ranges.mapInArrow(_reader(job), RAW_SPARK_SCHEMA).localCheckpoint(eager=True)
-    counted = {(r.topic, r.partition): (r.end, r.n) for r in raw.groupBy("topic", "partition").agg(
-        (F.max("offset") + 1).alias("end"), F.count("*").alias("n")).collect()}
-    ends = {(r.topic, r.partition): counted.get((r.topic, r.partition), (r.start, 0)) for r in job.ranges}
-    on_read(ends)
-    result = WindowResult(ends=ends, records=sum(c for _e, c in ends.values()))
-    t = result.lap("read", t)
-    if result.records == 0:
-        return result
-
-    frames = _change_frames(raw, job, ends)
-    t = result.lap("decode", t)
-    bad = None
+    raw = ranges.mapInArrow(_reader(job, n), RAW_SPARK_SCHEMA)
+    if job.transforms:
+        # converters and transforms infer one schema per topic from its records: read first
+        raw = raw.localCheckpoint(eager=True)
+        ends = _ends(job, _tally(raw, None))
+        if not any(c for _e, c in ends.values()):
+            on_read(ends)
+            return WindowResult(ends=ends)
+        frames = _change_frames(raw, job, ends)
+    else:
+        # decoded in the reading stage and checkpointed there (the frame keeps the raw columns), so
+        # later stages never re-read Kafka: a recomputation could see a different range
+        need_json = any(tg.config.type == "elasticsearch" for tg in job.sinks)
+        frames = [_decode(raw, job, need_json).localCheckpoint(eager=True)]
+        ends = None
     per_sink = []
+    bad = None
     for target in job.sinks:
         kind = SINK_TYPES[target.config.type]
         for frame in frames:
@@ -214,23 +236,36 @@ def _run(spark: SparkSession, job: WindowJob,
         bad = _union(bad, frame.where("error_stage IS NOT NULL").select(
             *RAW_COLUMNS, "error_stage", "error_message", F.lit(f"converter:{job.value_converter}").alias("component")))
     assert bad is not None
-    bad = bad.localCheckpoint(eager=True)
-    bad_count = bad.count()
-    t = result.lap("project", t)
+    tally = _tally(frames[0] if ends is None else None, bad)
+    if ends is None:
+        ends = _ends(job, tally)
+    on_read(ends)  # the read range is in the ledger before anything is applied
+    result = WindowResult(ends=ends, records=sum(c for _e, c in ends.values()))
+    t = result.lap("read+decode", t)
+    if result.records == 0:
+        return result
+    bad_by_stage: dict[str, int] = {}
+    for (stage, _t, _p), (_e, c) in tally.items():
+        if stage is not None:
+            bad_by_stage[stage] = bad_by_stage.get(stage, 0) + c
+    bad_count = sum(bad_by_stage.values())
     if bad_count and job.tolerance == "none":
         raise ToleranceExceeded(f"errors.tolerance is 'none' and {bad_count} record(s) cannot be processed: "
                                 f"{_examples(bad)}")
     if bad_count:
         result.dead_lettered += sum(r.reported for r in bad.coalesce(1).mapInArrow(_reporter(job), REPORT_SCHEMA).collect())
-        for r in bad.groupBy("error_stage").count().collect():
-            key = (str(r["error_stage"]), "cdcflow.errors.RecordError")
-            result.dead_letters[key] = result.dead_letters.get(key, 0) + int(r["count"])
+        for stage, count in bad_by_stage.items():
+            key = (stage, "cdcflow.errors.RecordError")
+            result.dead_letters[key] = result.dead_letters.get(key, 0) + count
     t = result.lap("dlq", t)
 
+    small = result.records <= SMALL_WINDOW
     for target, projected in per_sink:
         kind = SINK_TYPES[target.config.type]
         kind.prepare(target)
         keys = kind.key_columns(target.config)
+        if small:  # one task: a single partition already satisfies the per-key window, so no shuffle
+            projected = projected.coalesce(1)
         latest = latest_per_key(projected, keys) if keys else projected
         stats = result.sinks.setdefault(target.config.name, SinkStats())
         for row in latest.mapInArrow(_writer(job, target), WRITE_SCHEMA).collect():
@@ -244,22 +279,48 @@ def _run(spark: SparkSession, job: WindowJob,
     return result
 
 
+Tally = dict[tuple[str | None, str, int], tuple[int, int]]  # (bad stage or None, topic, partition) -> (end, n)
+
+
+def _tally(read: DataFrame | None, bad: DataFrame | None) -> Tally:
+    """One Spark job, one task: per partition, the end offset and record count of ``read`` (stage
+    None) and the bad records per stage. A single task reads the checkpointed blocks and needs no
+    shuffle (measured: 0.33 s with a shuffle, 0.55 s as per-task Python counts, see docs/benchmarks.md)."""
+    from functools import reduce  # noqa: PLC0415
+
+    from pyspark.sql import functions as F  # noqa: PLC0415
+
+    cols = ["topic", "partition", "offset"]
+    parts = ([read.select(F.lit(None).cast("string").alias("stage"), *cols)] if read is not None else []) + (
+        [bad.select(F.col("error_stage").alias("stage"), *cols)] if bad is not None else [])
+    rows = reduce(lambda a, b: a.unionByName(b), parts).coalesce(1).groupBy("stage", "topic", "partition").agg(
+        (F.max("offset") + 1).alias("end"), F.count("*").alias("n")).collect()
+    return {(r.stage, r.topic, r.partition): (r.end, r.n) for r in rows}
+
+
+def _ends(job: WindowJob, tally: Tally) -> dict[tuple[str, int], tuple[int, int]]:
+    """Per planned range, (end offset, records read); a range that read nothing ends at its start."""
+    return {(r.topic, r.partition): tally.get((None, r.topic, r.partition), (r.start, 0)) for r in job.ranges}
+
+
+def _decode(raw: DataFrame, job: WindowJob, need_json: bool) -> DataFrame:
+    from spark_jobs.debezium import decode_changes  # noqa: PLC0415
+
+    return decode_changes(raw, job.versioning, need_json)
+
+
 def _union(a: DataFrame | None, b: DataFrame) -> DataFrame:
     return b if a is None else a.unionByName(b)
 
 
 def _change_frames(raw: DataFrame, job: WindowJob, ends: dict[tuple[str, int], tuple[int, int]]) -> list[DataFrame]:
-    """Debezium envelopes decoded directly, or per topic: converters, then the transform chain."""
+    """Per topic with records: converters, then the transform chain."""
     from pyspark.sql import functions as F  # noqa: PLC0415
 
     from spark_jobs.converters import to_records  # noqa: PLC0415
-    from spark_jobs.debezium import decode_changes  # noqa: PLC0415
     from spark_jobs.records import records_to_changes  # noqa: PLC0415
     from spark_jobs.transforms import apply_chain  # noqa: PLC0415
 
-    if not job.transforms:
-        need_json = any(t.config.type == "elasticsearch" for t in job.sinks)
-        return [decode_changes(raw, job.versioning, need_json).localCheckpoint(eager=True)]
     frames = []
     for topic in sorted({t for (t, _p), (_e, n) in ends.items() if n > 0}):
         # one frame per topic: each topic has its own schema (inferred or from its Connect schemas)

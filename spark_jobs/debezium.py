@@ -37,65 +37,77 @@ def _envelope_field(parsed: Column, name: str) -> Column:
 
 def decode_changes(raw: DataFrame, versioning: str, need_json: bool = True) -> DataFrame:
     """Raw records -> RAW_COLUMNS + change_op, image (string map), image_json (the row image as JSON
-    text; null for tombstones), version, error_stage, error_message."""
+    text; null for tombstones), version, error_stage, error_message.
+
+    Written as a few flat selects, each naming what the next one uses, rather than a chain of
+    withColumn over nested expressions: the plan is analysed on every window, and the flat form
+    analyses in less time (see docs/benchmarks.md)."""
     schema = _value_schema(ENVELOPE_TEXT if need_json else ENVELOPE_MAP)
-    value = F.from_json(F.col("value").cast("string"), schema, JSON_OPTIONS)
     key_text = F.col("key").cast("string")
     # one parse per key: the {schema, payload} form only when the text mentions a payload
     key_wrapped = F.from_json(key_text, KEY_SCHEMA, JSON_OPTIONS)["payload"]
-    df = raw.withColumn("_v", value).withColumn("_key", F.when(
-        key_text.contains('"payload"'), F.coalesce(key_wrapped, F.from_json(key_text, "map<string,string>")))
-        .otherwise(F.from_json(key_text, "map<string,string>")))
+    parsed = raw.select(
+        *RAW_COLUMNS,
+        F.from_json(F.col("value").cast("string"), schema, JSON_OPTIONS).alias("_v"),
+        F.when(key_text.contains('"payload"'), F.coalesce(key_wrapped, F.from_json(key_text, "map<string,string>")))
+        .otherwise(F.from_json(key_text, "map<string,string>")).alias("_key"))
     v = F.col("_v")
-    op = _envelope_field(v, "op")
-    before, after = _envelope_field(v, "before"), _envelope_field(v, "after")
-    source_ts = _envelope_field(v, "source")["ts_ms"].try_cast("bigint")
+    fields = parsed.select(
+        *RAW_COLUMNS, "_key",
+        _envelope_field(v, "op").alias("_op"), _envelope_field(v, "before").alias("_before"),
+        _envelope_field(v, "after").alias("_after"), v["_corrupt"].isNotNull().alias("_corrupt"),
+        _envelope_field(v, "source")["ts_ms"].try_cast("bigint").alias("_source_ts"),
+        _envelope_field(v, "ts_ms").alias("_ts_ms"))
+    op, before, after, key = F.col("_op"), F.col("_before"), F.col("_after"), F.col("_key")
     tombstone = F.col("value").isNull()
-    unversioned = (source_ts.isNull() & _envelope_field(v, "ts_ms").isNull()
+    unversioned = (F.col("_source_ts").isNull() & F.col("_ts_ms").isNull()
                    if versioning != "kafka_offset" else F.lit(False))
 
-    stage_message = (
-        F.when(tombstone & F.col("key").isNull(), F.struct(F.lit("converter"), F.lit(
-            "tombstone without a key: nothing to delete")))
-        .when(tombstone & F.col("_key").isNull(), F.struct(F.lit("converter"), F.lit(
-            "tombstone key is not a JSON object (key.converter json)")))
+    def fail(stage: str, message: Column | str) -> Column:
+        return F.struct(F.lit(stage).alias("stage"),
+                        (F.lit(message) if isinstance(message, str) else message).alias("message"))
+
+    error = (
+        F.when(tombstone & F.col("key").isNull(), fail("converter", "tombstone without a key: nothing to delete"))
+        .when(tombstone & key.isNull(), fail("converter", "tombstone key is not a JSON object (key.converter json)"))
         .when(tombstone, F.lit(None))
-        .when(v["_corrupt"].isNotNull(), F.struct(F.lit("converter"), F.lit(
-            "value is not a JSON object (value.converter json)")))
-        .when(op.isNull(), F.struct(F.lit("transform"), F.lit(
-            "not a Debezium change event: no 'op' field (expected an envelope with op, before, after, source)")))
-        .when(~op.isin("c", "r", "u", "d"), F.struct(F.lit("transform"), F.concat(
+        .when(F.col("_corrupt"), fail("converter", "value is not a JSON object (value.converter json)"))
+        .when(op.isNull(), fail("transform", "not a Debezium change event: no 'op' field (expected an envelope "
+                                             "with op, before, after, source)"))
+        .when(~op.isin("c", "r", "u", "d"), fail("transform", F.concat(
             F.lit("unknown Debezium op '"), op, F.lit("' (expected c, r, u or d)"))))
-        .when(unversioned,
-              F.struct(F.lit("transform"), F.lit(
-                  "no source.ts_ms nor ts_ms to version the change by (versioning: source_ts_ms)")))
-        .when(op.isin("c", "r", "u") & after.isNull(), F.struct(F.lit("transform"), F.concat(
+        .when(unversioned, fail("transform", "no source.ts_ms nor ts_ms to version the change by "
+                                             "(versioning: source_ts_ms)"))
+        .when(op.isin("c", "r", "u") & after.isNull(), fail("transform", F.concat(
             F.lit("op '"), op, F.lit("' without an 'after' row image"))))
-        .when((op == "d") & before.isNull() & F.col("_key").isNull(), F.struct(F.lit("transform"), F.lit(
-            "delete without a 'before' row image nor a JSON key")))
+        .when((op == "d") & before.isNull() & key.isNull(), fail("transform", "delete without a 'before' row "
+                                                                             "image nor a JSON key"))
     )
     if versioning == "kafka_offset":
         version = F.col("offset")
     else:
         # A tombstone has no source position of its own: it gets the version of the change before
         # it (its delete) in latest_per_key. The Kafka timestamp is another clock and must not mix.
-        ts = F.coalesce(source_ts, _envelope_field(v, "ts_ms"))
+        ts = F.coalesce(F.col("_source_ts"), F.col("_ts_ms"))
         version = F.when(~tombstone, ts * F.lit(VERSION_SHIFT) + F.pmod(F.col("offset"), F.lit(VERSION_SHIFT)))
-    return (
-        df.withColumn("_err", stage_message)
-        .withColumn("change_op", F.when(tombstone | (op == "d"), F.lit("delete")).otherwise(F.lit("upsert")))
-        .withColumn("image_json", (F.when(tombstone, F.lit(None)).when(op == "d", F.coalesce(
-                        before, F.to_json(F.col("_key")))).otherwise(after)) if need_json else F.lit(None).cast("string"))
-        .withColumn("image", F.when(tombstone, F.col("_key")).otherwise(
-                    F.from_json(F.col("image_json"), "map<string,string>") if need_json
-                    else F.when(op == "d", F.coalesce(before, F.col("_key"))).otherwise(after)))
-        .withColumn("version", version.cast("bigint"))
-        .withColumn("error_stage", F.col("_err").getField("col1"))
-        .withColumn("error_message", F.col("_err").getField("col2"))
-        .withColumn("route", F.col("topic"))
-        .withColumn("key_image", F.lit(None).cast("map<string,string>"))
-        .drop("_v", "_key", "_err")
-    )
+    deleting = tombstone | (op == "d")
+    if need_json:
+        image_json = F.when(tombstone, F.lit(None)).when(op == "d", F.coalesce(before, F.to_json(key))).otherwise(after)
+    else:
+        image_json = F.lit(None).cast("string")
+    changes = fields.select(
+        *RAW_COLUMNS, "_key", error.alias("_err"),
+        F.when(deleting, F.lit("delete")).otherwise(F.lit("upsert")).alias("change_op"),
+        image_json.alias("image_json"),
+        (F.when(tombstone, key) if need_json else F.when(tombstone, key).when(op == "d", F.coalesce(before, key))
+         .otherwise(after)).alias("_image"),
+        version.cast("bigint").alias("version"))
+    image = (F.coalesce(F.col("_image"), F.from_json(F.col("image_json"), "map<string,string>")) if need_json
+             else F.col("_image"))
+    return changes.select(
+        *RAW_COLUMNS, "change_op", image.alias("image"), "image_json", "version",
+        F.col("_err")["stage"].alias("error_stage"), F.col("_err")["message"].alias("error_message"),
+        F.col("topic").alias("route"), F.lit(None).cast("map<string,string>").alias("key_image"))
 
 
 def _spark_type(sql_type: str) -> str | None:

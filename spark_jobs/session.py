@@ -11,6 +11,8 @@ from cdcflow.config import SparkConfig
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from cdcflow.errors import SparkUnavailable
+
 DEFAULT_CONF = {
     "spark.driver.memory": "1g",
     "spark.sql.shuffle.partitions": "4",
@@ -54,6 +56,7 @@ def connect_spark(cfg: SparkConfig, app_name: str = "cdcflow") -> SparkSession:
     process, warm executors and Python workers on the server."""
     from pyspark.errors import PySparkException  # noqa: PLC0415
     from pyspark.sql import SparkSession  # noqa: PLC0415
+    from pyspark.sql.connect.client.retries import DefaultPolicy  # noqa: PLC0415
 
     from cdcflow.errors import SparkUnavailable  # noqa: PLC0415
 
@@ -61,9 +64,15 @@ def connect_spark(cfg: SparkConfig, app_name: str = "cdcflow") -> SparkSession:
     _check_reachable(url)  # the client itself retries a refused connection for minutes
     try:
         spark = SparkSession.builder.remote(session_url(url, app_name)).appName(app_name).getOrCreate()
+        # the client's default retries a lost server for 10+ minutes (measured: a window hung > 7 min
+        # after the server was stopped); ~13 s is enough to ride out a blip, then the window fails
+        # clearly and Airflow's retries take over
+        spark.client.set_retry_policies([DefaultPolicy(max_retries=6, backoff_multiplier=2.0, initial_backoff=250,
+                                                       max_backoff=5000)])
         for key, value in cfg.conf.items():
             spark.conf.set(key, value)
-        spark.range(1).collect()  # fail here, with a clear message, rather than in the middle of a window
+        # no probe job here (it cost ~0.06 s a window): the port was checked above, and a server that
+        # goes away later fails the window's first job as SparkUnavailable (see spark_unavailable)
     except (PySparkException, OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else exc.__class__.__name__
         raise SparkUnavailable(
@@ -71,6 +80,24 @@ def connect_spark(cfg: SparkConfig, app_name: str = "cdcflow") -> SparkSession:
             "`scripts/services.sh start spark`, or set spark.mode: inprocess to run Spark inside the task; "
             "no offset was moved") from exc
     return spark
+
+
+def spark_unavailable(exc: BaseException) -> SparkUnavailable | None:
+    """The clear error for a Spark Connect failure that is the server being gone (gRPC UNAVAILABLE),
+    as opposed to a job failing on it; None for anything else."""
+    from cdcflow.errors import SparkUnavailable  # noqa: PLC0415
+
+    text = str(exc)
+    if exc.__class__.__name__ != "SparkConnectGrpcException" or "UNAVAILABLE" not in text:
+        return None
+    import re  # noqa: PLC0415
+
+    details = re.search(r'details = "([^"]*)"', text)
+    why = details.group(1) if details else text.strip().splitlines()[0]
+    return SparkUnavailable(
+        f"the long-lived Spark (Spark Connect) became unreachable during the window ({why[:300]}). Check it with "
+        "`scripts/services.sh status spark` and its log .local/services/spark/connect.log, and start it with "
+        "`scripts/services.sh start spark`; no offset was moved")
 
 
 def _check_reachable(url: str, timeout: float = 5.0) -> None:

@@ -41,3 +41,20 @@ def test_allocate_splits_budget_and_redistributes() -> None:
     assert allocate({a: 5, b: 5}, 100) == {a: 5, b: 5}
     shares = allocate({a: 7, b: 1000, c: 1000}, 1000)
     assert sum(shares.values()) == 1000 and shares[a] == 7
+
+
+def test_a_lost_spark_connect_server_becomes_a_clear_spark_unavailable() -> None:
+    from pyspark.errors.exceptions.connect import SparkConnectGrpcException
+
+    from cdcflow.errors import SparkUnavailable
+    from spark_jobs.session import spark_unavailable
+
+    grpc_text = ('<_MultiThreadedRendezvous of RPC that terminated with:\n\tstatus = StatusCode.UNAVAILABLE\n\t'
+                 'details = "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:15002: '
+                 'Failed to connect to remote host: Connection refused"\n')
+    err = spark_unavailable(SparkConnectGrpcException(grpc_text))
+    assert isinstance(err, SparkUnavailable)
+    assert "became unreachable during the window (failed to connect to all addresses;" in str(err)
+    assert "scripts/services.sh start spark" in str(err) and "no offset was moved" in str(err)
+    assert spark_unavailable(SparkConnectGrpcException("[TABLE_OR_VIEW_NOT_FOUND] no such table")) is None
+    assert spark_unavailable(ValueError("UNAVAILABLE")) is None
