@@ -182,7 +182,10 @@ status_airflow() {
 }
 
 # -- spark (Spark Connect server) ---------------------------------------------------------------------
-SPARK_DIR="$SVC/spark"; SPARK_PID="$SPARK_DIR/connect.pid"; SPARK_LOG="$SPARK_DIR/connect.log"
+# CDCFLOW_SPARK_MASTER (default local[CDCFLOW_SPARK_CORES]) may name a standalone master (spark://host:7077):
+# the server is then the driver and its executors run on the cluster's workers. CDCFLOW_SPARK_DIR and
+# CDCFLOW_SPARK_UI_PORT (unset: no UI) let a second server run beside this one (tests/spark_cluster.py).
+SPARK_DIR="${CDCFLOW_SPARK_DIR:-$SVC/spark}"; SPARK_PID="$SPARK_DIR/connect.pid"; SPARK_LOG="$SPARK_DIR/connect.log"
 spark_healthy() { port_open "$CDCFLOW_SPARK_CONNECT_PORT" && grep -q "Spark Connect server started" "$SPARK_LOG"; }
 
 code_changed_since() { # pidfile: is any of cdcflow's code newer than the process?
@@ -198,16 +201,22 @@ start_spark() {
   fi
   if pid_alive "$SPARK_PID"; then say "spark already running (pid $(cat "$SPARK_PID"), $CDCFLOW_SPARK_REMOTE)"; return; fi
   check_port_free spark "$CDCFLOW_SPARK_CONNECT_PORT"
-  say "starting spark (Spark Connect server, local[$CDCFLOW_SPARK_CORES]) on $CDCFLOW_SPARK_REMOTE"
+  local master="${CDCFLOW_SPARK_MASTER:-local[$CDCFLOW_SPARK_CORES]}"
+  local ui=(--conf spark.ui.enabled=false)
+  [ -n "${CDCFLOW_SPARK_UI_PORT:-}" ] && ui=(--conf spark.ui.port="$CDCFLOW_SPARK_UI_PORT" --conf spark.ui.retainedTasks=100000)
+  say "starting spark (Spark Connect server, master $master) on $CDCFLOW_SPARK_REMOTE"
   : >"$SPARK_LOG"
-  # PYTHONPATH: the repo root (and CDCFLOW_SPARK_PYTHONPATH), so custom transforms named by dotted path import
-  nohup env PYSPARK_PYTHON="$CDCFLOW_VENV/bin/python" SPARK_LOCAL_IP=127.0.0.1 \
-    PYTHONPATH="$CDCFLOW_ROOT${CDCFLOW_SPARK_PYTHONPATH:+:$CDCFLOW_SPARK_PYTHONPATH}" \
+  # PYTHONPATH: the repo root (and CDCFLOW_SPARK_PYTHONPATH), so custom transforms named by dotted path
+  # import; on a cluster the executors get the same path and Python through spark.executorEnv
+  local pypath="$CDCFLOW_ROOT${CDCFLOW_SPARK_PYTHONPATH:+:$CDCFLOW_SPARK_PYTHONPATH}"
+  nohup env PYSPARK_PYTHON="$CDCFLOW_VENV/bin/python" SPARK_LOCAL_IP=127.0.0.1 PYTHONPATH="$pypath" \
     "$CDCFLOW_VENV/bin/spark-submit" --class org.apache.spark.sql.connect.service.SparkConnectServer \
-    --name cdcflow-spark-connect --master "local[$CDCFLOW_SPARK_CORES]" --driver-memory "${CDCFLOW_SPARK_MEMORY:-1536m}" \
+    --name cdcflow-spark-connect --master "$master" --driver-memory "${CDCFLOW_SPARK_MEMORY:-1536m}" \
     --conf spark.connect.grpc.binding.address=127.0.0.1 \
     --conf spark.connect.grpc.binding.port="$CDCFLOW_SPARK_CONNECT_PORT" \
-    --conf spark.ui.enabled=false --conf spark.sql.shuffle.partitions=4 --conf spark.sql.adaptive.enabled=true \
+    --conf spark.executorEnv.PYTHONPATH="$pypath" --conf spark.pyspark.python="$CDCFLOW_VENV/bin/python" \
+    --conf spark.executor.memory="${CDCFLOW_SPARK_EXECUTOR_MEMORY:-512m}" --conf spark.executor.cores=1 \
+    "${ui[@]}" --conf spark.sql.shuffle.partitions=4 --conf spark.sql.adaptive.enabled=true \
     --conf spark.sql.session.timeZone=UTC --conf spark.sql.execution.arrow.pyspark.enabled=true \
     --conf spark.task.maxFailures=1 --conf spark.python.worker.reuse=true \
     --conf spark.local.dir="$SPARK_DIR/tmp" --conf spark.sql.warehouse.dir="$SPARK_DIR/warehouse" \

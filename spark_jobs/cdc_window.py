@@ -38,7 +38,7 @@ DLQ_CLASS_KEY = "dlq:"  # sink dead letters by error class ride in the writer's 
 WRITE_SCHEMA = "sink string, upserted long, deleted long, stale long, failed long, extra string"
 MAX_EXAMPLES = 5
 SMALL_WINDOW = 20_000  # records; up to this, each sink is written by one task (no shuffle)
-RECORDS_PER_READ_TASK = 10_000  # planned records per read task, in windows that end by themselves
+RECORDS_PER_READ_TASK = 5_000  # planned records per read task, in windows that end by themselves
 
 
 @dataclass(frozen=True)

@@ -62,8 +62,14 @@ def connect_spark(cfg: SparkConfig, app_name: str = "cdcflow") -> SparkSession:
 
     url = resolve_remote(cfg)
     _check_reachable(url)  # the client itself retries a refused connection for minutes
+    target = session_url(url, app_name)
+    cached = _CONNECT_SESSIONS.get(target)
+    if cached is not None and not cached.is_stopped:
+        return _activate(cached)
     try:
-        spark = SparkSession.builder.remote(session_url(url, app_name)).appName(app_name).getOrCreate()
+        # create(), not getOrCreate(): that returns any session this process already has, whatever
+        # server or pipeline it belongs to (a second pipeline, or a cluster, would run on the first)
+        spark = SparkSession.builder.remote(target).appName(app_name).create()
         # the client's default retries a lost server for 10+ minutes (measured: a window hung > 7 min
         # after the server was stopped); ~13 s is enough to ride out a blip, then the window fails
         # clearly and Airflow's retries take over
@@ -79,7 +85,28 @@ def connect_spark(cfg: SparkConfig, app_name: str = "cdcflow") -> SparkSession:
             f"Spark Connect at {url} is unreachable ({first}). Start the long-lived Spark with "
             "`scripts/services.sh start spark`, or set spark.mode: inprocess to run Spark inside the task; "
             "no offset was moved") from exc
+    _CONNECT_SESSIONS[target] = spark
+    return _activate(spark)
+
+
+def release_sessions(remote: str) -> None:
+    """Stop this process's sessions on the server at ``remote`` (before that server stops: a session
+    left open retries its release at exit)."""
+    for target in [t for t in _CONNECT_SESSIONS if t.startswith(remote.rstrip("/") + "/")]:
+        _CONNECT_SESSIONS.pop(target).stop()
+
+
+def _activate(spark: SparkSession) -> SparkSession:
+    """Make ``spark`` this thread's active session. PySpark 4.0's Connect client binds the result of
+    ``localCheckpoint`` to ``SparkSession.active()`` (pyspark.sql.connect.conversion.
+    proto_to_remote_cached_dataframe), and only the first session of a process becomes active: in a
+    process with two sessions the checkpoint would be looked up on the wrong server
+    (DATAFRAME_NOT_FOUND). There is no public setter."""
+    type(spark)._active_session.session = spark  # type: ignore[attr-defined]
     return spark
+
+
+_CONNECT_SESSIONS: dict[str, SparkSession] = {}  # per server + pipeline, for processes that run many windows
 
 
 def spark_unavailable(exc: BaseException) -> SparkUnavailable | None:
