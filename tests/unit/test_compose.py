@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yaml").read_text())
 SERVICES: dict[str, Any] = COMPOSE["services"]
 AIRFLOW = [n for n in SERVICES if n.startswith("airflow-") and n != "airflow-db"]
-CONTAINER_PORTS = {"kafka": 9092, "mysql": 3306, "elasticsearch": 9200, "spark-master": 7077}
+CONTAINER_PORTS = {"kafka": 9092, "mysql": 3306, "elasticsearch": 9200, "spark-master": 7077, "spark-connect": 15002}
 
 
 def _env(service: str) -> dict[str, str]:
@@ -32,7 +32,7 @@ def _conn(env: dict[str, str], conn_id: str) -> dict[str, Any]:
 def test_the_stack_has_every_component() -> None:
     assert {"kafka", "mysql", "elasticsearch", "airflow-db", "airflow-init", "airflow-apiserver",
             "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer", "spark-master",
-            "spark-worker"} <= set(SERVICES)
+            "spark-worker-1", "spark-worker-2", "spark-connect"} <= set(SERVICES)
     assert SERVICES["kafka"]["image"].startswith("apache/kafka:")
     assert SERVICES["elasticsearch"]["image"].endswith(":8.12.2")
     assert SERVICES["mysql"]["image"].startswith("mysql:8")
@@ -111,3 +111,36 @@ def test_prometheus_and_grafana_are_wired_to_the_plugin_and_the_repo_files() -> 
     assert gmounts["./config/grafana/cdcflow-dashboard.json"].startswith(provider["options"]["path"])
     for path in [*mounts, *gmounts]:
         assert (ROOT / path).exists(), path
+
+
+def _confs(command: str) -> dict[str, str]:
+    return dict(m.groups() for m in re.finditer(r"--conf\s+([\w.]+)=(\S+)", command))
+
+
+def test_the_long_lived_spark_runs_as_services_sh_runs_it_on_the_cluster() -> None:
+    connect = SERVICES["spark-connect"]["command"]
+    master = SERVICES["spark-master"]["command"]
+    assert "org.apache.spark.sql.connect.service.SparkConnectServer" in connect
+    port = re.search(r"--port (\d+)", master).group(1)  # type: ignore[union-attr]
+    assert f"--master spark://spark-master:{port}" in connect
+    for name in ("spark-worker-1", "spark-worker-2"):
+        assert SERVICES[name]["command"].startswith("spark-class org.apache.spark.deploy.worker.Worker "
+                                                    f"spark://spark-master:{port}")
+    confs = _confs(connect)
+    assert confs["spark.connect.grpc.binding.port"] == str(CONTAINER_PORTS["spark-connect"])
+    assert confs["spark.executorEnv.PYTHONPATH"] == "/opt/cdcflow"  # the image's WORKDIR: cdcflow imports
+    assert "WORKDIR /opt/cdcflow" in (ROOT / "Dockerfile").read_text()
+    # the same Spark settings as the long-lived Spark that scripts/services.sh starts here
+    script = (ROOT / "scripts/services.sh").read_text()
+    start = script[script.index("start_spark() {"):script.index("# -- prometheus")]
+    local = _confs(start.replace("\\\n", " "))
+    site = {"spark.connect.grpc.binding.address", "spark.connect.grpc.binding.port", "spark.executorEnv.PYTHONPATH",
+            "spark.pyspark.python", "spark.executor.memory", "spark.local.dir", "spark.sql.warehouse.dir",
+            "spark.ui.enabled", "spark.ui.retainedTasks"}  # the UI is off here, on in compose (port 4040)
+    assert {k: v for k, v in local.items() if k not in site and "$" not in v} == \
+        {k: v for k, v in confs.items() if k not in site}
+    for service in AIRFLOW:
+        remote = urlsplit(_env(service)["CDCFLOW_SPARK_REMOTE"].replace("sc://", "http://"))
+        assert remote.hostname == "spark-connect" and remote.port == CONTAINER_PORTS["spark-connect"]
+    loaded, _errors = load_all(ROOT / "config/pipelines")
+    assert all(item.config.spark.mode == "connect" and item.config.spark.remote is None for item in loaded)
