@@ -231,7 +231,7 @@ def _process(cfg: PipelineConfig, window: WindowPlan, p: RunParams, store: Offse
         store.record_read(cfg.name, window.run_id, {(r.topic, r.partition): (r.start, 0) for r in ranges})
         return {"records": 0, "dead_lettered": 0, "sinks": {}, "seconds": round(time.time() - started, 3)}
     from spark_jobs.cdc_window import WindowJob, run_window_job  # noqa: PLC0415
-    from spark_jobs.session import get_spark  # noqa: PLC0415
+    from spark_jobs.session import describe, get_spark  # noqa: PLC0415
 
     job = WindowJob(
         pipeline=cfg.name, run_id=window.run_id, consumer_conf=consumer_conf(cfg),
@@ -251,6 +251,7 @@ def _process(cfg: PipelineConfig, window: WindowPlan, p: RunParams, store: Offse
     result = run_window_job(spark, job, on_read)
     stats = result.stats()
     stats["seconds"] = round(time.time() - started, 3)
+    stats["spark"] = describe(spark)
     log.info("window %s applied: %s", window.run_id, stats)
     return stats
 

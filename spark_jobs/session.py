@@ -89,6 +89,16 @@ def connect_spark(cfg: SparkConfig, app_name: str = "cdcflow") -> SparkSession:
     return _activate(spark)
 
 
+def describe(spark: SparkSession) -> str:
+    """Where this session runs its work, for the window's statistics: ``connect sc://host:port`` or
+    ``inprocess <master>``."""
+    for target, session in _CONNECT_SESSIONS.items():
+        if session is spark:
+            return f"connect {target.partition('/;')[0]}"
+    context = getattr(spark, "sparkContext", None)
+    return f"inprocess {context.master}" if context is not None else "connect"
+
+
 def release_sessions(remote: str) -> None:
     """Stop this process's sessions on the server at ``remote`` (before that server stops: a session
     left open retries its release at exit)."""

@@ -41,6 +41,7 @@ class AirflowServer:
     env: dict[str, str]
     proc: subprocess.Popen[bytes] | None = None
     tokens: dict[str, str] = field(default_factory=dict)
+    components: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     @property
     def base(self) -> str:
@@ -75,11 +76,34 @@ class AirflowServer:
             assert r.status in (200, 201), r.text
             self.tokens[user] = r.body["access_token"]
 
+    def start_scheduler(self) -> None:
+        """The scheduler (LocalExecutor: each task in its own process) and the dag-processor, as
+        scripts/services.sh runs them: Airflow as it runs in production, not ``dags test``."""
+        for part in ("scheduler", "dag-processor"):
+            log = open(self.home / f"{part}.log", "wb")  # noqa: SIM115 - lives as long as the process
+            self.components.append(subprocess.Popen(["airflow", part], env=self.env, cwd=ROOT, stdout=log,
+                                                    stderr=log))
+        time.sleep(3)
+        for proc in self.components:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{proc.args} exited:\n" + self.log_tail())
+
     def log_tail(self) -> str:
-        path = self.home / "api-server.log"
-        return path.read_text(errors="replace")[-4000:] if path.exists() else ""
+        out = []
+        for name in ("api-server", "scheduler", "dag-processor"):
+            path = self.home / f"{name}.log"
+            if path.exists():
+                out.append(f"--- {name}\n" + path.read_text(errors="replace")[-3000:])
+        return "\n".join(out)
 
     def stop(self) -> None:
+        for proc in self.components:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:

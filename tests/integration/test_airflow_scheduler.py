@@ -1,0 +1,108 @@
+"""Airflow as it runs in production: a real scheduler (LocalExecutor: every task in its own process),
+dag-processor and api-server with the project's DAGs; windows triggered through the REST API run on
+the long-lived Spark (the Spark Connect server of scripts/services.sh)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from cdcflow import cdcgen
+from cdcflow.config import load_pipeline
+from cdcflow.offsets import OffsetStore
+from tests.airflow_server import AirflowServer, make_server
+from tests.helpers import bootstrap, expected, table_rows, unique, write_pipeline
+
+pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.usefixtures("services")]
+TASKS = ("plan_window", "process_window", "commit_offsets")
+
+
+@pytest.fixture(scope="module")
+def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]:
+    srv = make_server(tmp_path_factory.mktemp("scheduler"))
+    srv.env["AIRFLOW__CORE__EXECUTOR"] = "LocalExecutor"
+    srv.env["AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC"] = "2"
+    srv.env["AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL"] = "5"
+    try:
+        srv.start()
+        srv.start_scheduler()
+        yield srv
+    finally:
+        srv.stop()
+
+
+def _wait_for_dag(server: AirflowServer, dag_id: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while server.request("GET", f"/api/v2/dags/{dag_id}").status != 200:
+        assert time.monotonic() < deadline, f"the dag-processor did not load {dag_id}\n{server.log_tail()}"
+        time.sleep(1)
+
+
+def _wait_for_runs(server: AirflowServer, dag_id: str, run_ids: list[str], timeout: float = 420) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        runs = [server.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{r}").body for r in run_ids]
+        if all(r["state"] in ("success", "failed") for r in runs):
+            return runs
+        assert time.monotonic() < deadline, f"runs not finished: {[r['state'] for r in runs]}\n{server.log_tail()}"
+        time.sleep(2)
+
+
+def test_three_windows_triggered_through_the_rest_api_run_in_fresh_task_processes_on_the_long_lived_spark(
+        airflow: AirflowServer) -> None:
+    tag = unique("sched")
+    cfg = load_pipeline(write_pipeline(airflow.config_dir, tag, f"t.{tag}", tag, schedule=None))
+    topic = cfg.source.topics[0]
+    stream = cdcgen.orders_stream(900, 120, seed=31, broken=False)
+    cdcgen.produce(bootstrap(), topic, stream.events)
+    _wait_for_dag(airflow, cfg.name)
+    assert airflow.request("PATCH", f"/api/v2/dags/{cfg.name}", {"is_paused": False}).status == 200
+
+    # the first window starts at given offsets (a replay from 0 on partitions 0-2), the next two
+    # continue from the stored offsets; max_records keeps the first two to 300 records each
+    confs = [{"start_offsets": {topic: {"0": 0, "1": 0, "2": 0}}, "max_records": 300}, {"max_records": 300}, {}]
+    run_ids = []
+    for i, conf in enumerate(confs):
+        r = airflow.request("POST", f"/api/v2/dags/{cfg.name}/dagRuns",
+                            {"dag_run_id": f"rest-{i}", "logical_date": None, "conf": conf})
+        assert r.status == 200, r.text
+        run_ids.append(r.body["dag_run_id"])
+
+    runs = _wait_for_runs(airflow, cfg.name, run_ids)
+    assert [r["state"] for r in runs] == ["success"] * 3, airflow.log_tail()
+
+    # consecutive (max_active_runs=1): each run started after the previous one ended
+    for before, after in zip(runs, runs[1:], strict=False):
+        assert after["start_date"] >= before["end_date"]
+    # each task in its own process, none of them the scheduler's
+    pids = []
+    for run_id in run_ids:
+        for task in TASKS:
+            ti = airflow.request("GET", f"/api/v2/dags/{cfg.name}/dagRuns/{run_id}/taskInstances/{task}").body
+            assert ti["state"] == "success", ti
+            pids.append(ti["pid"])
+    assert len(set(pids)) == len(pids) and all(p for p in pids), pids
+    assert not {p for p in pids} & {c.pid for c in airflow.components}
+    # on the long-lived Spark (the process_window task's own statistics say where it ran)
+    for run_id, records in zip(run_ids, [300, 300, len(stream.events) - 600], strict=True):
+        xcom = airflow.request("GET", f"/api/v2/dags/{cfg.name}/dagRuns/{run_id}/taskInstances/process_window/"
+                                      "xcomEntries/return_value").body
+        stats = xcom["value"]
+        assert stats["spark"].startswith("connect sc://127.0.0.1:"), stats
+        assert stats["records"] == records
+
+    # no overlap and no gap: per partition the windows' ranges follow each other from offset 0
+    store = OffsetStore(airflow.store_url)
+    windows = [store.get_window(cfg.name, r) for r in run_ids]
+    assert [w.origin for w in windows] == ["params", "stored", "stored"]
+    for part in range(3):
+        ranges = [next((p.start, p.end) for p in w.partitions if p.partition == part) for w in windows]
+        assert ranges[0][0] == 0
+        for (_s1, e1), (s2, _e2) in zip(ranges, ranges[1:], strict=False):
+            assert s2 == e1, ranges
+        assert store.load(cfg.name)[(topic, part)] == ranges[-1][1]
+    assert sum(p.end - p.start for w in windows for p in w.partitions) == len(stream.events)
+    assert table_rows(cfg.sinks[0].table) == expected(stream.state)
