@@ -376,6 +376,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--only", choices=["cdcflow", "all"], default="all",
                         help="cdcflow: only the cdcflow MySQL run and the overheads")
+    parser.add_argument("--connect", action="store_true",
+                        help="also run cdcflow -> MySQL on the long-lived Spark (spark.mode connect), first, and "
+                             "report its ratio to the in-process run of the same data")
     parser.add_argument("--scaling", action="store_true",
                         help="the memory scaling check: cdcflow alone at --events and at 3x --events, peak RSS ratio")
     args = parser.parse_args(argv)
@@ -404,17 +407,30 @@ def main(argv: list[str] | None = None) -> int:
     from cdcflow.config import SparkConfig
     from spark_jobs.session import get_spark
 
+    mysql_sink = {"type": "mysql", "name": "m", "table": "bench_cdcflow", "create_table": True,
+                  "primary_key": ["id"], "columns": COLUMNS, "batch_size": BATCH}
+    if args.connect:  # before the in-process JVM starts, so the two never share the machine
+        print("cdcflow end to end on the long-lived Spark (Spark Connect server), Kafka -> Spark -> MySQL ...")
+        drop_table("bench_cdcflow_connect")
+        remote = get_spark(SparkConfig(mode="connect"), app_name="cdcflow-bench")
+        result["cdcflow_mysql_connect"] = run_cdcflow("bench_mysql_connect", topic,
+                                                      [{**mysql_sink, "table": "bench_cdcflow_connect"}], remote, tmp)
+        result["cdcflow_mysql_connect"]["note"] = "peak RSS is this client process only; Spark runs in the server"
+        result["checks"]["cdcflow_mysql_connect"] = mysql_checksum("bench_cdcflow_connect") == expected
+        # not stopped: the server would close this pipeline id for good (its next session is another id)
+
     with timed() as t:
         spark = get_spark(SparkConfig(mode="inprocess"), app_name="cdcflow-bench")
     result["spark_session_start_s"] = round(t["seconds"], 2)
 
-    mysql_sink = {"type": "mysql", "name": "m", "table": "bench_cdcflow", "create_table": True,
-                  "primary_key": ["id"], "columns": COLUMNS, "batch_size": BATCH}
     drop_table("bench_cdcflow")
     print("cdcflow end to end, Kafka -> Spark -> MySQL ...")
     result["cdcflow_mysql"] = run_cdcflow("bench_mysql", topic, [mysql_sink], spark, tmp)
     result["checks"]["cdcflow_mysql"] = mysql_checksum("bench_cdcflow") == expected
     result["overhead"] = window_overhead(spark, tmp)
+    if args.connect:
+        result.setdefault("ratios", {})["cdcflow_mysql_connect_vs_inprocess"] = round(
+            result["cdcflow_mysql_connect"]["events_per_s"] / result["cdcflow_mysql"]["events_per_s"], 3)
 
     if args.only == "all":
         print("cdcflow end to end, Kafka -> Spark -> MySQL + Elasticsearch ...")
@@ -441,6 +457,7 @@ def main(argv: list[str] | None = None) -> int:
         slowest = min(ceilings, key=ceilings.get)  # type: ignore[arg-type]
         cdc = result["cdcflow_mysql"]["events_per_s"]
         result["ratios"] = {
+            **result.get("ratios", {}),
             "slowest_ceiling": slowest,
             "cdcflow_mysql_vs_slowest_ceiling": round(cdc / ceilings[slowest], 3),
             "cdcflow_mysql_vs_provider": round(cdc / result["provider_baseline"]["events_per_s"], 3),
@@ -512,6 +529,11 @@ def print_table(r: dict[str, Any]) -> None:
     c = r["cdcflow_mysql"]
     line("cdcflow Kafka->Spark->MySQL (windows of 250k), events/s", f"{c['events_per_s']:,}  ({c['seconds']} s, "
          f"{len(c['windows'])} windows: {[w['seconds'] for w in c['windows']]} s)")
+    if "cdcflow_mysql_connect" in r:
+        k = r["cdcflow_mysql_connect"]
+        line("cdcflow ... on the long-lived Spark (connect), events/s", f"{k['events_per_s']:,}  ({k['seconds']} s, "
+             f"{len(k['windows'])} windows: {[w['seconds'] for w in k['windows']]} s)")
+        line("ratio connect / in-process", str(r["ratios"]["cdcflow_mysql_connect_vs_inprocess"]))
     if "cdcflow_mysql_es" in r:
         e = r["cdcflow_mysql_es"]
         line("cdcflow Kafka->Spark->MySQL+Elasticsearch, events/s", f"{e['events_per_s']:,}  ({e['seconds']} s)")

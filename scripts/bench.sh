@@ -4,6 +4,10 @@
 #   ./scripts/bench.sh --scaling                            the memory scaling check (1M vs 3M events)
 #   ./scripts/bench.sh --fixed-cost                         a window's fixed cost in a fresh process:
 #                                                           long-lived Spark (connect) vs in-process
+#   ./scripts/bench.sh --only cdcflow --connect             cdcflow -> MySQL on the long-lived Spark and
+#                                                           in-process, same data, same run
+#   ./scripts/bench.sh --cluster-read                       read throughput on a standalone cluster,
+#                                                           1 worker vs 2 workers, 6 partitions
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -11,4 +15,5 @@ scripts/services.sh start
 source scripts/env.sh
 export PYTHONPATH="$CDCFLOW_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 if [ "${1:-}" = "--fixed-cost" ]; then shift; exec python -m bench.fixed_cost "$@"; fi
+if [ "${1:-}" = "--cluster-read" ]; then shift; exec python -m bench.cluster_read "$@"; fi
 python -m bench.run "$@"

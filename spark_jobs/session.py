@@ -37,7 +37,7 @@ def resolve_remote(cfg: SparkConfig) -> str:
     return cfg.remote or os.environ.get("CDCFLOW_SPARK_REMOTE") or DEFAULT_REMOTE
 
 
-def session_url(url: str, app_name: str) -> str:
+def session_url(url: str, app_name: str, generation: int = 0) -> str:
     """``url`` with a ``session_id`` stable per app (pipeline): every window of a pipeline, each in its
     own process, attaches to the same server-side session, so the server's Python workers (which it
     keeps per session) stay warm between windows (measured: a trivial task 2.7 s on a new session,
@@ -46,7 +46,8 @@ def session_url(url: str, app_name: str) -> str:
 
     if "session_id=" in url:
         return url
-    sid = uuid.uuid5(uuid.NAMESPACE_URL, f"{url}#{app_name}")
+    sid = (uuid.uuid5(uuid.NAMESPACE_URL, f"{url}#{app_name}" + (f"#{generation}" if generation else ""))
+           if generation >= 0 else uuid.uuid4())  # generation -1: a new random id
     base, _, params = url.partition("/;")
     return f"{base.rstrip('/')}/;{params + ';' if params else ''}session_id={sid}"
 
@@ -62,14 +63,11 @@ def connect_spark(cfg: SparkConfig, app_name: str = "cdcflow") -> SparkSession:
 
     url = resolve_remote(cfg)
     _check_reachable(url)  # the client itself retries a refused connection for minutes
-    target = session_url(url, app_name)
-    cached = _CONNECT_SESSIONS.get(target)
-    if cached is not None and not cached.is_stopped:
-        return _activate(cached)
+    cached = _CONNECT_SESSIONS.get((url, app_name))
+    if cached is not None and not cached[1].is_stopped:
+        return _activate(cached[1])
     try:
-        # create(), not getOrCreate(): that returns any session this process already has, whatever
-        # server or pipeline it belongs to (a second pipeline, or a cluster, would run on the first)
-        spark = SparkSession.builder.remote(target).appName(app_name).create()
+        spark, target = _create_connect_session(SparkSession, url, app_name)
         # the client's default retries a lost server for 10+ minutes (measured: a window hung > 7 min
         # after the server was stopped); ~13 s is enough to ride out a blip, then the window fails
         # clearly and Airflow's retries take over
@@ -85,14 +83,34 @@ def connect_spark(cfg: SparkConfig, app_name: str = "cdcflow") -> SparkSession:
             f"Spark Connect at {url} is unreachable ({first}). Start the long-lived Spark with "
             "`scripts/services.sh start spark`, or set spark.mode: inprocess to run Spark inside the task; "
             "no offset was moved") from exc
-    _CONNECT_SESSIONS[target] = spark
+    _CONNECT_SESSIONS[(url, app_name)] = (target, spark)
     return _activate(spark)
+
+
+MAX_SESSION_GENERATIONS = 50
+
+
+def _create_connect_session(cls: type[SparkSession], url: str, app_name: str) -> tuple[SparkSession, str]:
+    """A session with this pipeline's stable id, or, when the server has closed that id (a session
+    idle beyond the server's timeout, 60 min by default, or stopped), the next generation of it:
+    the server never reopens a closed id, and every window walks the same chain to the same session.
+    create(), not getOrCreate(): that returns any session this process already has, whatever server
+    or pipeline it belongs to (a second pipeline, or a cluster, would run on the first)."""
+    for generation in range(MAX_SESSION_GENERATIONS):
+        target = session_url(url, app_name, generation)
+        try:
+            return cls.builder.remote(target).appName(app_name).create(), target  # appName: a config RPC
+        except Exception as exc:
+            if "INVALID_HANDLE.SESSION_CLOSED" not in str(exc):
+                raise
+    target = session_url(url, app_name, -1)  # a long-lived server with many closed ids
+    return cls.builder.remote(target).appName(app_name).create(), target
 
 
 def describe(spark: SparkSession) -> str:
     """Where this session runs its work, for the window's statistics: ``connect sc://host:port`` or
     ``inprocess <master>``."""
-    for target, session in _CONNECT_SESSIONS.items():
+    for target, session in _CONNECT_SESSIONS.values():
         if session is spark:
             return f"connect {target.partition('/;')[0]}"
     context = getattr(spark, "sparkContext", None)
@@ -102,8 +120,8 @@ def describe(spark: SparkSession) -> str:
 def release_sessions(remote: str) -> None:
     """Stop this process's sessions on the server at ``remote`` (before that server stops: a session
     left open retries its release at exit)."""
-    for target in [t for t in _CONNECT_SESSIONS if t.startswith(remote.rstrip("/") + "/")]:
-        _CONNECT_SESSIONS.pop(target).stop()
+    for key in [k for k, (target, _s) in _CONNECT_SESSIONS.items() if target.startswith(remote.rstrip("/") + "/")]:
+        _CONNECT_SESSIONS.pop(key)[1].stop()
 
 
 def _activate(spark: SparkSession) -> SparkSession:
@@ -116,7 +134,8 @@ def _activate(spark: SparkSession) -> SparkSession:
     return spark
 
 
-_CONNECT_SESSIONS: dict[str, SparkSession] = {}  # per server + pipeline, for processes that run many windows
+# (server url, app) -> (session url, session): one per server and pipeline, for processes that run many windows
+_CONNECT_SESSIONS: dict[tuple[str, str], tuple[str, SparkSession]] = {}
 
 
 def spark_unavailable(exc: BaseException) -> SparkUnavailable | None:
@@ -160,6 +179,9 @@ def get_spark(cfg: SparkConfig, app_name: str = "cdcflow") -> SparkSession:
         return connect_spark(cfg, app_name)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # a Spark Connect session earlier in this process leaves this flag set, and the classic builder
+    # would then refuse to start a local Spark (CONNECT_URL_NOT_SET); the flag steers builders only
+    os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
     from pyspark.sql import SparkSession  # noqa: PLC0415 - heavy; only when a window runs
 
     builder = SparkSession.builder.appName(app_name)

@@ -59,3 +59,24 @@ def test_a_spark_that_is_down_fails_the_window_clearly_and_moves_no_offset(confi
     assert "scripts/services.sh start spark" in message and "no offset was moved" in message
     assert store.load(cfg.name) == {}
     assert store.get_window(cfg.name, "down-1").status == "failed"
+
+
+def test_a_pipeline_whose_server_session_was_closed_gets_the_next_one() -> None:
+    """The server never reopens a closed session id (idle timeout, or stopped): the next window of
+    the pipeline moves to the next generation of its id, and the one after lands on the same."""
+    from cdcflow.config import SparkConfig
+    from spark_jobs import session as sessions
+
+    app = f"cdcflow-{unique('closed')}"
+    first = sessions.connect_spark(SparkConfig(), app)
+    first_url = sessions.describe(first)
+    sessions.release_sessions(sessions.resolve_remote(SparkConfig()))  # stop(): the server closes the id
+    second = sessions.connect_spark(SparkConfig(), app)
+    assert second.range(3).count() == 3
+    generations = [t for t, s in sessions._CONNECT_SESSIONS.values() if s is second]
+    assert generations == [sessions.session_url(sessions.resolve_remote(SparkConfig()), app, 1)]
+    sessions._CONNECT_SESSIONS.clear()  # as a new process would: the chain leads to the same session
+    third = sessions.connect_spark(SparkConfig(), app)
+    assert [t for t, s in sessions._CONNECT_SESSIONS.values() if s is third] == generations
+    assert sessions.connect_spark(SparkConfig(), app) is third  # one session per server and pipeline
+    assert first_url.startswith("connect sc://")

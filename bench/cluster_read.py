@@ -1,0 +1,101 @@
+"""Read throughput on a real Spark standalone cluster: 1 worker against 2 workers (1 core each), on a
+topic with 6 partitions. What is timed is a window's read stage as the window job runs it: one Spark
+task per partition range reading with confluent-kafka into Arrow, the Debezium decode, and the local
+checkpoint (``spark_jobs.cdc_window``), on the Spark Connect server of that cluster.
+
+    scripts/bench.sh --cluster-read          (or: python -m bench.cluster_read [--events 600000])
+
+Needs kafka (scripts/services.sh start kafka). Starts and stops its own clusters (tests/spark_cluster.py).
+Prints a table and writes bench/results/<time>-cluster-read.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from cdcflow import cdcgen
+from cdcflow.connections import get_connection
+
+ROOT = Path(__file__).resolve().parent.parent
+PARTITIONS = 6
+
+
+def read_once(spark: object, topic: str, consumer_conf: dict[str, object], ends: dict[int, int]) -> tuple[int, float]:
+    from pyspark.sql import functions as F  # noqa: PLC0415
+
+    from connectors.kafka.reader import RAW_SPARK_SCHEMA, ReadRange  # noqa: PLC0415
+    from spark_jobs.cdc_window import WindowJob, _reader  # noqa: PLC0415
+    from spark_jobs.debezium import decode_changes  # noqa: PLC0415
+
+    ranges = tuple(ReadRange(topic, p, 0, max_records=ends[p], stop=ends[p], deadline=time.time() + 600,
+                             stop_on_eof=True) for p in range(PARTITIONS))
+    job = WindowJob("bench", "read", consumer_conf, {}, ranges, (), "source_ts_ms", "all", None, True)
+    t0 = time.perf_counter()
+    idx = spark.range(0, PARTITIONS, 1, PARTITIONS).select(F.col("id").cast("int").alias("idx"))  # type: ignore[attr-defined]
+    frame = decode_changes(idx.mapInArrow(_reader(job, PARTITIONS), RAW_SPARK_SCHEMA), "source_ts_ms",
+                           False).localCheckpoint(eager=True)
+    seconds = time.perf_counter() - t0
+    return frame.count(), seconds
+
+
+def main() -> None:
+    from connectors.kafka.reader import discover  # noqa: PLC0415
+    from spark_jobs.session import release_sessions  # noqa: PLC0415
+    from tests.spark_cluster import SparkCluster  # noqa: PLC0415
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--events", type=int, default=600_000)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    bootstrap = get_connection("cdcflow_kafka").kafka_config()["bootstrap.servers"]
+    topic = f"bench.cluster.{uuid.uuid4().hex[:8]}"
+    t = time.perf_counter()
+    cdcgen.produce(bootstrap, topic, cdcgen.orders_stream(args.events, args.events // 10, seed=5, broken=False).events,
+                   partitions=PARTITIONS)
+    print(f"produced {args.events:,} events to {topic} ({PARTITIONS} partitions) in {time.perf_counter() - t:.1f} s")
+    conf = {"bootstrap.servers": bootstrap, "group.id": "bench-cluster-read", "enable.auto.commit": False,
+            "enable.partition.eof": True, "fetch.wait.max.ms": 100, "auto.offset.reset": "error"}
+    ends = {s.partition: s.end for s in discover(conf, [topic])}
+    total = sum(ends.values())
+    rows = []
+    for workers in (1, 2):
+        with tempfile.TemporaryDirectory() as tmp:
+            cluster = SparkCluster(Path(tmp), workers=workers)
+            try:
+                cluster.start()
+                from pyspark.sql import SparkSession  # noqa: PLC0415
+
+                spark = SparkSession.builder.remote(cluster.remote).create()
+                times = []
+                for r in range(args.rounds + 1):  # the first round warms the executors' Python workers
+                    n, seconds = read_once(spark, topic, conf, ends)
+                    assert n == total, (n, total)
+                    if r:
+                        times.append(seconds)
+                spark.stop()
+                release_sessions(cluster.remote)
+            finally:
+                cluster.stop()
+        med = statistics.median(times)
+        rows.append({"workers": workers, "median_s": round(med, 2), "runs_s": [round(x, 2) for x in times],
+                     "events_per_s": round(total / med)})
+        print(f"{workers} worker(s), 1 core each: read+decode+checkpoint of {total:,} events: median {med:.2f} s "
+              f"= {total / med:,.0f} events/s  (runs {', '.join(f'{x:.2f}' for x in times)})", flush=True)
+    ratio = round(rows[1]["events_per_s"] / rows[0]["events_per_s"], 2)
+    print(f"2 workers / 1 worker: {ratio}x  ({os.cpu_count()} cores on this machine, shared with the broker)")
+    out = ROOT / "bench" / "results" / f"{time.strftime('%Y%m%dT%H%M%S')}-cluster-read.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"events": total, "partitions": PARTITIONS, "rows": rows, "ratio_2_over_1": ratio,
+                               "cores": os.cpu_count()}, indent=2))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
