@@ -34,6 +34,12 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]
         srv.stop()
 
 
+def _t(iso: str) -> float:
+    from datetime import datetime  # noqa: PLC0415
+
+    return datetime.fromisoformat(iso).timestamp()
+
+
 def _wait_for_dag(server: AirflowServer, dag_id: str, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while server.request("GET", f"/api/v2/dags/{dag_id}").status != 200:
@@ -74,6 +80,7 @@ def test_three_windows_triggered_through_the_rest_api_run_in_fresh_task_processe
     runs = _wait_for_runs(airflow, cfg.name, run_ids)
     assert [r["state"] for r in runs] == ["success"] * 3, airflow.log_tail()
 
+    print("run durations (s):", [round((_t(r["end_date"]) - _t(r["start_date"])), 1) for r in runs])
     # consecutive (max_active_runs=1): each run started after the previous one ended
     for before, after in zip(runs, runs[1:], strict=False):
         assert after["start_date"] >= before["end_date"]
