@@ -374,8 +374,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--only", choices=["cdcflow", "all"], default="all",
-                        help="cdcflow: only the cdcflow MySQL run and the overheads")
+    parser.add_argument("--only", choices=["cdcflow", "sinks", "all"], default="all",
+                        help="cdcflow: only the cdcflow MySQL run and the overheads; sinks: also cdcflow "
+                             "MySQL + Elasticsearch (its ratio to MySQL alone), no ceilings or provider")
     parser.add_argument("--connect", action="store_true",
                         help="also run cdcflow -> MySQL on the long-lived Spark (spark.mode connect), first, and "
                              "report its ratio to the in-process run of the same data")
@@ -432,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
         result.setdefault("ratios", {})["cdcflow_mysql_connect_vs_inprocess"] = round(
             result["cdcflow_mysql_connect"]["events_per_s"] / result["cdcflow_mysql"]["events_per_s"], 3)
 
-    if args.only == "all":
+    if args.only in ("sinks", "all"):
         print("cdcflow end to end, Kafka -> Spark -> MySQL + Elasticsearch ...")
         drop_table("bench_cdcflow_es")
         es_index = f"bench-cdcflow-{uuid.uuid4().hex[:6]}"
@@ -442,6 +443,9 @@ def main(argv: list[str] | None = None) -> int:
                                                  spark, tmp)
         result["checks"]["cdcflow_mysql_es.mysql"] = mysql_checksum("bench_cdcflow_es") == expected
         result["checks"]["cdcflow_mysql_es.es"] = es_checksum(es_index) == expected
+        result.setdefault("ratios", {})["cdcflow_mysql_es_vs_mysql"] = round(
+            result["cdcflow_mysql_es"]["events_per_s"] / result["cdcflow_mysql"]["events_per_s"], 3)
+    if args.only == "all":
         spark.stop()
         print("raw ceilings ...")
         result["raw_consume"] = raw_consume(topic, args.events)
@@ -537,6 +541,7 @@ def print_table(r: dict[str, Any]) -> None:
     if "cdcflow_mysql_es" in r:
         e = r["cdcflow_mysql_es"]
         line("cdcflow Kafka->Spark->MySQL+Elasticsearch, events/s", f"{e['events_per_s']:,}  ({e['seconds']} s)")
+        line("ratio MySQL+Elasticsearch / MySQL alone", str(r["ratios"]["cdcflow_mysql_es_vs_mysql"]))
     if "raw_consume" in r:
         line("ceiling: bare confluent-kafka consume loop, events/s", f"{r['raw_consume']['events_per_s']:,}")
         line("ceiling: bare multi-row upsert, 1 connection, rows/s", f"{r['raw_mysql_upsert']['rows_per_s']:,}  "

@@ -65,7 +65,7 @@ def connect_spark(cfg: SparkConfig, app_name: str = "cdcflow") -> SparkSession:
     _check_reachable(url)  # the client itself retries a refused connection for minutes
     cached = _CONNECT_SESSIONS.get((url, app_name))
     if cached is not None and not cached[1].is_stopped:
-        return _activate(cached[1])
+        return activate(cached[1])
     try:
         spark, target = _create_connect_session(SparkSession, url, app_name)
         # the client's default retries a lost server for 10+ minutes (measured: a window hung > 7 min
@@ -84,7 +84,7 @@ def connect_spark(cfg: SparkConfig, app_name: str = "cdcflow") -> SparkSession:
             "`scripts/services.sh start spark`, or set spark.mode: inprocess to run Spark inside the task; "
             "no offset was moved") from exc
     _CONNECT_SESSIONS[(url, app_name)] = (target, spark)
-    return _activate(spark)
+    return activate(spark)
 
 
 MAX_SESSION_GENERATIONS = 50
@@ -124,13 +124,15 @@ def release_sessions(remote: str) -> None:
         _CONNECT_SESSIONS.pop(key)[1].stop()
 
 
-def _activate(spark: SparkSession) -> SparkSession:
+def activate(spark: SparkSession) -> SparkSession:
     """Make ``spark`` this thread's active session. PySpark 4.0's Connect client binds the result of
     ``localCheckpoint`` to ``SparkSession.active()`` (pyspark.sql.connect.conversion.
     proto_to_remote_cached_dataframe), and only the first session of a process becomes active: in a
     process with two sessions the checkpoint would be looked up on the wrong server
     (DATAFRAME_NOT_FOUND). There is no public setter."""
-    type(spark)._active_session.session = spark  # type: ignore[attr-defined]
+    holder = getattr(type(spark), "_active_session", None)
+    if holder is not None:  # a Connect session (a classic one keeps its own, JVM-side)
+        holder.session = spark
     return spark
 
 

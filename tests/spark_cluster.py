@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -99,18 +100,14 @@ class SparkCluster:
                    poke=self._poke)
 
     def _poke(self) -> None:
-        from pyspark.sql import SparkSession  # noqa: PLC0415
-
-        session = SparkSession.builder.remote(self.remote).create()
-        try:
-            session.range(0, 4, 1, 4).collect()
-        finally:
-            session.stop()
+        # in a child process: a Spark Connect session switches this process's pyspark.sql.functions
+        # to Connect columns (SPARK_CONNECT_MODE_ENABLED), which the in-process tests cannot use
+        code = ("from pyspark.sql import SparkSession; s = SparkSession.builder.remote(%r).create(); "
+                "s.range(0, 4, 1, 4).collect(); s.stop()" % self.remote)
+        subprocess.run([sys.executable, "-c", code], env=self.connect_env(), capture_output=True, timeout=300,
+                       check=False)
 
     def stop(self) -> None:
-        from spark_jobs.session import release_sessions  # noqa: PLC0415
-
-        release_sessions(self.remote)
         for action in (lambda: self._services("stop"),
                        *[lambda i=i: self._daemon("stop", WORKER, i) for i in range(1, self.workers + 1)],
                        lambda: self._daemon("stop", MASTER, 1)):

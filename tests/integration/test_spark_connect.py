@@ -61,22 +61,32 @@ def test_a_spark_that_is_down_fails_the_window_clearly_and_moves_no_offset(confi
     assert store.get_window(cfg.name, "down-1").status == "failed"
 
 
-def test_a_pipeline_whose_server_session_was_closed_gets_the_next_one() -> None:
+CLOSED_SESSION = """
+import json, os, sys
+from cdcflow.config import SparkConfig
+from spark_jobs import session as sessions
+app, remote = sys.argv[1], sessions.resolve_remote(SparkConfig())
+first = sessions.connect_spark(SparkConfig(), app)
+sessions.release_sessions(remote)  # stop(): the server closes the id for good
+second = sessions.connect_spark(SparkConfig(), app)
+out = {"count": second.range(3).count(), "second": [t for t, s in sessions._CONNECT_SESSIONS.values() if s is second],
+       "gen1": sessions.session_url(remote, app, 1)}
+sessions._CONNECT_SESSIONS.clear()  # as a new process would: the chain leads to the same session
+third = sessions.connect_spark(SparkConfig(), app)
+out["third"] = [t for t, s in sessions._CONNECT_SESSIONS.values() if s is third]
+out["cached"] = sessions.connect_spark(SparkConfig(), app) is third
+print(json.dumps(out), flush=True)
+os._exit(0)  # as an Airflow task exits: a stopped session's __del__ can hang closing gRPC at shutdown
+"""
+
+
+def test_a_pipeline_whose_server_session_was_closed_gets_the_next_one(config_dir: Path) -> None:
     """The server never reopens a closed session id (idle timeout, or stopped): the next window of
     the pipeline moves to the next generation of its id, and the one after lands on the same."""
-    from cdcflow.config import SparkConfig
-    from spark_jobs import session as sessions
-
-    app = f"cdcflow-{unique('closed')}"
-    first = sessions.connect_spark(SparkConfig(), app)
-    first_url = sessions.describe(first)
-    sessions.release_sessions(sessions.resolve_remote(SparkConfig()))  # stop(): the server closes the id
-    second = sessions.connect_spark(SparkConfig(), app)
-    assert second.range(3).count() == 3
-    generations = [t for t, s in sessions._CONNECT_SESSIONS.values() if s is second]
-    assert generations == [sessions.session_url(sessions.resolve_remote(SparkConfig()), app, 1)]
-    sessions._CONNECT_SESSIONS.clear()  # as a new process would: the chain leads to the same session
-    third = sessions.connect_spark(SparkConfig(), app)
-    assert [t for t, s in sessions._CONNECT_SESSIONS.values() if s is third] == generations
-    assert sessions.connect_spark(SparkConfig(), app) is third  # one session per server and pipeline
-    assert first_url.startswith("connect sc://")
+    result = subprocess.run([sys.executable, "-c", CLOSED_SESSION, f"cdcflow-{unique('closed')}"], cwd=ROOT,
+                            env=subprocess_env(config_dir), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["count"] == 3
+    assert out["second"] == [out["gen1"]] == out["third"]
+    assert out["cached"] is True  # one session per server and pipeline in a process
