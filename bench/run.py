@@ -304,6 +304,30 @@ def raw_mysql(state: dict[int, tuple[object, ...]]) -> dict[str, Any]:
             "checksum_ok": mysql_checksum(table) == checksum(state)}
 
 
+def raw_mysql_load(state: dict[int, tuple[object, ...]]) -> dict[str, Any]:
+    """The second ceiling: the final rows written to a file and bulk-loaded with one LOAD DATA LOCAL
+    INFILE into an empty table (no upsert, no version guard, no reading)."""
+    import pymysql
+
+    table = "bench_bare_load"
+    create_plain_table(table)
+    conn = pymysql.connect(host="127.0.0.1", port=int(os.environ["CDCFLOW_MYSQL_PORT"]), user=os.environ["CDCFLOW_MYSQL_USER"],
+                           password=os.environ["CDCFLOW_MYSQL_PASSWORD"], database=os.environ["CDCFLOW_MYSQL_DATABASE"],
+                           local_infile=True)
+    rows = list(state.values())
+    path = Path(tempfile.mkstemp(suffix=".tsv")[1])
+    with timed() as t:
+        path.write_text("".join("\t".join(str(v) for v in r) + "\n" for r in rows))
+        with conn.cursor() as cur:
+            cur.execute(f"LOAD DATA LOCAL INFILE '{path}' INTO TABLE `{table}` CHARACTER SET utf8mb4 "
+                        "(id, customer, status, amount, updated_at)")
+        conn.commit()
+    conn.close()
+    path.unlink()
+    return {"rows_per_s": round(len(rows) / t["seconds"]), "rows": len(rows), "seconds": round(t["seconds"], 2),
+            "checksum_ok": mysql_checksum(table) == checksum(state)}
+
+
 def raw_es(state: dict[int, tuple[object, ...]]) -> dict[str, Any]:
     from elasticsearch import Elasticsearch
 
@@ -380,6 +404,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--connect", action="store_true",
                         help="also run cdcflow -> MySQL on the long-lived Spark (spark.mode connect), first, and "
                              "report its ratio to the in-process run of the same data")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="measure every path N times on the same data; the ratios are the medians of the rounds")
     parser.add_argument("--scaling", action="store_true",
                         help="the memory scaling check: cdcflow alone at --events and at 3x --events, peak RSS ratio")
     args = parser.parse_args(argv)
@@ -424,52 +450,28 @@ def main(argv: list[str] | None = None) -> int:
         spark = get_spark(SparkConfig(mode="inprocess"), app_name="cdcflow-bench")
     result["spark_session_start_s"] = round(t["seconds"], 2)
 
-    drop_table("bench_cdcflow")
-    print("cdcflow end to end, Kafka -> Spark -> MySQL ...")
-    result["cdcflow_mysql"] = run_cdcflow("bench_mysql", topic, [mysql_sink], spark, tmp)
-    result["checks"]["cdcflow_mysql"] = mysql_checksum("bench_cdcflow") == expected
-    result["overhead"] = window_overhead(spark, tmp)
-    if args.connect:
-        result.setdefault("ratios", {})["cdcflow_mysql_connect_vs_inprocess"] = round(
-            result["cdcflow_mysql_connect"]["events_per_s"] / result["cdcflow_mysql"]["events_per_s"], 3)
+    reps = []
+    for rep in range(args.repeat):
+        if args.repeat > 1:
+            print(f"-- round {rep + 1} of {args.repeat}")
+        reps.append(measure(rep, args, topic, state, spark, tmp, result["checks"]))
+        if rep == 0:
+            result["overhead"] = window_overhead(spark, tmp)
+    spark.stop()
+    ratios = result.pop("ratios", {})
+    result.update(reps[0])
+    if args.repeat > 1:
+        import statistics
 
-    if args.only in ("sinks", "all"):
-        print("cdcflow end to end, Kafka -> Spark -> MySQL + Elasticsearch ...")
-        drop_table("bench_cdcflow_es")
-        es_index = f"bench-cdcflow-{uuid.uuid4().hex[:6]}"
-        es_sink = {"type": "elasticsearch", "name": "e", "index": es_index, "id_fields": ["id"],
-                   "bulk_max_actions": 1000, "settings": {"number_of_replicas": 0, "refresh_interval": "30s"}}
-        result["cdcflow_mysql_es"] = run_cdcflow("bench_mysql_es", topic, [{**mysql_sink, "table": "bench_cdcflow_es"}, es_sink],
-                                                 spark, tmp)
-        result["checks"]["cdcflow_mysql_es.mysql"] = mysql_checksum("bench_cdcflow_es") == expected
-        result["checks"]["cdcflow_mysql_es.es"] = es_checksum(es_index) == expected
-        result.setdefault("ratios", {})["cdcflow_mysql_es_vs_mysql"] = round(
-            result["cdcflow_mysql_es"]["events_per_s"] / result["cdcflow_mysql"]["events_per_s"], 3)
-    if args.only == "all":
-        spark.stop()
-        print("raw ceilings ...")
-        result["raw_consume"] = raw_consume(topic, args.events)
-        result["raw_mysql_upsert"] = raw_mysql(state)
-        result["checks"]["raw_mysql_upsert"] = result["raw_mysql_upsert"].pop("checksum_ok")
-        result["raw_es_bulk"] = raw_es(state)
-        result["checks"]["raw_es_bulk"] = result["raw_es_bulk"].pop("checksum_ok")
-        print("provider baseline: ConsumeFromTopicOperator via airflow dags test ...")
-        result["provider_baseline"] = provider_baseline(topic, args.events, state)
-        result["checks"]["provider_baseline"] = result["provider_baseline"].pop("checksum_ok")
-        ceilings = {"raw_consume": result["raw_consume"]["events_per_s"],
-                    "raw_mysql_upsert": result["raw_mysql_upsert"]["rows_per_s"]}
-        slowest = min(ceilings, key=ceilings.get)  # type: ignore[arg-type]
-        cdc = result["cdcflow_mysql"]["events_per_s"]
-        result["ratios"] = {
-            **result.get("ratios", {}),
-            "slowest_ceiling": slowest,
-            "cdcflow_mysql_vs_slowest_ceiling": round(cdc / ceilings[slowest], 3),
-            "cdcflow_mysql_vs_provider": round(cdc / result["provider_baseline"]["events_per_s"], 3),
-            "cdcflow_mysql_es_vs_raw_es_bulk": round(result["cdcflow_mysql_es"]["events_per_s"]
-                                                     / result["raw_es_bulk"]["docs_per_s"], 3),
-        }
+        result["rounds"] = reps
+        ratios.update({k: round(statistics.median(r["ratios"][k] for r in reps), 3) for k in reps[0]["ratios"]})
+        ratios["median_of_rounds"] = args.repeat
     else:
-        spark.stop()
+        ratios.update(reps[0]["ratios"])
+    result["ratios"] = ratios
+    if args.connect:
+        ratios["cdcflow_mysql_connect_vs_inprocess"] = round(
+            result["cdcflow_mysql_connect"]["events_per_s"] / result["cdcflow_mysql"]["events_per_s"], 3)
     result["expected_rows"] = expected[0]
     result["finished"] = datetime.now(UTC).isoformat(timespec="seconds")
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -482,6 +484,62 @@ def main(argv: list[str] | None = None) -> int:
     print("correctness: " + ("every sink matches the final state computed from the events" if ok else
                              f"FAILED {[k for k, v in result['checks'].items() if not v]}"))
     return 0 if ok else 1
+
+
+def measure(rep: int, args: argparse.Namespace, topic: str, state: dict[int, tuple[object, ...]], spark: Any,
+            tmp: Path, checks: dict[str, bool]) -> dict[str, Any]:
+    """One round of the measured paths on the topic, each checked against the final state."""
+    expected = checksum(state)
+    out: dict[str, Any] = {}
+    mysql_sink = {"type": "mysql", "name": "m", "create_table": True, "primary_key": ["id"], "columns": COLUMNS,
+                  "batch_size": BATCH}
+    tag = f"_{rep}" if rep else ""
+    paths = [("cdcflow_mysql", "set")] + ([("cdcflow_mysql_rows", "rows")] if args.only == "all" else [])
+    for key, apply in paths:
+        table = "bench_cdcflow" + ("_rows" if apply == "rows" else "")
+        drop_table(table)
+        print(f"cdcflow end to end, Kafka -> Spark -> MySQL (apply: {apply}) ...")
+        out[key] = run_cdcflow(f"bench_{key}{tag}", topic, [{**mysql_sink, "table": table, "apply": apply}], spark, tmp)
+        checks[f"{key}{tag}"] = mysql_checksum(table) == expected
+    cdc = out["cdcflow_mysql"]["events_per_s"]
+    ratios: dict[str, Any] = {}
+    if args.only in ("sinks", "all"):
+        print("cdcflow end to end, Kafka -> Spark -> MySQL + Elasticsearch ...")
+        drop_table("bench_cdcflow_es")
+        es_index = f"bench-cdcflow-{uuid.uuid4().hex[:6]}"
+        es_sink = {"type": "elasticsearch", "name": "e", "index": es_index, "id_fields": ["id"],
+                   "bulk_max_actions": 1000, "settings": {"number_of_replicas": 0, "refresh_interval": "30s"}}
+        out["cdcflow_mysql_es"] = run_cdcflow(f"bench_mysql_es{tag}", topic,
+                                              [{**mysql_sink, "table": "bench_cdcflow_es"}, es_sink], spark, tmp)
+        checks[f"cdcflow_mysql_es.mysql{tag}"] = mysql_checksum("bench_cdcflow_es") == expected
+        checks[f"cdcflow_mysql_es.es{tag}"] = es_checksum(es_index) == expected
+        ratios["cdcflow_mysql_es_vs_mysql"] = round(out["cdcflow_mysql_es"]["events_per_s"] / cdc, 3)
+    if args.only == "all":
+        print("raw ceilings ...")
+        out["raw_consume"] = raw_consume(topic, args.events)
+        for key, fn in (("raw_mysql_upsert", raw_mysql), ("raw_mysql_load", raw_mysql_load), ("raw_es_bulk", raw_es)):
+            out[key] = fn(state)
+            checks[f"{key}{tag}"] = out[key].pop("checksum_ok")
+        print("provider baseline: ConsumeFromTopicOperator via airflow dags test ...")
+        out["provider_baseline"] = provider_baseline(topic, args.events, state)
+        checks[f"provider_baseline{tag}"] = out["provider_baseline"].pop("checksum_ok")
+        ceilings = {"raw_consume": out["raw_consume"]["events_per_s"],
+                    "raw_mysql_upsert": out["raw_mysql_upsert"]["rows_per_s"]}
+        slowest = min(ceilings, key=ceilings.get)  # type: ignore[arg-type]
+        provider = out["provider_baseline"]["events_per_s"]
+        ratios.update({
+            "cdcflow_mysql_vs_provider": round(cdc / provider, 3),
+            "cdcflow_mysql_vs_raw_mysql_upsert": round(cdc / out["raw_mysql_upsert"]["rows_per_s"], 3),
+            "cdcflow_mysql_vs_raw_mysql_load": round(cdc / out["raw_mysql_load"]["rows_per_s"], 3),
+            "cdcflow_mysql_vs_slowest_ceiling": round(cdc / ceilings[slowest], 3),
+            "cdcflow_mysql_rows_vs_provider": round(out["cdcflow_mysql_rows"]["events_per_s"] / provider, 3),
+            "cdcflow_mysql_set_vs_rows": round(cdc / out["cdcflow_mysql_rows"]["events_per_s"], 3),
+            "cdcflow_mysql_es_vs_raw_es_bulk": round(out["cdcflow_mysql_es"]["events_per_s"]
+                                                     / out["raw_es_bulk"]["docs_per_s"], 3),
+        })
+        out["slowest_ceiling"] = slowest
+    out["ratios"] = ratios
+    return out
 
 
 def scaling(args: argparse.Namespace) -> int:
@@ -533,31 +591,35 @@ def print_table(r: dict[str, Any]) -> None:
     c = r["cdcflow_mysql"]
     line("cdcflow Kafka->Spark->MySQL (windows of 250k), events/s", f"{c['events_per_s']:,}  ({c['seconds']} s, "
          f"{len(c['windows'])} windows: {[w['seconds'] for w in c['windows']]} s)")
+    if "cdcflow_mysql_rows" in r:
+        k = r["cdcflow_mysql_rows"]
+        line("cdcflow ... MySQL with apply: rows (the old path), events/s", f"{k['events_per_s']:,}  ({k['seconds']} s)")
     if "cdcflow_mysql_connect" in r:
         k = r["cdcflow_mysql_connect"]
         line("cdcflow ... on the long-lived Spark (connect), events/s", f"{k['events_per_s']:,}  ({k['seconds']} s, "
              f"{len(k['windows'])} windows: {[w['seconds'] for w in k['windows']]} s)")
-        line("ratio connect / in-process", str(r["ratios"]["cdcflow_mysql_connect_vs_inprocess"]))
     if "cdcflow_mysql_es" in r:
         e = r["cdcflow_mysql_es"]
         line("cdcflow Kafka->Spark->MySQL+Elasticsearch, events/s", f"{e['events_per_s']:,}  ({e['seconds']} s)")
-        line("ratio MySQL+Elasticsearch / MySQL alone", str(r["ratios"]["cdcflow_mysql_es_vs_mysql"]))
     if "raw_consume" in r:
         line("ceiling: bare confluent-kafka consume loop, events/s", f"{r['raw_consume']['events_per_s']:,}")
         line("ceiling: bare multi-row upsert, 1 connection, rows/s", f"{r['raw_mysql_upsert']['rows_per_s']:,}  "
              f"({r['raw_mysql_upsert']['rows']:,} final rows)")
+        line("ceiling: bare LOAD DATA LOCAL INFILE into an empty table, rows/s", f"{r['raw_mysql_load']['rows_per_s']:,}")
         line("ceiling: bare Elasticsearch bulk, docs/s", f"{r['raw_es_bulk']['docs_per_s']:,}")
         p = r["provider_baseline"]
         line("provider ConsumeFromTopicOperator + batch upsert, events/s", f"{p['events_per_s']:,}  (operator "
              f"{p['operator_seconds']} s; {p['events_per_s_wall']:,}/s incl. Airflow start)")
-        for k, v in r["ratios"].items():
-            line(f"ratio {k}", str(v))
     o = r["overhead"]
     line("window overhead: no new data (warm session / fresh process), s",
          f"{o['window_no_new_data_s']} / {o['window_no_new_data_fresh_process_s']}")
     line("window overhead: 1,000 records (warm session / fresh process), s",
          f"{o['window_1000_records_s']} / {o['window_1000_records_fresh_process_s']}")
     line("Spark session start (once per process), s", str(r["spark_session_start_s"]))
+    rounds = r["ratios"].get("median_of_rounds")
+    for k, v in r["ratios"].items():
+        if k != "median_of_rounds":
+            line(f"ratio {k}" + (f" (median of {rounds})" if rounds and k in r["rounds"][0]["ratios"] else ""), str(v))
     for name in ("cdcflow_mysql", "cdcflow_mysql_es", "provider_baseline"):
         if name in r:
             line(f"peak RSS during {name}, MiB", json.dumps(r[name]["peak_rss_mib"]))

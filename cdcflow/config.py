@@ -153,7 +153,13 @@ class MySqlSinkConfig(StrictModel):
         default_factory=list, description="Explicit column mapping; empty: from the record schema (needs transforms).")
     create_table: bool = Field(default=False, description="Create missing tables (Kafka Connect's auto.create).")
     auto_evolve: bool = Field(default=False, description="Add nullable columns for new fields; never drops any.")
-    batch_size: int = Field(default=500, ge=1, le=10_000)
+    batch_size: int = Field(default=500, ge=1, le=10_000, description="Rows per statement on the row path.")
+    apply: Literal["set", "rows"] = Field(
+        default="set", description="set: bulk-load each batch of changes into a temporary table and apply it "
+        "with one version-guarded upsert and one delete join (falls back to rows for a batch MySQL rejects); "
+        "rows: multi-row upserts of batch_size rows.")
+    set_rows: int = Field(default=50_000, ge=100, le=1_000_000,
+                          description="Changes per set-based transaction (apply: set).")
 
     @model_validator(mode="after")
     def _keys_are_columns(self) -> MySqlSinkConfig:

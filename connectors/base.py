@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+import pyarrow as pa
+
 from connectors.kafka.dlq import FailedRecord, Header
 
 ChangeOp = Literal["upsert", "delete"]
@@ -30,6 +32,36 @@ class SourceRef:
     key: bytes | None
     value: bytes | None
     headers: Sequence[Header] = ()
+
+
+class ArrowRecords:
+    """The raw columns (topic, partition, offset, key, value, headers) of an Arrow batch, converted
+    to Python only for the rows that ask: a rejected row needs its original bytes for the DLQ, the
+    others never do."""
+
+    def __init__(self, batch: pa.RecordBatch) -> None:
+        self.batch = batch
+        self.topic = batch.column("topic").to_pylist()
+        self.partition = batch.column("partition").to_pylist()
+        self.offset = batch.column("offset").to_pylist()
+
+    def ref(self, i: int) -> SourceRef:
+        return _LazyRef(self, i)  # type: ignore[return-value]
+
+
+class _LazyRef:
+    __slots__ = ("_raw", "_i")
+
+    def __init__(self, raw: ArrowRecords, i: int) -> None:
+        self._raw, self._i = raw, i
+
+    topic = property(lambda self: self._raw.topic[self._i])
+    partition = property(lambda self: self._raw.partition[self._i])
+    offset = property(lambda self: self._raw.offset[self._i])
+    key = property(lambda self: self._raw.batch.column("key")[self._i].as_py())
+    value = property(lambda self: self._raw.batch.column("value")[self._i].as_py())
+    headers = property(lambda self: [(h["key"], h["value"])
+                                     for h in self._raw.batch.column("headers")[self._i].as_py() or []])
 
 
 @dataclass(frozen=True)
@@ -75,3 +107,10 @@ class Sink(Protocol):
     def flush(self) -> list[FailedRecord]: ...
 
     def close(self) -> None: ...
+
+
+class ArrowSink(Sink, Protocol):
+    """A sink that takes the window's Arrow batches as they are (typed columns ``c_0``…,
+    ``change_op``, ``version`` and the raw columns), for set-based writes with no per-row Python."""
+
+    def write_arrow(self, batch: pa.RecordBatch) -> list[FailedRecord]: ...

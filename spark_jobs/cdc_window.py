@@ -145,9 +145,10 @@ def _writer(job: WindowJob, target: SinkTarget) -> Callable[[Iterator[pa.RecordB
                 classes[rec.error_class] = classes.get(rec.error_class, 0) + 1
 
         sink.open()
+        write_arrow = getattr(sink, "write_arrow", None)  # an ArrowSink takes the batches as they are
         try:
             for batch in batches:
-                handle(sink.write(kind.to_changes(batch, cfg)))
+                handle(write_arrow(batch) if write_arrow is not None else sink.write(kind.to_changes(batch, cfg)))
             handle(sink.flush())
             if dlq is not None:
                 dlq.flush()  # before the task reports success, so before any commit

@@ -17,7 +17,8 @@ from pydantic import ValidationError
 
 from cdcflow.config import KAFKA_PK_COLUMNS, ElasticsearchSinkConfig, MySqlSinkConfig
 from cdcflow.errors import ConfigError
-from connectors.base import Change, Sink, SourceRef
+from connectors.base import ArrowRecords, Change, Sink
+from connectors.mysql.sink import arrow_changes
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -37,34 +38,6 @@ class SinkTarget:
         return f"{self.config.type}:{self.config.name}"
 
 
-class _RawRecords:
-    """The raw columns of an Arrow batch, converted to Python only for the rows that ask (a rejected
-    row needs its original bytes for the DLQ; the others never do)."""
-
-    def __init__(self, batch: pa.RecordBatch) -> None:
-        self.batch = batch
-        self.topic = batch.column("topic").to_pylist()
-        self.partition = batch.column("partition").to_pylist()
-        self.offset = batch.column("offset").to_pylist()
-
-    def ref(self, i: int) -> SourceRef:
-        return _LazyRef(self, i)  # type: ignore[return-value]
-
-
-class _LazyRef:
-    __slots__ = ("_raw", "_i")
-
-    def __init__(self, raw: _RawRecords, i: int) -> None:
-        self._raw, self._i = raw, i
-
-    topic = property(lambda self: self._raw.topic[self._i])
-    partition = property(lambda self: self._raw.partition[self._i])
-    offset = property(lambda self: self._raw.offset[self._i])
-    key = property(lambda self: self._raw.batch.column("key")[self._i].as_py())
-    value = property(lambda self: self._raw.batch.column("value")[self._i].as_py())
-    headers = property(lambda self: [(h["key"], h["value"]) for h in self._raw.batch.column("headers")[self._i].as_py() or []])
-
-
 def _columns(batch: pa.RecordBatch, names: list[str]) -> list[list[Any]]:
     return [batch.column(n).to_pylist() for n in names]
 
@@ -80,19 +53,6 @@ class SinkType:
     prepare: Callable[[SinkTarget], None] = lambda t: None
 
 
-def _mysql_changes(batch: pa.RecordBatch, cfg: MySqlSinkConfig) -> list[Change]:
-    raw = _RawRecords(batch)
-    names = [c.name for c in cfg.columns]
-    cols = _columns(batch, [f"c_{i}" for i in range(len(names))])
-    ops, versions = _columns(batch, ["change_op", "version"])
-    key_at = [names.index(k) for k in cfg.primary_key]
-    out = []
-    for i, values in enumerate(zip(*cols, strict=True)):
-        out.append(Change(ops[i], tuple(values[k] for k in key_at), dict(zip(names, values, strict=True)),
-                          versions[i], raw.ref(i)))
-    return out
-
-
 def _mysql_open(target: SinkTarget) -> Sink:
     from connectors.mysql.sink import MySqlSink  # noqa: PLC0415 - executor-side import
 
@@ -101,7 +61,7 @@ def _mysql_open(target: SinkTarget) -> Sink:
 
 
 def _es_changes(batch: pa.RecordBatch, _cfg: ElasticsearchSinkConfig) -> list[Change]:
-    raw = _RawRecords(batch)
+    raw = ArrowRecords(batch)
     ops, versions, index, ids, docs = _columns(batch, ["change_op", "version", "c_0", "c_1", "c_2"])
     return [Change(ops[i], (index[i], ids[i]), {"doc": docs[i]}, versions[i] or 0, raw.ref(i))
             for i in range(len(ops))]
@@ -208,7 +168,7 @@ def _mysql_prepare(target: SinkTarget) -> None:
 
 
 SINK_TYPES: dict[str, SinkType] = {
-    "mysql": SinkType(_mysql_project, _mysql_keys, _mysql_changes, _mysql_open, _mysql_expand, _mysql_prepare),
+    "mysql": SinkType(_mysql_project, _mysql_keys, arrow_changes, _mysql_open, _mysql_expand, _mysql_prepare),
     "elasticsearch": SinkType(_es_project, lambda cfg: None if cfg.key_ignore else ["c_0", "c_1"],
                               _es_changes, _es_open),
 }

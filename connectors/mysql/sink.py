@@ -10,6 +10,15 @@
 * A batch that MySQL rejects for its data is retried row by row; the rows it still rejects are
   returned as failed records (they go to the DLQ). Connection and server failures raise.
 Identifiers are always quoted.
+
+Two ways to apply, with the same guarantees (``apply`` in the sink config):
+
+* ``set`` (default, :meth:`MySqlSink.write_arrow`): up to ``set_rows`` changes are bulk-loaded,
+  column-wise from Arrow (connectors/mysql/bulk.py), into temporary tables with the target's column
+  types, then applied in the same transaction by one ``INSERT … SELECT … ON DUPLICATE KEY UPDATE``
+  with the version guard, one ``DELETE … JOIN`` and one tombstone ``INSERT … SELECT``. A batch that
+  MySQL rejects for its data is re-applied on the row path, which isolates the bad rows.
+* ``rows``: multi-row ``INSERT … ON DUPLICATE KEY UPDATE`` of ``batch_size`` rows, built per row.
 """
 
 from __future__ import annotations
@@ -20,14 +29,18 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pymysql
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
 from cdcflow.config import MySqlSinkConfig
 from cdcflow.errors import CdcflowError, ConfigError, SinkUnavailable
-from connectors.base import Change, SinkStats
+from connectors.base import ArrowRecords, Change, SinkStats
 from connectors.kafka.dlq import FailedRecord
+from connectors.mysql import bulk
 
 VERSION_COLUMN = "__cdc_version"
 TOMBSTONES = "cdcflow_tombstones"
@@ -43,6 +56,9 @@ DATA_ERRORS = frozenset({1048, 1062, 1264, 1265, 1292, 1364, 1366, 1367, 1406, 1
 RETRY_ERRORS = frozenset({1205, 1213})
 # Problems of the deployment rather than of a record: fail the window with the server's words.
 CONFIG_ERRORS = frozenset({1044, 1045, 1049, 1054, 1059, 1103, 1142, 1146, 1166, 1170})
+SET_PAYLOAD_BYTES = 4_000_000  # per INSERT of the staging load: well under max_allowed_packet (16 MiB default)
+UPSERT_STAGE, DELETE_STAGE = "cdcflow_stage_upserts", "cdcflow_stage_deletes"
+HASH_COLUMN, KEY_JSON_COLUMN = "__cdc_key_hash", "__cdc_key_json"
 
 
 def quote(identifier: str) -> str:
@@ -50,6 +66,11 @@ def quote(identifier: str) -> str:
     if "\x00" in identifier:
         raise ConfigError(f"identifier {identifier!r} contains a NUL byte")
     return "`" + identifier.replace("`", "``") + "`"
+
+
+def literal(text: str) -> str:
+    """A MySQL string literal (backslash escapes on, as the sink's session has them)."""
+    return "'" + pymysql.converters.escape_string(text) + "'"
 
 
 def error_code(exc: BaseException) -> int | None:
@@ -63,6 +84,18 @@ def key_hash(key: tuple[Any, ...]) -> tuple[bytes, str]:
     return hashlib.sha1(text.encode("utf-8")).digest(), text
 
 
+def arrow_changes(batch: pa.RecordBatch, cfg: MySqlSinkConfig) -> list[Change]:
+    """A batch of the window's sink frame (c_0… in the order of ``cfg.columns``) as Changes."""
+    raw = ArrowRecords(batch)
+    names = [c.name for c in cfg.columns]
+    cols = [batch.column(f"c_{i}").to_pylist() for i in range(len(names))]
+    ops, versions = batch.column("change_op").to_pylist(), batch.column("version").to_pylist()
+    key_at = [names.index(k) for k in cfg.primary_key]
+    return [Change(ops[i], tuple(values[k] for k in key_at), dict(zip(names, values, strict=True)), versions[i],
+                   raw.ref(i))
+            for i, values in enumerate(zip(*cols, strict=True))]
+
+
 class MySqlSink:
     """Writes changes to one table; see the module docstring for the guarantees."""
 
@@ -73,6 +106,8 @@ class MySqlSink:
         self.max_lock_retries = max_lock_retries
         self.stats = SinkStats()
         self._buffer: list[Change] = []
+        self._pending: list[pa.RecordBatch] = []  # apply: set
+        self._pending_rows = 0
         self._engine: sa.Engine | None = None
         self._newest_tombstone: int | None = None
         self._columns = [c.name for c in cfg.columns]
@@ -96,6 +131,38 @@ class MySqlSink:
         self.tombstone_sql = (
             f"INSERT INTO {quote(TOMBSTONES)} (table_name, key_hash, key_json, version) "
             "VALUES (%s, %s, %s, %s) ON DUPLICATE KEY UPDATE version = GREATEST(version, VALUES(version))")
+        # set-based: the same guard, from the staging tables (target columns qualified: the SELECT may join)
+        su, sd, tb = quote(UPSERT_STAGE), quote(DELETE_STAGE), quote(TOMBSTONES)
+        name = literal(self.cfg.table)  # inlined: these run without parameters, so '%' in a name is plain
+        h = quote(HASH_COLUMN)
+        tv = f"{t}.{v}"
+        set_guarded = [f"{t}.{quote(c)} = IF(VALUES({v}) >= {tv}, VALUES({quote(c)}), {t}.{quote(c)})"
+                       for c in self._data_columns]
+        set_guarded.append(f"{tv} = GREATEST({tv}, VALUES({v}))")
+        selected = ", ".join(f"s.{quote(c)}" for c in cols)
+        self.set_upsert_sql = (f"INSERT INTO {t} ({collist}) SELECT {selected} FROM {su} s "
+                               f"ON DUPLICATE KEY UPDATE {', '.join(set_guarded)}")
+        # when some tombstone may be newer than an upsert of the batch (replays): skip those upserts
+        self.set_upsert_live_sql = (
+            f"INSERT INTO {t} ({collist}) SELECT {selected} FROM {su} s LEFT JOIN {tb} tb "
+            f"ON tb.table_name = {name} AND tb.key_hash = UNHEX(s.{h}) WHERE tb.version IS NULL OR s.{v} > tb.version "
+            f"ON DUPLICATE KEY UPDATE {', '.join(set_guarded)}")
+        self.set_stale_sql = (f"SELECT COUNT(*) FROM {su} s JOIN {tb} tb ON tb.table_name = {name} "
+                              f"AND tb.key_hash = UNHEX(s.{h}) WHERE s.{v} <= tb.version")
+        on = " AND ".join(f"{t}.{quote(k)} = d.{quote(k)}" for k in self.cfg.primary_key)
+        self.set_delete_sql = f"DELETE {t} FROM {t} JOIN {sd} d ON {on} WHERE {tv} <= d.{v}"
+        self.set_tombstone_sql = (
+            f"INSERT INTO {tb} (table_name, key_hash, key_json, version) "
+            f"SELECT {name}, UNHEX(d.{h}), d.{quote(KEY_JSON_COLUMN)}, d.{v} FROM {sd} d "
+            f"ON DUPLICATE KEY UPDATE version = GREATEST({tb}.version, VALUES(version))")
+        keylist = ", ".join(quote(k) for k in self.cfg.primary_key)
+        # staging tables with the target's column types (and NOT NULLs): a value MySQL would reject
+        # in the target is rejected by the load, in strict mode, as on the row path
+        # (the added columns take NULL: MariaDB checks NOT NULL ones without a default even on no rows)
+        self.stage_sql = (f"CREATE TEMPORARY TABLE {su} ({h} CHAR(40) NULL DEFAULT NULL) "
+                          f"SELECT {collist} FROM {t} WHERE 1 = 0")
+        self.stage_delete_sql = (f"CREATE TEMPORARY TABLE {sd} ({h} CHAR(40) NULL DEFAULT NULL, "
+                                 f"{quote(KEY_JSON_COLUMN)} TEXT NULL DEFAULT NULL) SELECT {keylist}, {v} FROM {t} WHERE 1 = 0")
 
     def create_table_sql(self) -> str:
         lines = [f"{quote(c.name)} {c.type} {'NOT NULL' if (c.name in self.cfg.primary_key or not c.nullable) else 'NULL'}"
@@ -157,9 +224,18 @@ class MySqlSink:
             failed += self._apply(batch)
         return failed
 
+    def write_arrow(self, batch: pa.RecordBatch) -> list[FailedRecord]:
+        """The set-based path (``apply: set``); ``rows`` converts the batch and takes the row path."""
+        if self.cfg.apply == "rows":
+            return self.write(arrow_changes(batch, self.cfg))
+        self._pending.append(batch)
+        self._pending_rows += batch.num_rows
+        return self._apply_pending() if self._pending_rows >= self.cfg.set_rows else []
+
     def flush(self) -> list[FailedRecord]:
+        failed = self._apply_pending() if self._pending else []
         batch, self._buffer = self._buffer, []
-        return self._apply(batch) if batch else []
+        return failed + (self._apply(batch) if batch else [])
 
     def close(self) -> None:
         if self._engine is not None:
@@ -203,6 +279,90 @@ class MySqlSink:
         if count:
             self.stats.add(stats)
 
+    def _apply_pending(self) -> list[FailedRecord]:
+        table = pa.Table.from_batches(self._pending)
+        self._pending, self._pending_rows = [], 0
+        for attempt in range(self.max_lock_retries + 1):
+            try:
+                self.stats.add(self._apply_set(table))
+                return []
+            except (DBAPIError, pymysql.MySQLError) as exc:  # the set path runs on the DBAPI cursor
+                code = error_code(exc)
+                if code in RETRY_ERRORS and attempt < self.max_lock_retries:
+                    time.sleep(0.1 * 2 ** attempt)
+                    continue
+                if code in DATA_ERRORS:
+                    break  # some row's data: the row path finds which, and sends only those to the DLQ
+                raise self._infra_error("writing", exc) from exc
+            except bulk.NotBulkLoadable:
+                break  # e.g. a binary column: the row path binds it as a parameter
+        self.stats.extra["set_fallbacks"] = self.stats.extra.get("set_fallbacks", 0) + 1
+        failed: list[FailedRecord] = []
+        for batch in table.to_batches():
+            failed += self.write(arrow_changes(batch, self.cfg))
+        batch_rows, self._buffer = self._buffer, []
+        return failed + (self._apply(batch_rows) if batch_rows else [])
+
+    def _apply_set(self, table: pa.Table) -> SinkStats:
+        """One transaction: load the upserts and the deletes into temporary tables, then apply each
+        set with one statement (see the module docstring)."""
+        assert self._engine is not None, "open() first"
+        ops = table.column("change_op")
+        upserts, deletes = table.filter(pc.equal(ops, "upsert")), table.filter(pc.equal(ops, "delete"))
+        stats = SinkStats()
+        names = [f"c_{i}" for i in range(len(self._columns))]
+        with self._engine.begin() as conn:
+            cursor = conn.connection.cursor()  # the DBAPI cursor: statements without % formatting
+            if upserts.num_rows:
+                columns = [upserts.column(n) for n in names] + [upserts.column("version")]
+                versions = upserts.column("version")
+                guarded = (self._newest_tombstone is not None
+                           and pc.min(versions).as_py() <= self._newest_tombstone)
+                if guarded:  # a tombstone may be newer than some of these: look them up in the join
+                    columns.append(pa.array([key_hash(k)[0].hex() for k in self._keys(upserts)], pa.string()))
+                cursor.execute(self.stage_sql)
+                self._load(cursor, UPSERT_STAGE, [*self._columns, VERSION_COLUMN] + ([HASH_COLUMN] if guarded else []),
+                           columns)
+                if guarded:
+                    cursor.execute(self.set_stale_sql)
+                    stats.stale += cursor.fetchone()[0]
+                    cursor.execute(self.set_upsert_live_sql)
+                else:
+                    cursor.execute(self.set_upsert_sql)
+                stats.upserted += upserts.num_rows - stats.stale
+            if deletes.num_rows:
+                hashed = [key_hash(k) for k in self._keys(deletes)]
+                cursor.execute(self.stage_delete_sql)
+                self._load(cursor, DELETE_STAGE, [*self.cfg.primary_key, VERSION_COLUMN, HASH_COLUMN, KEY_JSON_COLUMN],
+                           [deletes.column(f"c_{self._columns.index(k)}") for k in self.cfg.primary_key]
+                           + [deletes.column("version"), pa.array([h.hex() for h, _j in hashed], pa.string()),
+                              pa.array([j for _h, j in hashed], pa.string())])
+                cursor.execute(self.set_delete_sql)
+                cursor.execute(self.set_tombstone_sql)
+                stats.deleted += deletes.num_rows
+            cursor.execute(f"DROP TEMPORARY TABLE IF EXISTS {quote(UPSERT_STAGE)}, {quote(DELETE_STAGE)}")
+        stats.extra["set_batches"] = 1
+        return stats
+
+    def _keys(self, table: pa.Table) -> list[tuple[Any, ...]]:
+        """Primary keys as the row path builds them (Python values), for the tombstone hashes."""
+        cols = [table.column(f"c_{self._columns.index(k)}").to_pylist() for k in self.cfg.primary_key]
+        return list(zip(*cols, strict=True))
+
+    def _load(self, cursor: Any, stage: str, names: list[str], columns: list[pa.Array | pa.ChunkedArray]) -> None:
+        """Multi-row INSERTs of escaped literals, each under SET_PAYLOAD_BYTES."""
+        head = f"INSERT INTO {quote(stage)} ({', '.join(quote(n) for n in names)}) VALUES "
+        rows = len(columns[0])
+        step = rows
+        start = 0
+        while start < rows:
+            payload = bulk.values([c.slice(start, step) for c in columns])
+            if len(payload) > SET_PAYLOAD_BYTES and step > 1:
+                step = max(1, step * SET_PAYLOAD_BYTES // len(payload) * 9 // 10)
+                continue
+            cursor.execute(head.encode("utf-8") + payload)  # bytes: pymysql sends them as they are
+            start += step
+
     def _without_tombstoned(self, conn: sa.Connection, upserts: list[Change]) -> list[Change]:
         if self._newest_tombstone is None or min(c.version for c in upserts) > self._newest_tombstone:
             return upserts
@@ -231,7 +391,7 @@ class MySqlSink:
                 self.stats.failed += 1
         return failed
 
-    def _infra_error(self, doing: str, exc: DBAPIError) -> CdcflowError:
+    def _infra_error(self, doing: str, exc: DBAPIError | pymysql.MySQLError) -> CdcflowError:
         code = error_code(exc)
         orig = getattr(exc, "orig", exc)
         where = sa.make_url(self.url).render_as_string(hide_password=True)

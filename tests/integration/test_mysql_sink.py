@@ -1,0 +1,143 @@
+"""The MySQL sink's two apply paths on the real MariaDB: the set-based path (staging tables, one
+statement per set) must leave exactly the state the row path leaves, keep every guarantee (never
+older, no resurrected delete, idempotent) and send only the bad rows of a rejected batch to the DLQ."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pytest
+import sqlalchemy as sa
+
+from cdcflow.config import MySqlSinkConfig
+from cdcflow.connections import get_connection
+from connectors.mysql import sink as mysql_sink
+from connectors.mysql.sink import MySqlSink
+from tests.helpers import mysql_engine, unique
+
+pytestmark = pytest.mark.usefixtures("services")
+
+COLUMNS = [{"name": "id", "type": "BIGINT"}, {"name": "name", "type": "VARCHAR(32)"},
+           {"name": "amount", "type": "DECIMAL(10,2)"}, {"name": "note", "type": "TEXT"},
+           {"name": "score", "type": "DOUBLE"}]
+HOSTILE = ["it's", 'say "hi"', "back\\slash", "tab\there", "new\nline", "cr\rlf", "nul\x00byte", "ctrl-z\x1a",
+           "100% sure", "'); DROP TABLE x; --", "emoji \U0001F600 é", "", "NULL", "\\N", "\\"]
+
+
+def make_sink(table: str, apply: str, **extra: Any) -> MySqlSink:
+    cfg = MySqlSinkConfig(type="mysql", name="m", table=table, primary_key=["id"], columns=COLUMNS,
+                          create_table=True, apply=apply, batch_size=7, **extra)
+    sink = MySqlSink(cfg, get_connection("cdcflow_mysql").sqlalchemy_url())
+    sink.open()
+    return sink
+
+
+def batch(rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
+    """The window's sink frame as the writer task sees it: (op, version, id, name, amount, note, score)."""
+    n = len(rows)
+    col = list(zip(*rows, strict=True)) if rows else [[]] * 7
+    return pa.RecordBatch.from_pydict({
+        "topic": ["t"] * n, "partition": [0] * n, "offset": list(range(n)),
+        "key": pa.array([b"k"] * n, pa.binary()), "value": pa.array([b"v"] * n, pa.binary()),
+        "headers": pa.array([[]] * n, pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+        "change_op": list(col[0]), "version": pa.array(col[1], pa.int64()), "c_0": pa.array(col[2], pa.int64()),
+        "c_1": pa.array(col[3], pa.string()), "c_2": pa.array(col[4], pa.decimal128(10, 2)),
+        "c_3": pa.array(col[5], pa.string()), "c_4": pa.array(col[6], pa.float64())})
+
+
+def apply(sink: MySqlSink, rows: list[tuple[Any, ...]]) -> list[Any]:
+    failed = sink.write_arrow(batch(rows))
+    return failed + sink.flush()
+
+
+def table_rows(table: str) -> list[tuple[Any, ...]]:
+    with mysql_engine().connect() as conn:
+        return [tuple(r) for r in conn.exec_driver_sql(
+            f"SELECT id, name, amount, note, score, __cdc_version FROM `{table}` ORDER BY id").all()]
+
+
+def hostile_changes() -> list[tuple[Any, ...]]:
+    rows: list[tuple[Any, ...]] = []
+    for i, text in enumerate(HOSTILE):
+        rows.append(("upsert", 10 + i, i, text[:32], Decimal(f"{i}.25"), text * 3, i / 3 if i % 4 else None))
+    rows.append(("upsert", 50, 100, None, None, None, -1.5e-7))  # every nullable column null
+    rows.append(("delete", 60, 101, None, None, None, None))    # a delete of a key never seen
+    return rows
+
+
+def test_set_path_writes_exactly_what_the_row_path_writes_for_hostile_values() -> None:
+    t_set, t_rows = unique("set"), unique("rows")
+    sinks = make_sink(t_set, "set"), make_sink(t_rows, "rows")
+    try:
+        for s in sinks:
+            assert apply(s, hostile_changes()) == []
+        assert table_rows(t_set) == table_rows(t_rows)
+        got = {r[0]: r for r in table_rows(t_set)}
+        assert got[0][1] == "it's" and got[6][3] == "nul\x00byte" * 3 and got[10][1] == "emoji \U0001F600 é"
+        assert got[12][1] == "NULL" and got[13][1] == "\\N" and got[100][1:5] == (None, None, None, -1.5e-7)
+        assert sinks[0].stats.extra.get("set_batches") == 1 and sinks[0].stats.upserted == len(HOSTILE) + 1
+        assert sinks[0].stats.deleted == 1
+    finally:
+        for s in sinks:
+            s.close()
+
+
+def test_set_path_never_goes_back_and_never_resurrects_a_delete() -> None:
+    table = unique("guard")
+    sink = make_sink(table, "set")
+    try:
+        assert apply(sink, [("upsert", 20, 1, "new", Decimal("2.00"), None, None),
+                            ("upsert", 20, 2, "doomed", Decimal("1.00"), None, None)]) == []
+        assert apply(sink, [("delete", 30, 2, None, None, None, None)]) == []
+        sink.close()
+        sink = make_sink(table, "set")  # a replay starts a new task: it reads the newest tombstone
+        # a replay of older changes: neither the older value nor the deleted key may come back
+        assert apply(sink, [("upsert", 10, 1, "old", Decimal("9.00"), None, None),
+                            ("upsert", 10, 2, "doomed", Decimal("1.00"), None, None),
+                            ("upsert", 40, 3, "fresh", Decimal("3.00"), None, None)]) == []
+        assert table_rows(table) == [(1, "new", Decimal("2.00"), None, None, 20),
+                                     (3, "fresh", Decimal("3.00"), None, None, 40)]
+        assert sink.stats.stale == 1  # the tombstoned key; the older row is kept by the version guard
+        # the same window again is a no-op
+        assert apply(sink, [("upsert", 40, 3, "fresh", Decimal("3.00"), None, None)]) == []
+        assert table_rows(table)[-1] == (3, "fresh", Decimal("3.00"), None, None, 40)
+        # an upsert newer than the tombstone brings the key back, as the row path does
+        assert apply(sink, [("upsert", 50, 2, "reborn", Decimal("5.00"), None, None)]) == []
+        assert table_rows(table)[1] == (2, "reborn", Decimal("5.00"), None, None, 50)
+    finally:
+        sink.close()
+
+
+def test_a_rejected_set_falls_back_to_rows_and_only_the_bad_row_fails() -> None:
+    table = unique("bad")
+    sink = make_sink(table, "set")
+    try:
+        rows = [("upsert", 5, i, f"name{i}", Decimal(i), None, None) for i in range(20)]
+        rows[13] = ("upsert", 5, 13, "x" * 40, Decimal(13), None, None)  # too long for VARCHAR(32)
+        failed = apply(sink, rows)
+        assert [(f.offset, f.stage) for f in failed] == [(13, "sink")]
+        assert "(key [13])" in failed[0].message and "Data too long for column 'name'" in failed[0].message
+        assert failed[0].value == b"v"  # the original bytes, for the DLQ
+        assert [r[0] for r in table_rows(table)] == [i for i in range(20) if i != 13]
+        assert sink.stats.extra.get("set_fallbacks") == 1 and sink.stats.failed == 1
+    finally:
+        sink.close()
+
+
+def test_large_sets_are_split_into_transactions_and_statements(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mysql_sink, "SET_PAYLOAD_BYTES", 2_000)  # many INSERTs per staging load
+    table = unique("split")
+    sink = make_sink(table, "set", set_rows=300)
+    try:
+        rows = [("upsert", 7, i, f"n{i}", Decimal(i % 1000), "z" * (i % 50), float(i)) for i in range(1_000)]
+        for start in range(0, 1_000, 100):  # the writer task gets batches; 300 rows make a transaction
+            assert sink.write_arrow(batch(rows[start:start + 100])) == []
+        assert sink.flush() == []
+        assert sink.stats.extra["set_batches"] == 4 and sink.stats.upserted == 1_000
+        with mysql_engine().connect() as conn:
+            count, total = conn.execute(sa.text(f"SELECT COUNT(*), SUM(LENGTH(note)) FROM `{table}`")).one()
+        assert (count, total) == (1_000, sum(i % 50 for i in range(1_000)))
+    finally:
+        sink.close()
