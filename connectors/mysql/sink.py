@@ -68,6 +68,13 @@ def quote(identifier: str) -> str:
     return "`" + identifier.replace("`", "``") + "`"
 
 
+def _lap(stats: SinkStats, key: str, since: float) -> float:
+    """Add the seconds since ``since`` to ``stats.extra[key]`` (where a set's time goes)."""
+    now = time.perf_counter()
+    stats.extra[key] = round(stats.extra.get(key, 0.0) + now - since, 3)
+    return now
+
+
 def literal(text: str) -> str:
     """A MySQL string literal (backslash escapes on, as the sink's session has them)."""
     return "'" + pymysql.converters.escape_string(text) + "'"
@@ -140,13 +147,14 @@ class MySqlSink:
                        for c in self._data_columns]
         set_guarded.append(f"{tv} = GREATEST({tv}, VALUES({v}))")
         selected = ", ".join(f"s.{quote(c)}" for c in cols)
-        self.set_upsert_sql = (f"INSERT INTO {t} ({collist}) SELECT {selected} FROM {su} s "
+        order = ", ".join(f"s.{quote(k)}" for k in self.cfg.primary_key)  # lock rows in key order
+        self.set_upsert_sql = (f"INSERT INTO {t} ({collist}) SELECT {selected} FROM {su} s ORDER BY {order} "
                                f"ON DUPLICATE KEY UPDATE {', '.join(set_guarded)}")
         # when some tombstone may be newer than an upsert of the batch (replays): skip those upserts
         self.set_upsert_live_sql = (
             f"INSERT INTO {t} ({collist}) SELECT {selected} FROM {su} s LEFT JOIN {tb} tb "
             f"ON tb.table_name = {name} AND tb.key_hash = UNHEX(s.{h}) WHERE tb.version IS NULL OR s.{v} > tb.version "
-            f"ON DUPLICATE KEY UPDATE {', '.join(set_guarded)}")
+            f"ORDER BY {order} ON DUPLICATE KEY UPDATE {', '.join(set_guarded)}")
         self.set_stale_sql = (f"SELECT COUNT(*) FROM {su} s JOIN {tb} tb ON tb.table_name = {name} "
                               f"AND tb.key_hash = UNHEX(s.{h}) WHERE s.{v} <= tb.version")
         on = " AND ".join(f"{t}.{quote(k)} = d.{quote(k)}" for k in self.cfg.primary_key)
@@ -175,7 +183,10 @@ class MySqlSink:
     # -- lifecycle ---------------------------------------------------------------------------------
     def open(self) -> None:
         self._engine = sa.create_engine(
-            self.url, poolclass=NullPool,
+            # READ COMMITTED: no gap locks. Concurrent writer tasks of a window upsert disjoint keys of
+            # one table; under REPEATABLE READ their set-based upserts deadlocked on the gaps between
+            # interleaved keys. Each statement still locks and re-reads the rows it guards.
+            self.url, poolclass=NullPool, isolation_level="READ COMMITTED",
             connect_args={"connect_timeout": 10, "read_timeout": 120, "write_timeout": 120,
                           "init_command": SESSION_SQL, "charset": "utf8mb4"})
         try:
@@ -289,6 +300,7 @@ class MySqlSink:
             except (DBAPIError, pymysql.MySQLError) as exc:  # the set path runs on the DBAPI cursor
                 code = error_code(exc)
                 if code in RETRY_ERRORS and attempt < self.max_lock_retries:
+                    self.stats.extra["lock_retries"] = self.stats.extra.get("lock_retries", 0) + 1
                     time.sleep(0.1 * 2 ** attempt)
                     continue
                 if code in DATA_ERRORS:
@@ -321,8 +333,10 @@ class MySqlSink:
                 if guarded:  # a tombstone may be newer than some of these: look them up in the join
                     columns.append(pa.array([key_hash(k)[0].hex() for k in self._keys(upserts)], pa.string()))
                 cursor.execute(self.stage_sql)
+                started = time.perf_counter()
                 self._load(cursor, UPSERT_STAGE, [*self._columns, VERSION_COLUMN] + ([HASH_COLUMN] if guarded else []),
                            columns)
+                started = _lap(stats, "load_s", started)
                 if guarded:
                     cursor.execute(self.set_stale_sql)
                     stats.stale += cursor.fetchone()[0]
@@ -330,6 +344,7 @@ class MySqlSink:
                 else:
                     cursor.execute(self.set_upsert_sql)
                 stats.upserted += upserts.num_rows - stats.stale
+                _lap(stats, "upsert_s", started)
             if deletes.num_rows:
                 hashed = [key_hash(k) for k in self._keys(deletes)]
                 cursor.execute(self.stage_delete_sql)
@@ -337,10 +352,14 @@ class MySqlSink:
                            [deletes.column(f"c_{self._columns.index(k)}") for k in self.cfg.primary_key]
                            + [deletes.column("version"), pa.array([h.hex() for h, _j in hashed], pa.string()),
                               pa.array([j for _h, j in hashed], pa.string())])
+                started = time.perf_counter()
                 cursor.execute(self.set_delete_sql)
                 cursor.execute(self.set_tombstone_sql)
+                _lap(stats, "delete_s", started)
                 stats.deleted += deletes.num_rows
             cursor.execute(f"DROP TEMPORARY TABLE IF EXISTS {quote(UPSERT_STAGE)}, {quote(DELETE_STAGE)}")
+            started = time.perf_counter()
+        _lap(stats, "commit_s", started)
         stats.extra["set_batches"] = 1
         return stats
 
