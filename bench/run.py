@@ -82,22 +82,73 @@ def service_pids() -> dict[str, int]:
     return out
 
 
+def _cpu_ticks(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime + stime
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
+HARNESS = "harness (driver, Spark, workers, subprocesses)"
+
+
+def _role(pid: int) -> str:
+    """Which part of the harness a process is, for the CPU split."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            cmd = fh.read().replace(b"\0", b" ")
+    except OSError:
+        return "harness: other"
+    if b"java" in cmd.split(b" ")[0]:
+        return "harness: Spark JVM"
+    if b"pyspark.daemon" in cmd or b"pyspark.worker" in cmd:
+        return "harness: Spark Python workers"
+    return "harness: driver and subprocesses" if pid != os.getpid() else "harness: driver"
+
+
 class PeakRss:
     """Samples the RSS of this process tree (driver, Spark JVM, Python workers, subprocesses) and of
-    the services, every 0.2 s; keeps the peak of the total and of each group."""
+    the services, every 0.2 s; keeps the peak of the total and of each group. Also the CPU seconds
+    each group used in between (where the cores go), from /proc/<pid>/stat: a process that exits
+    between two samples loses at most 0.2 s of its CPU time."""
 
     def __init__(self) -> None:
         self.peak: dict[str, int] = {}
+        self._cpu_first: dict[int, int] = {}
+        self._cpu_last: dict[int, tuple[str, int]] = {}
+        self._started = time.perf_counter()
+        self._seconds = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _sample(self) -> None:
-        groups = {"harness (driver, Spark, workers, subprocesses)": sum(_rss_kb(p) for p in _descendants(os.getpid()))}
-        for name, pid in service_pids().items():
-            groups[name] = sum(_rss_kb(p) for p in _descendants(pid))
+    def _sample(self, first: bool = False) -> None:
+        trees = {HARNESS: _descendants(os.getpid())}
+        trees.update({name: _descendants(pid) for name, pid in service_pids().items()})
+        groups = {name: sum(_rss_kb(p) for p in pids) for name, pids in trees.items()}
         groups["total"] = sum(groups.values())
         for k, v in groups.items():
             self.peak[k] = max(self.peak.get(k, 0), v)
+        for name, pids in trees.items():
+            for pid in pids:
+                ticks = _cpu_ticks(pid)
+                if ticks < 0:
+                    continue
+                if pid not in self._cpu_first:
+                    self._cpu_first[pid] = ticks if first else 0  # a process started during the run: all of it
+                self._cpu_last[pid] = (_role(pid) if name == HARNESS else name, ticks)
+
+    def cpu(self) -> dict[str, float]:
+        """CPU seconds per group over the run, and the cores they amount to."""
+        hz = os.sysconf("SC_CLK_TCK")
+        used: dict[str, float] = {}
+        for pid, (name, ticks) in self._cpu_last.items():
+            used[name] = used.get(name, 0.0) + (ticks - self._cpu_first.get(pid, 0)) / hz
+        out = {k: round(v, 1) for k, v in used.items()}
+        out["wall"] = round(self._seconds, 1)
+        out["cores busy"] = round(sum(used.values()) / self._seconds, 2) if self._seconds else 0.0
+        return out
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -105,6 +156,8 @@ class PeakRss:
             time.sleep(0.2)
 
     def __enter__(self) -> PeakRss:
+        self._sample(first=True)
+        self._started = time.perf_counter()
         self._thread.start()
         return self
 
@@ -112,6 +165,7 @@ class PeakRss:
         self._stop.set()
         self._thread.join()
         self._sample()
+        self._seconds = time.perf_counter() - self._started
 
     def mib(self) -> dict[str, float]:
         return {k: round(v / 1024, 1) for k, v in self.peak.items()}
@@ -226,7 +280,8 @@ def run_cdcflow(name: str, topic: str, sinks: list[dict[str, Any]], spark: Any, 
             windows.append({"records": stats["records"], "seconds": round(w["seconds"], 2), "stages": stats["stages"]})
     busy = sum(x["seconds"] for x in windows)
     return {"windows": windows, "seconds": round(busy, 2), "events_per_s": round(sum(x["records"] for x in windows) / busy),
-            "peak_rss_mib": mem.mib(), "wall_seconds_with_final_empty_window": round(t["seconds"], 2)}
+            "peak_rss_mib": mem.mib(), "cpu_seconds": mem.cpu(),
+            "wall_seconds_with_final_empty_window": round(t["seconds"], 2)}
 
 
 def window_overhead(spark: Any, tmp: Path) -> dict[str, float]:
@@ -371,7 +426,7 @@ def provider_baseline(topic: str, n: int, state: dict[int, tuple[object, ...]]) 
     assert marks["messages"] == n, marks
     return {"events_per_s": round(n / busy), "operator_seconds": round(busy, 2),
             "wall_seconds_with_airflow": round(t["seconds"], 2), "events_per_s_wall": round(n / t["seconds"]),
-            "peak_rss_mib": mem.mib(), "checksum_ok": mysql_checksum(table) == checksum(state)}
+            "peak_rss_mib": mem.mib(), "cpu_seconds": mem.cpu(), "checksum_ok": mysql_checksum(table) == checksum(state)}
 
 
 # -- main ------------------------------------------------------------------------------------------
@@ -491,7 +546,7 @@ def warm_up(spark: Any, tmp: Path) -> None:
     """One unrecorded window per apply path first: the first window of a process pays the JVM's and
     the Python workers' warm-up (~15-20 s), which would land on whichever path is measured first."""
     topic = f"bench.warmup.{uuid.uuid4().hex[:8]}"
-    produce(topic, Workload(events=20_000, keys=5_000, seed=3))
+    produce(topic, Workload(events=60_000, keys=20_000, seed=3))  # above SMALL_WINDOW: the shuffle path
     print("warm-up: one window per apply path (not recorded) ...")
     for apply in ("set", "rows"):
         drop_table("bench_warmup")
@@ -581,7 +636,7 @@ def scaling(args: argparse.Namespace) -> int:
         result["checks"][str(n)] = mysql_checksum(table) == checksum(workload.final_state())
     spark.stop()
     small, big = (result["runs"][str(n)]["peak_rss_mib"] for n in (args.events, 3 * args.events))
-    group = "harness (driver, Spark, workers, subprocesses)"
+    group = HARNESS
     result["peak_rss_ratio_3x"] = {"cdcflow processes": round(big[group] / small[group], 3),
                                    "total incl. services": round(big["total"] / small["total"], 3),
                                    "kafka broker (memory storage holds the whole backlog)": round(big["kafka"] / small["kafka"], 3)}
@@ -637,6 +692,9 @@ def print_table(r: dict[str, Any]) -> None:
     for name in ("cdcflow_mysql", "cdcflow_mysql_es", "provider_baseline"):
         if name in r:
             line(f"peak RSS during {name}, MiB", json.dumps(r[name]["peak_rss_mib"]))
+    for name in ("cdcflow_mysql", "cdcflow_mysql_rows", "cdcflow_mysql_es", "provider_baseline"):
+        if name in r and "cpu_seconds" in r[name]:
+            line(f"CPU seconds during {name} (where the cores go)", json.dumps(r[name]["cpu_seconds"]))
     line("checks", json.dumps(r["checks"]))
 
 
