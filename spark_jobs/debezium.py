@@ -167,14 +167,17 @@ def project_for_sink(changes: DataFrame, sink: MySqlSinkConfig) -> DataFrame:
 def latest_per_key(projected: DataFrame, key_columns: list[str]) -> DataFrame:
     """The last change per key, by version and then offset (the log order)."""
     keys = [F.col(c) for c in key_columns]
+    # One shuffle and one sort, by key then log order; both window functions below use that order
+    # (a second ordering by version would sort the window's rows again).
+    log = Window.partitionBy(*keys).orderBy("partition", "offset")
     # Tombstones (version null) delete at the version of the previous change of their key in the
     # window; one whose delete was in an earlier window has nothing left to do and is dropped.
-    before = Window.partitionBy(*keys).orderBy("partition", "offset").rowsBetween(Window.unboundedPreceding, -1)
-    filled = projected.withColumn("version", F.coalesce(
-        F.col("version"), F.last("version", ignorenulls=True).over(before))).where("version IS NOT NULL")
-    order = Window.partitionBy(*keys).orderBy(F.col("version").desc(), F.col("offset").desc(),
-                                              F.col("partition").desc())
-    return filled.withColumn("_rn", F.row_number().over(order)).where("_rn = 1").drop("_rn")
+    filled = projected.withColumn("version", F.coalesce(F.col("version"), F.last("version", ignorenulls=True).over(
+        log.rowsBetween(Window.unboundedPreceding, -1))))
+    # the winner: highest version, then highest offset, then partition (a null version sorts lowest)
+    rank = F.struct("version", "offset", "partition")
+    best = F.max(rank).over(log.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing))
+    return filled.withColumn("_best", best).where((F.col("version").isNotNull()) & (rank == F.col("_best"))).drop("_best")
 
 
 def mysql_key_columns(sink: MySqlSinkConfig) -> list[str]:
