@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -128,11 +128,7 @@ class MySqlSink:
         collist = ", ".join(quote(c) for c in cols)
         placeholders = ", ".join(["%s"] * len(cols))
         v = quote(VERSION_COLUMN)
-        guarded = [f"{quote(c)} = IF(VALUES({v}) >= {v}, VALUES({quote(c)}), {quote(c)})"
-                   for c in self._data_columns]
-        guarded.append(f"{v} = GREATEST({v}, VALUES({v}))")  # last: the IFs above read the old version
-        self.upsert_sql = (f"INSERT INTO {t} ({collist}) VALUES ({placeholders}) "
-                           f"ON DUPLICATE KEY UPDATE {', '.join(guarded)}")
+        self.upsert_sql = f"INSERT INTO {t} ({collist}) VALUES ({placeholders}) {self._guard()}"
         where = " AND ".join(f"{quote(k)} = %s" for k in self.cfg.primary_key)
         self.delete_sql = f"DELETE FROM {t} WHERE {where} AND {v} <= %s"
         self.tombstone_sql = (
@@ -143,18 +139,18 @@ class MySqlSink:
         name = literal(self.cfg.table)  # inlined: these run without parameters, so '%' in a name is plain
         h = quote(HASH_COLUMN)
         tv = f"{t}.{v}"
-        set_guarded = [f"{t}.{quote(c)} = IF(VALUES({v}) >= {tv}, VALUES({quote(c)}), {t}.{quote(c)})"
-                       for c in self._data_columns]
-        set_guarded.append(f"{tv} = GREATEST({tv}, VALUES({v}))")
         selected = ", ".join(f"s.{quote(c)}" for c in cols)
         order = ", ".join(f"s.{quote(k)}" for k in self.cfg.primary_key)  # lock rows in key order
-        self.set_upsert_sql = (f"INSERT INTO {t} ({collist}) SELECT {selected} FROM {su} s ORDER BY {order} "
-                               f"ON DUPLICATE KEY UPDATE {', '.join(set_guarded)}")
+
+        def set_upsert(join: str = "") -> str:
+            return (f"INSERT INTO {t} ({collist}) SELECT {selected} FROM {su} s{join} ORDER BY {order} "
+                    f"{self._guard(t)}")
+
+        self.set_upsert_sql = set_upsert()
         # when some tombstone may be newer than an upsert of the batch (replays): skip those upserts
-        self.set_upsert_live_sql = (
-            f"INSERT INTO {t} ({collist}) SELECT {selected} FROM {su} s LEFT JOIN {tb} tb "
-            f"ON tb.table_name = {name} AND tb.key_hash = UNHEX(s.{h}) WHERE tb.version IS NULL OR s.{v} > tb.version "
-            f"ORDER BY {order} ON DUPLICATE KEY UPDATE {', '.join(set_guarded)}")
+        self.set_upsert_live_sql = set_upsert(
+            f" LEFT JOIN {tb} tb ON tb.table_name = {name} AND tb.key_hash = UNHEX(s.{h}) "
+            f"WHERE tb.version IS NULL OR s.{v} > tb.version")
         self.set_stale_sql = (f"SELECT COUNT(*) FROM {su} s JOIN {tb} tb ON tb.table_name = {name} "
                               f"AND tb.key_hash = UNHEX(s.{h}) WHERE s.{v} <= tb.version")
         on = " AND ".join(f"{t}.{quote(k)} = d.{quote(k)}" for k in self.cfg.primary_key)
@@ -171,6 +167,16 @@ class MySqlSink:
                           f"SELECT {collist} FROM {t} WHERE 1 = 0")
         self.stage_delete_sql = (f"CREATE TEMPORARY TABLE {sd} ({h} CHAR(40) NULL DEFAULT NULL, "
                                  f"{quote(KEY_JSON_COLUMN)} TEXT NULL DEFAULT NULL) SELECT {keylist}, {v} FROM {t} WHERE 1 = 0")
+
+    def _guard(self, table: str = "") -> str:
+        """The version guard of an upsert: every column replaced only when the incoming version is at
+        least the stored one; ``table`` qualifies the target's columns (a SELECT that joins needs it)."""
+        q = f"{table}." if table else ""
+        v = quote(VERSION_COLUMN)
+        guarded = [f"{q}{quote(c)} = IF(VALUES({v}) >= {q}{v}, VALUES({quote(c)}), {q}{quote(c)})"
+                   for c in self._data_columns]
+        guarded.append(f"{q}{v} = GREATEST({q}{v}, VALUES({v}))")  # last: the IFs above read the old version
+        return f"ON DUPLICATE KEY UPDATE {', '.join(guarded)}"
 
     def create_table_sql(self) -> str:
         lines = [f"{quote(c.name)} {c.type} {'NOT NULL' if (c.name in self.cfg.primary_key or not c.nullable) else 'NULL'}"
@@ -255,17 +261,23 @@ class MySqlSink:
 
     # -- applying ----------------------------------------------------------------------------------
     def _apply(self, batch: list[Change]) -> list[FailedRecord]:
+        return self._transact(lambda: self._apply_in_transaction(batch), lambda: self._apply_one_by_one(batch))
+
+    def _transact(self, apply: Callable[[], None], on_data_error: Callable[[], list[FailedRecord]]) -> list[FailedRecord]:
+        """Run one transaction: lock conflicts are retried with backoff, a row's data error goes to
+        ``on_data_error`` (which isolates the bad rows), anything else fails the window."""
         for attempt in range(self.max_lock_retries + 1):
             try:
-                self._apply_in_transaction(batch)
+                apply()
                 return []
-            except DBAPIError as exc:
+            except (DBAPIError, pymysql.MySQLError) as exc:  # the set path runs on the DBAPI cursor
                 code = error_code(exc)
                 if code in RETRY_ERRORS and attempt < self.max_lock_retries:
+                    self.stats.extra["lock_retries"] = self.stats.extra.get("lock_retries", 0) + 1
                     time.sleep(0.1 * 2 ** attempt)
                     continue
                 if code in DATA_ERRORS:
-                    return self._apply_one_by_one(batch)
+                    return on_data_error()
                 raise self._infra_error("writing", exc) from exc
         raise AssertionError("unreachable")
 
@@ -293,27 +305,19 @@ class MySqlSink:
     def _apply_pending(self) -> list[FailedRecord]:
         table = pa.Table.from_batches(self._pending)
         self._pending, self._pending_rows = [], 0
-        for attempt in range(self.max_lock_retries + 1):
-            try:
-                self.stats.add(self._apply_set(table))
-                return []
-            except (DBAPIError, pymysql.MySQLError) as exc:  # the set path runs on the DBAPI cursor
-                code = error_code(exc)
-                if code in RETRY_ERRORS and attempt < self.max_lock_retries:
-                    self.stats.extra["lock_retries"] = self.stats.extra.get("lock_retries", 0) + 1
-                    time.sleep(0.1 * 2 ** attempt)
-                    continue
-                if code in DATA_ERRORS:
-                    break  # some row's data: the row path finds which, and sends only those to the DLQ
-                raise self._infra_error("writing", exc) from exc
-            except bulk.NotBulkLoadable:
-                break  # e.g. a binary column: the row path binds it as a parameter
-        self.stats.extra["set_fallbacks"] = self.stats.extra.get("set_fallbacks", 0) + 1
-        failed: list[FailedRecord] = []
-        for batch in table.to_batches():
-            failed += self.write(arrow_changes(batch, self.cfg))
-        batch_rows, self._buffer = self._buffer, []
-        return failed + (self._apply(batch_rows) if batch_rows else [])
+
+        def by_rows() -> list[FailedRecord]:
+            """Some row's data (or a column the encoder does not take): the row path finds which rows,
+            and sends only those to the DLQ."""
+            self.stats.extra["set_fallbacks"] = self.stats.extra.get("set_fallbacks", 0) + 1
+            changes = [c for batch in table.to_batches() for c in arrow_changes(batch, self.cfg)]
+            size = self.cfg.batch_size
+            return [f for i in range(0, len(changes), size) for f in self._apply(changes[i:i + size])]
+
+        try:
+            return self._transact(lambda: self.stats.add(self._apply_set(table)), by_rows)
+        except bulk.NotBulkLoadable:  # e.g. a binary column: the row path binds it as a parameter
+            return by_rows()
 
     def _apply_set(self, table: pa.Table) -> SinkStats:
         """One transaction: load the upserts and the deletes into temporary tables, then apply each

@@ -60,11 +60,6 @@ def test_values_of_a_slice_are_the_slice() -> None:
     assert read_values(bulk.values([column.slice(1, 2)])) == [["b'"], [None]]
 
 
-def test_tsv_escapes_separators_and_marks_null() -> None:
-    payload = bulk.tsv([pa.array(["a\tb", None, "c\\N", "x\ny"]), pa.array([1, 2, None, 4])])
-    assert payload == b"a\\tb\t1\n\\N\t2\nc\\\\N\t\\N\nx\\ny\t4\n"
-
-
 def test_binary_columns_take_the_row_path() -> None:
     with pytest.raises(bulk.NotBulkLoadable):
         bulk.values([pa.array([b"\x00\xff"], pa.binary())])
