@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 STATUSES = ("new", "paid", "shipped", "delivered", "cancelled")
@@ -23,6 +23,7 @@ class Event:
     headers: tuple[tuple[str, bytes], ...] = ()
     kind: str = "change"  # change | tombstone | broken:<why>
     expected_stage: str | None = None  # for broken records: the DLQ stage they must arrive with
+    timestamp: int | None = None  # the Kafka record timestamp (epoch ms) to produce with; None: now
 
 
 @dataclass
@@ -59,25 +60,29 @@ def _row(rng: random.Random, i: int, ts: int) -> dict[str, Any]:
 
 
 def orders_stream(n: int = 200, keys: int = 40, seed: int = 7, broken: bool = True,
-                  start_ts: int = 1_767_225_600_000, table: str = "orders", wrapped: float = 0.2) -> Stream:
+                  start_ts: int = 1_767_225_600_000, table: str = "orders", wrapped: float = 0.2,
+                  step_ms: int = 10, record_timestamps: bool = False) -> Stream:
     """``n`` change events over ``keys`` order ids; with ``broken``, six poison records too.
-    ``wrapped`` is the share of events written with the JsonConverter's {schema, payload} wrapper."""
+    ``wrapped`` is the share of events written with the JsonConverter's {schema, payload} wrapper.
+    Events are ``step_ms`` apart in source.ts_ms; with ``record_timestamps`` their Kafka record
+    timestamps are the same times (a tombstone gets its delete's)."""
     rng = random.Random(seed)
     out = Stream()
     ts = start_ts
+    step = step_ms
     # the re-snapshot problem: a few rows arrive as op=r, then again as op=c
     for i in range(1, min(keys, 4) + 1):
-        ts += 10
+        ts += step
         row = _row(rng, i, ts)
         out.events.append(Event(_key(i, False), _envelope("r", None, row, ts, False, table)))
         out.state[i] = row
     for i in range(1, min(keys, 4) + 1):
-        ts += 10
+        ts += step
         row = _row(rng, i, ts)
         out.events.append(Event(_key(i, False), _envelope("c", None, row, ts, False, table)))
         out.state[i] = row
     while len(out.events) < n:
-        ts += 10
+        ts += step
         i = rng.randint(1, keys)
         is_wrapped = rng.random() < wrapped
         current = out.state.get(i)
@@ -97,6 +102,18 @@ def orders_stream(n: int = 200, keys: int = 40, seed: int = 7, broken: bool = Tr
                 out.events.append(Event(_key(i, is_wrapped), None, kind="tombstone"))
     if broken:
         out.events.extend(poison_records(rng, keys, ts, table))
+    if record_timestamps:
+        stamped, last = [], start_ts
+        for e in out.events:
+            if e.value:
+                try:
+                    source = json.loads(e.value)
+                    source = source.get("payload", source) if "schema" in source else source
+                    last = int(source["source"]["ts_ms"])
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    pass
+            stamped.append(replace(e, timestamp=last))
+        out.events = stamped
     return out
 
 
@@ -152,7 +169,8 @@ def produce(bootstrap: str, topic: str, events: list[Event], partitions: int = 3
     for e in events:
         while True:
             try:
-                producer.produce(topic, key=e.key, value=e.value, headers=list(e.headers), on_delivery=on_delivery)
+                producer.produce(topic, key=e.key, value=e.value, headers=list(e.headers), on_delivery=on_delivery,
+                                 timestamp=e.timestamp or 0)
                 break
             except BufferError:
                 producer.poll(0.2)

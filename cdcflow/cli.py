@@ -69,6 +69,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         conf = json.loads(args.conf) if args.conf else {}
     except json.JSONDecodeError as exc:
         raise ConfigError(f"--conf is not valid JSON: {exc}") from exc
+    if not isinstance(conf, dict):
+        raise ConfigError(f"--conf must be a JSON object, got {args.conf!r}")
+    if args.start:
+        conf["start_time"] = args.start
+    if args.end:
+        conf["end_time"] = args.end
     run_id = args.run_id or f"cli__{datetime.now(UTC):%Y%m%dT%H%M%S}_{uuid.uuid4().hex[:6]}"
     stats = runner.run_window(cfg, run_id, conf)
     print(json.dumps({"run_id": run_id, **stats}, indent=2, default=str))
@@ -81,6 +87,14 @@ def cmd_offsets(args: argparse.Namespace) -> int:
     cfg = find_pipeline(args.pipeline)
     store = runner.offset_store(cfg)
     if args.action == "set":
+        if args.to_time:
+            if args.specs:
+                raise ConfigError("offsets set: give TOPIC:PARTITION=OFFSET specs or --to-time, not both")
+            result = _service().reset_offsets(cfg.name, "timestamp", _who(), control.parse_time(args.to_time))
+            print(result["message"])
+            for tp, off in (result.get("offsets") or {}).items():
+                print(f"  {tp} -> {off}")
+            return 0
         offsets = _parse_specs(args.specs)
         print(_service().alter_offsets(cfg.name, dict(offsets), _who())["message"])
         return 0
@@ -242,7 +256,9 @@ def cmd_history(args: argparse.Namespace) -> int:
     for w in runner.offset_store(cfg).history(cfg.name, args.limit):
         ranges = ", ".join(f"{p.topic}[{p.partition}] {p.start}..{p.end if p.end is not None else '?'}"
                            for p in w.partitions)
-        print(f"{w.run_id:55} {w.status:9} {w.origin:6} attempts={w.attempt} {ranges}")
+        print(f"{w.run_id:55} {w.status:9} {w.origin:10} attempts={w.attempt} {ranges}")
+        if w.interval:
+            print(f"    time range {w.interval[0].isoformat()}Z .. {w.interval[1].isoformat()}Z")
         if w.message:
             print(f"    {w.message}")
     return 0
@@ -262,11 +278,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("pipeline")
     p.add_argument("--run-id")
     p.add_argument("--conf", help='run parameters as JSON, e.g. {"max_records": 100}')
+    p.add_argument("--from", dest="start", help="replay by time: first record time (ISO 8601 with a zone); with "
+                   "--to the range [from, to) is re-applied and the stored offsets stay")
+    p.add_argument("--to", dest="end", help="end (exclusive) of the time range; needs --from")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("offsets", help="show, set or reset stored offsets (set/reset only while STOPPED)")
     p.add_argument("action", choices=["show", "set", "reset"])
     p.add_argument("pipeline")
     p.add_argument("specs", nargs="*", help="TOPIC:PARTITION=OFFSET (for set)")
+    p.add_argument("--to-time", help="for set: every partition to its first record at or after this time "
+                   "(ISO 8601 with a zone, or epoch ms)")
     p.add_argument("--to", choices=["earliest", "latest", "timestamp", "forget"], help="for reset")
     p.add_argument("--time", help="for reset --to timestamp: ISO 8601 with a zone, or epoch ms")
     p.set_defaults(func=cmd_offsets)

@@ -11,6 +11,7 @@ import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -60,6 +61,25 @@ def parse_duration(value: Any) -> Any:
     return value
 
 
+def parse_instant(value: Any) -> int:
+    """Epoch milliseconds from an ISO 8601 time with a zone (``2026-11-23T10:00:00Z``), or from epoch
+    milliseconds given as digits. ValueError says what was expected."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected an ISO 8601 time with a zone (2026-11-23T10:00:00Z), got {value!r}")
+    if isinstance(value, int) or (isinstance(value, str) and value.strip().lstrip("-").isdigit()):
+        return int(value)
+    if not isinstance(value, str):
+        raise ValueError(f"expected an ISO 8601 time with a zone (2026-11-23T10:00:00Z), got {value!r}")
+    try:
+        moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{value!r}: expected ISO 8601 with a time zone (2026-11-23T10:00:00Z) or epoch "
+                         "milliseconds") from None
+    if moment.tzinfo is None:
+        raise ValueError(f"{value!r} has no time zone; add one (Z or +01:00)")
+    return int(moment.timestamp() * 1000)
+
+
 Duration = Annotated[float, BeforeValidator(parse_duration), Field(gt=0, le=86400)]
 Identifier = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[^\x00]+$")]
 TopicName = Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]{1,249}$")]
@@ -83,6 +103,10 @@ class SourceConfig(StrictModel):
     consumer_config: dict[str, str | int | float | bool] = Field(
         default_factory=dict, description="Extra librdkafka settings (no secrets, no offset settings)."
     )
+    timestamp: Literal["kafka", "source_ts_ms"] = Field(
+        default="kafka", description="The time of a record for time ranges (backfills, start_time/end_time, "
+        "window.align, offsets set --to-time): the Kafka record timestamp, or the change's source.ts_ms "
+        "(Debezium envelopes).")
 
     @field_validator("topics")
     @classmethod
@@ -111,6 +135,9 @@ class WindowConfig(StrictModel):
     max_records: int = Field(default=10_000, ge=1, le=50_000_000)
     max_duration: Duration = 60.0
     stop_on_empty: bool = True
+    align: Literal["none", "data_interval"] = Field(
+        default="none", description="data_interval: a scheduled window stops at the first record at or after "
+        "its data interval's end, and a manual run (trigger, `airflow dags test`) replays its data interval.")
 
 
 class MySqlColumn(StrictModel):
@@ -297,6 +324,9 @@ class PipelineConfig(StrictModel):
         names = [s.name for s in self.sinks]
         if len(set(names)) != len(names):
             raise ValueError(f"sink names must be unique, got {names}")
+        if self.window.align == "data_interval" and self.schedule in (None, "@once", "@continuous"):
+            raise ValueError(f"window.align data_interval needs a schedule with intervals (a cron expression or "
+                             f"a preset such as @hourly), got schedule {self.schedule!r}")
         if self.errors.dlq_topic and self.errors.dlq_topic in self.source.topics:
             raise ValueError("errors.dlq_topic must differ from the source topics")
         if not self.transforms:

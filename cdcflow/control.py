@@ -29,7 +29,7 @@ from typing import Any, Literal
 import yaml
 
 from cdcflow.airflow.dags import AirflowDags, DagControl, DagInfo, DagRunInfo
-from cdcflow.config import PipelineConfig, config_dir, load_all
+from cdcflow.config import PipelineConfig, config_dir, load_all, parse_instant
 from cdcflow.errors import BadRequest, CdcflowError, Conflict, NotFound
 from cdcflow.offsets import OffsetStore, WindowPlan
 
@@ -342,7 +342,8 @@ class Control:
             from connectors.kafka.reader import offsets_for_time  # noqa: PLC0415
 
             target = offsets_for_time(runner.consumer_conf(cfg), [(p.topic, p.partition, p.log_start, p.log_end)
-                                                                  for p in parts], timestamp_ms)
+                                                                  for p in parts], timestamp_ms,
+                                      source=cfg.source.timestamp)
         self.alter_offsets(cfg.name, dict(target), user)
         return {"message": "The offsets for this connector have been altered successfully",
                 "offsets": {f"{t}:{p}": o for (t, p), o in sorted(target.items())}}
@@ -470,14 +471,7 @@ def _describe_selection(partition: int | None, start: int | None, end: int | Non
 
 def parse_time(value: str | int) -> int:
     """Epoch milliseconds from an ISO 8601 time with a zone, or from epoch milliseconds."""
-    if isinstance(value, int) or (isinstance(value, str) and value.strip().lstrip("-").isdigit()):
-        return int(value)
     try:
-        dt = datetime.fromisoformat(str(value).strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise BadRequest(f"timestamp {value!r}: expected ISO 8601 with a time zone "
-                         "(2026-11-23T10:00:00Z) or epoch milliseconds") from None
-    if dt.tzinfo is None:
-        raise BadRequest(f"timestamp {value!r} has no time zone; add one (Z or +01:00)")
-    return int(dt.timestamp() * 1000)
-
+        return parse_instant(value)
+    except ValueError as exc:
+        raise BadRequest(f"timestamp {exc}") from None

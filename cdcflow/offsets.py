@@ -9,7 +9,11 @@ retry reads up to them, no further.
 Commits are compare-and-set: a window planned from the stored offsets advances a partition only if
 the stored offset is still the window's start. A cleared old run therefore re-applies its range
 (harmless: sinks are idempotent and version-guarded) without moving offsets back or forth. A window
-whose start offsets were given explicitly (replay/rewind) sets the offsets to its end.
+whose start offsets were given explicitly (replay/rewind) sets the offsets to its end. A window of
+a time range (a backfill run, or start_time + end_time) replays that slice and never moves them.
+
+Windows of one pipeline never write at the same time: :meth:`OffsetStore.writer_lease` is held while
+a window reads and writes its sinks (Airflow runs backfills beside the live runs).
 """
 
 from __future__ import annotations
@@ -18,18 +22,19 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
 import sqlalchemy as sa
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from cdcflow.errors import InfrastructureError, WindowFailed
 
 TopicPartition = tuple[str, int]
 WindowStatus = Literal["planned", "read", "applied", "committed", "failed"]
-Origin = Literal["stored", "params"]
+Origin = Literal["stored", "params", "backfill", "time_range"]
+MOVES_OFFSETS: frozenset[str] = frozenset({"stored", "params"})
 PipelineState = Literal["running", "stopped"]
 RedriveStatus = Literal["pending", "done"]
 
@@ -58,6 +63,9 @@ runs_table = sa.Table(
     sa.Column("stats", sa.Text, nullable=True),
     sa.Column("created_at", sa.DateTime, nullable=False),
     sa.Column("updated_at", sa.DateTime, nullable=False),
+    # the time range [start, end) of a backfill / time-range window, or of an aligned scheduled window
+    sa.Column("interval_start", sa.DateTime, nullable=True),
+    sa.Column("interval_end", sa.DateTime, nullable=True),
 )
 
 windows_table = sa.Table(
@@ -71,6 +79,21 @@ windows_table = sa.Table(
     sa.Column("max_records", sa.BigInteger, nullable=False),
     sa.Column("end_offset", sa.BigInteger, nullable=True),
     sa.Column("records", sa.BigInteger, nullable=True),
+    # where the read must stop (exclusive) whatever the budget: a time range's end offset
+    sa.Column("stop_offset", sa.BigInteger, nullable=True),
+)
+
+# Columns added after a table was first released: created on older databases at start-up.
+_ADDED_COLUMNS = {"cdcflow_runs": ("interval_start", "interval_end"), "cdcflow_windows": ("stop_offset",)}
+
+# Who writes a pipeline's sinks now (one window at a time, live or backfill); expires unless renewed,
+# so a killed task does not block the pipeline for longer than the lease.
+writers_table = sa.Table(
+    "cdcflow_writers",
+    metadata,
+    sa.Column("pipeline", sa.String(200), primary_key=True),
+    sa.Column("holder", sa.String(250), nullable=False),
+    sa.Column("expires_at", sa.DateTime, nullable=False),
 )
 
 # The operator's "stopped" state (Kafka Connect's STOPPED): no window may be planned, not even a
@@ -158,6 +181,7 @@ class PartitionWindow:
     max_records: int
     end: int | None = None  # actual end (exclusive) once the read finished
     records: int | None = None
+    stop: int | None = None  # the read stops here (exclusive) whatever the budget (a time range's end)
 
     @property
     def tp(self) -> TopicPartition:
@@ -174,6 +198,12 @@ class WindowPlan:
     attempt: int = 0
     message: str | None = None
     stats: dict[str, Any] = field(default_factory=dict)
+    interval: tuple[datetime, datetime] | None = None  # UTC, naive
+
+    @property
+    def moves_offsets(self) -> bool:
+        """False for a backfill or time-range window: a replay of a slice, the live position stays."""
+        return self.origin in MOVES_OFFSETS
 
     @property
     def read_done(self) -> bool:
@@ -192,6 +222,10 @@ class CommitResult:
 
 def _now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
+
+
+def _naive_utc(moment: datetime) -> datetime:
+    return moment.astimezone(UTC).replace(tzinfo=None) if moment.tzinfo else moment
 
 
 def default_store_url() -> str:
@@ -214,8 +248,21 @@ class OffsetStore:
         self.engine = sa.create_engine(self.url, **kwargs)
         try:
             metadata.create_all(self.engine)
+            self._add_missing_columns()
         except SQLAlchemyError as exc:
             raise InfrastructureError(f"offset store {self._safe_url()} is unavailable: {exc.__class__.__name__}: {exc.orig if hasattr(exc, 'orig') else exc}") from exc
+
+    def _add_missing_columns(self) -> None:
+        inspector = sa.inspect(self.engine)
+        for table_name, columns in _ADDED_COLUMNS.items():
+            have = {c["name"] for c in inspector.get_columns(table_name)}
+            table = metadata.tables[table_name]
+            for name in columns:
+                if name not in have:
+                    column = table.c[name]
+                    kind = column.type.compile(dialect=self.engine.dialect)
+                    with self.engine.begin() as conn:
+                        conn.exec_driver_sql(f"ALTER TABLE {table_name} ADD COLUMN {name} {kind} NULL")
 
     def _safe_url(self) -> str:
         return sa.make_url(self.url).render_as_string(hide_password=True)
@@ -325,28 +372,31 @@ class OffsetStore:
             parts = conn.execute(sa.select(windows_table).where(
                 (windows_table.c.pipeline == pipeline) & (windows_table.c.run_id == run_id)
             ).order_by(windows_table.c.topic, windows_table.c.partition)).all()
+        interval = ((run.interval_start, run.interval_end)
+                    if run.interval_start is not None and run.interval_end is not None else None)
         return WindowPlan(
             pipeline=pipeline, run_id=run_id, origin=run.origin, status=run.status,
-            attempt=run.attempt, message=run.message, stats=json.loads(run.stats or "{}"),
+            attempt=run.attempt, message=run.message, stats=json.loads(run.stats or "{}"), interval=interval,
             partitions=tuple(PartitionWindow(p.topic, p.partition, p.start_offset, p.max_records,
-                                             p.end_offset, p.records) for p in parts),
+                                             p.end_offset, p.records, p.stop_offset) for p in parts),
         )
 
-    def plan(self, pipeline: str, run_id: str, origin: Origin,
-             partitions: list[PartitionWindow]) -> WindowPlan:
+    def plan(self, pipeline: str, run_id: str, origin: Origin, partitions: list[PartitionWindow],
+             interval: tuple[datetime, datetime] | None = None) -> WindowPlan:
         """Record the window before any record is processed. Idempotent per run id."""
         existing = self.get_window(pipeline, run_id)
         if existing is not None:
             return existing
         now = _now()
+        start, end = (_naive_utc(interval[0]), _naive_utc(interval[1])) if interval else (None, None)
         with self.engine.begin() as conn:
             conn.execute(sa.insert(runs_table).values(
                 pipeline=pipeline, run_id=run_id, origin=origin, status="planned", attempt=0,
-                created_at=now, updated_at=now))
+                created_at=now, updated_at=now, interval_start=start, interval_end=end))
             if partitions:
                 conn.execute(sa.insert(windows_table), [
                     {"pipeline": pipeline, "run_id": run_id, "topic": p.topic, "partition": p.partition,
-                     "start_offset": p.start, "max_records": p.max_records}
+                     "start_offset": p.start, "max_records": p.max_records, "stop_offset": p.stop}
                     for p in partitions])
         plan = self.get_window(pipeline, run_id)
         assert plan is not None
@@ -392,6 +442,11 @@ class OffsetStore:
             raise WindowFailed(f"run {run_id!r}: the window was not read completely; nothing to commit")
         advanced: dict[TopicPartition, int] = {}
         left: dict[TopicPartition, str] = {}
+        if not plan.moves_offsets:
+            for p in plan.partitions:
+                left[p.tp] = f"a {plan.origin.replace('_', '-')} window (a replay of a time range): stored offsets stay"
+            self.mark(pipeline, run_id, "committed")
+            return CommitResult(advanced, left)
         with self.engine.begin() as conn:
             stored_rows = conn.execute(
                 sa.select(offsets_table).where(offsets_table.c.pipeline == pipeline)
@@ -485,6 +540,34 @@ class OffsetStore:
             conn.execute(sa.update(redrives_table).where(
                 (redrives_table.c.pipeline == pipeline) & (redrives_table.c.request_id == request_id)
             ).values(status="done", updated_at=_now()))
+
+    # -- one writer per pipeline -----------------------------------------------------------------
+    def try_lease(self, pipeline: str, holder: str, seconds: float) -> str | None:
+        """Take or renew the pipeline's writer lease for ``seconds``. None when taken, else the
+        current holder (whose lease has not expired)."""
+        now = _now()
+        until = now + timedelta(seconds=seconds)
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(sa.insert(writers_table).values(pipeline=pipeline, holder=holder, expires_at=until))
+            return None
+        except IntegrityError:  # held (by us: renew; by another: take it only once expired)
+            pass
+        with self.engine.begin() as conn:
+            row = conn.execute(sa.select(writers_table).where(writers_table.c.pipeline == pipeline)).first()
+            if row is None:
+                return "(released meanwhile; try again)"
+            if row.holder != holder and row.expires_at > now:
+                return str(row.holder)
+            taken = conn.execute(sa.update(writers_table).where(
+                (writers_table.c.pipeline == pipeline) & (writers_table.c.holder == row.holder)
+                & (writers_table.c.expires_at == row.expires_at)).values(holder=holder, expires_at=until))
+            return None if taken.rowcount == 1 else str(row.holder)
+
+    def release_lease(self, pipeline: str, holder: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(sa.delete(writers_table).where(
+                (writers_table.c.pipeline == pipeline) & (writers_table.c.holder == holder)))
 
     def history(self, pipeline: str, limit: int = 20) -> list[WindowPlan]:
         with self.engine.connect() as conn:

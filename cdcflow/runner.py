@@ -1,8 +1,10 @@
 """One consume window, in three steps: plan, process, commit.
 
 * ``plan``    fixes the window in the ledger before any record is read: per partition, the start
-  offset (stored, initial, or given as ``start_offsets``) and its share of ``max_records``.
-  Idempotent per run id, so a cleared or retried run gets the same window.
+  offset (stored, initial, or given as ``start_offsets`` / ``start_time``) and its share of
+  ``max_records``; for a time range (a backfill run's data interval, ``start_time`` + ``end_time``,
+  or an aligned window's interval end) also the offset where the read stops. Idempotent per run id,
+  so a cleared or retried run gets the same window.
 * ``process`` reads the planned ranges on Spark, records the actual end offsets, sends bad records
   to the DLQ and applies the sinks. A retry after the read replays exactly the recorded range.
 * ``commit``  moves the stored offsets (compare-and-set) only after ``process`` succeeded, then
@@ -14,18 +16,41 @@ The Airflow DAG runs these as three tasks; ``run_window`` runs them in one proce
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Mapping
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from cdcflow import faults
-from cdcflow.config import PipelineConfig
+from cdcflow.config import PipelineConfig, parse_instant
 from cdcflow.connections import get_connection
 from cdcflow.errors import CdcflowError, ConfigError, OffsetOutOfRange, PipelineStopped, WindowFailed
-from cdcflow.offsets import OffsetStore, PartitionWindow, TopicPartition, WindowPlan, default_store_url
+from cdcflow.offsets import Origin, OffsetStore, PartitionWindow, TopicPartition, WindowPlan, default_store_url
 
 log = logging.getLogger("cdcflow.runner")
+PARAMS = ("start_offsets", "start_time", "end_time", "max_records", "max_duration")
+LEASE_SECONDS = 60.0  # a writer's lease; renewed every third of it while the window runs
+LEASE_WAIT = 3600.0  # how long a window waits for another window of its pipeline to finish writing
+REPLAY_DEADLINE = 86400.0  # a time range is read whole; a stalled broker still fails it (stall_timeout)
+
+
+@dataclass(frozen=True)
+class AirflowRun:
+    """What the Airflow run says about itself: its type and data interval (aware datetimes)."""
+
+    run_type: str  # scheduled, manual, backfill, asset_triggered
+    interval_start: datetime | None = None
+    interval_end: datetime | None = None
+
+    @property
+    def interval(self) -> tuple[datetime, datetime] | None:
+        if self.interval_start is None or self.interval_end is None or self.interval_end <= self.interval_start:
+            return None
+        return (self.interval_start, self.interval_end)
 
 
 @dataclass(frozen=True)
@@ -35,14 +60,16 @@ class RunParams:
     start_offsets: dict[str, dict[int, int]] | None = None
     max_records: int | None = None
     max_duration: float | None = None
+    start_time: int | None = None  # epoch ms
+    end_time: int | None = None
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any] | None, cfg: PipelineConfig) -> RunParams:
         raw = dict(raw or {})
         problems: list[str] = []
-        unknown = sorted(set(raw) - {"start_offsets", "max_records", "max_duration"})
+        unknown = sorted(set(raw) - set(PARAMS))
         if unknown:
-            problems.append(f"unknown parameters {unknown} (expected start_offsets, max_records, max_duration)")
+            problems.append(f"unknown parameters {unknown} (expected {', '.join(PARAMS)})")
         starts: dict[str, dict[int, int]] | None = None
         so = raw.get("start_offsets")
         if so not in (None, {}):
@@ -74,9 +101,27 @@ class RunParams:
         md = raw.get("max_duration")
         if md is not None and (isinstance(md, bool) or not isinstance(md, int | float) or md <= 0):
             problems.append(f"max_duration: expected a number of seconds > 0, got {md!r}")
+        times: dict[str, int | None] = {}
+        for key in ("start_time", "end_time"):
+            value = raw.get(key)
+            times[key] = None
+            if value not in (None, ""):
+                try:
+                    if not isinstance(value, str):
+                        raise ValueError(f"expected an ISO 8601 time with a zone (2026-11-23T10:00:00Z), got {value!r}")
+                    times[key] = parse_instant(value)
+                except ValueError as exc:
+                    problems.append(f"{key}: {exc}")
+        start_time, end_time = times["start_time"], times["end_time"]
+        if starts and (raw.get("start_time") or raw.get("end_time")):
+            problems.append("give start_offsets or start_time/end_time, not both")
+        if raw.get("end_time") and not raw.get("start_time"):
+            problems.append("end_time needs start_time: the range [start_time, end_time) is replayed")
+        if start_time is not None and end_time is not None and end_time <= start_time:
+            problems.append(f"end_time ({raw.get('end_time')}) must be after start_time ({raw.get('start_time')})")
         if problems:
             raise ConfigError(f"invalid run parameters for pipeline {cfg.name!r}:\n  - " + "\n  - ".join(problems))
-        return cls(starts, mr, float(md) if md is not None else None)
+        return cls(starts, mr, float(md) if md is not None else None, start_time, end_time)
 
 
 def offset_store_url(cfg: PipelineConfig) -> str:
@@ -129,8 +174,36 @@ def allocate(backlogs: Mapping[TopicPartition, int], budget: int) -> dict[TopicP
     return share
 
 
+def _ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+def _at(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def time_range(cfg: PipelineConfig, p: RunParams,
+               run: AirflowRun | None) -> tuple[Origin, tuple[datetime, datetime]] | None:
+    """The time range a run replays, if it is one: start_time + end_time, a backfill run's data
+    interval, or the data interval of a manual run of an aligned pipeline."""
+    if p.start_time is not None and p.end_time is not None:
+        return "time_range", (_at(p.start_time), _at(p.end_time))
+    if run is None or p.start_offsets or p.start_time is not None:
+        return None
+    if run.run_type == "backfill":
+        if run.interval is None:
+            raise ConfigError(
+                f"backfill run of pipeline {cfg.name!r} has no data interval ({run.interval_start} .. "
+                f"{run.interval_end}); a pipeline without a schedule with intervals is backfilled with "
+                "`cdcflow run <pipeline> --from <time> --to <time>` or trigger params start_time/end_time")
+        return "backfill", run.interval
+    if cfg.window.align == "data_interval" and run.run_type == "manual" and run.interval is not None:
+        return "time_range", run.interval
+    return None
+
+
 def plan(cfg: PipelineConfig, run_id: str, params: Mapping[str, Any] | None = None,
-         store: OffsetStore | None = None) -> WindowPlan:
+         store: OffsetStore | None = None, run: AirflowRun | None = None) -> WindowPlan:
     p = RunParams.parse(params, cfg)
     store = store or offset_store(cfg)
     existing = store.get_window(cfg.name, run_id)
@@ -141,13 +214,28 @@ def plan(cfg: PipelineConfig, run_id: str, params: Mapping[str, Any] | None = No
         raise PipelineStopped(f"pipeline {cfg.name!r} is STOPPED: no window is planned until an operator "
                               f"resumes it (the cdcflow page, PUT /cdcflow/connectors/{cfg.name}/resume, or "
                               "`cdcflow resume`)")
-    from connectors.kafka.reader import discover  # noqa: PLC0415
+    from connectors.kafka.reader import discover, offsets_for_time  # noqa: PLC0415
 
     conf = consumer_conf(cfg)
     parts = {(s.topic, s.partition): s for s in discover(conf, list(cfg.source.topics))}
     stored = store.load(cfg.name)
+
+    def at_time(moment: datetime, froms: Mapping[TopicPartition, int] | None = None) -> dict[TopicPartition, int]:
+        """Per partition, the first offset whose record time is >= moment (searched from ``froms``)."""
+        lows = froms or {tp: state.low for tp, state in parts.items()}
+        return offsets_for_time(conf, [(t, q, lows[(t, q)], parts[(t, q)].end) for t, q in sorted(lows)],
+                                _ms(moment), source=cfg.source.timestamp)
+
+    replay = time_range(cfg, p, run)
+    interval: tuple[datetime, datetime] | None = None
     starts: dict[TopicPartition, int] = {}
-    if p.start_offsets:
+    stops: dict[TopicPartition, int] = {}
+    origin: Origin
+    if replay is not None:
+        origin, interval = replay
+        starts = at_time(interval[0])
+        stops = at_time(interval[1], starts)
+    elif p.start_offsets:
         origin = "params"
         for topic, offsets in p.start_offsets.items():
             for part, off in offsets.items():
@@ -155,10 +243,17 @@ def plan(cfg: PipelineConfig, run_id: str, params: Mapping[str, Any] | None = No
                     n = sum(1 for t, _ in parts if t == topic)
                     raise ConfigError(f"start_offsets.{topic}.{part}: topic {topic!r} has partitions 0..{n - 1}")
                 starts[(topic, part)] = off
+    elif p.start_time is not None:
+        origin = "params"
+        starts = at_time(_at(p.start_time))
     else:
         origin = "stored"
         for tp, state in parts.items():
             starts[tp] = stored.get(tp, state.low if cfg.initial_offsets == "earliest" else state.end)
+        if (cfg.window.align == "data_interval" and run is not None and run.run_type == "scheduled"
+                and run.interval is not None):
+            interval = run.interval
+            stops = at_time(interval[1], {tp: min(s, parts[tp].end) for tp, s in starts.items()})
     for tp, start in starts.items():
         state = parts[tp]
         if start < state.low:
@@ -170,17 +265,24 @@ def plan(cfg: PipelineConfig, run_id: str, params: Mapping[str, Any] | None = No
             raise OffsetOutOfRange(
                 f"{tp[0]}[{tp[1]}]: start offset {start} is beyond the end of the log ({state.end}); the topic "
                 "was probably recreated. Reset the offsets with `cdcflow offsets set` or replay with start_offsets")
-    budget = p.max_records or cfg.window.max_records
-    shares = allocate({tp: parts[tp].end - s for tp, s in starts.items()}, budget)
-    if not cfg.window.stop_on_empty:
-        spare = budget - sum(shares.values())
-        for tp in sorted(shares):  # partitions may wait for new records until max_duration
-            shares[tp] += spare // len(shares)
-    windows = [PartitionWindow(t, part, starts[(t, part)], shares[(t, part)]) for t, part in sorted(starts)]
-    result = store.plan(cfg.name, run_id, origin, windows)
+    if origin in ("backfill", "time_range"):  # the slice is read whole, whatever the window's budget
+        shares = {tp: max(0, stops[tp] - s) for tp, s in starts.items()}
+    else:
+        budget = p.max_records or cfg.window.max_records
+        ends = {tp: stops.get(tp, parts[tp].end) for tp in starts}
+        shares = allocate({tp: max(0, ends[tp] - s) for tp, s in starts.items()}, budget)
+        if not cfg.window.stop_on_empty and not stops:
+            spare = budget - sum(shares.values())
+            for tp in sorted(shares):  # partitions may wait for new records until max_duration
+                shares[tp] += spare // len(shares)
+    windows = [PartitionWindow(t, part, starts[(t, part)], shares[(t, part)], stop=stops.get((t, part)))
+               for t, part in sorted(starts)]
+    result = store.plan(cfg.name, run_id, origin, windows, interval)
     store.record_lag(cfg.name, "plan", {tp: (stored.get(tp), state.end) for tp, state in parts.items()}, run_id)
-    log.info("planned window %s: %s", run_id, ", ".join(
-        f"{w.topic}[{w.partition}] from {w.start} up to {w.max_records}" for w in result.partitions))
+    span = f" (time range {interval[0].isoformat()} .. {interval[1].isoformat()})" if interval else ""
+    log.info("planned %s window %s%s: %s", origin, run_id, span, ", ".join(
+        f"{w.topic}[{w.partition}] from {w.start} up to {w.max_records}"
+        + (f", stop at {w.stop}" if w.stop is not None else "") for w in result.partitions))
     return result
 
 
@@ -196,8 +298,12 @@ def process(cfg: PipelineConfig, run_id: str, params: Mapping[str, Any] | None =
     if window.status == "committed":
         log.info("run %s was committed already: re-applying its range %s (sinks are idempotent)",
                  run_id, _describe(window))
+    asked = time.time()
     try:
-        stats = _process(cfg, window, p, store, spark)
+        with writer_lease(store, cfg.name, run_id):
+            held = time.time()
+            stats = _process(cfg, window, p, store, spark)
+            stats["writer"] = {"waited_s": round(held - asked, 3), "from": held, "to": time.time()}
     except Exception as exc:
         store.mark(cfg.name, run_id, "failed", f"attempt {attempt}: {exc.__class__.__name__}: {exc}")
         if isinstance(exc, CdcflowError):
@@ -205,6 +311,47 @@ def process(cfg: PipelineConfig, run_id: str, params: Mapping[str, Any] | None =
         raise WindowFailed(f"window {run_id} failed unexpectedly: {exc.__class__.__name__}: {exc}") from exc
     store.mark(cfg.name, run_id, "applied", None, stats)
     return stats
+
+
+@contextmanager
+def writer_lease(store: OffsetStore, pipeline: str, run_id: str, wait: float = LEASE_WAIT,
+                 seconds: float = LEASE_SECONDS) -> Iterator[None]:
+    """Hold the pipeline's writer lease while the block runs: a live window and a backfill window of
+    one pipeline never write at the same time. Waits up to ``wait`` seconds for the holder."""
+    holder = f"{run_id}@{uuid.uuid4().hex[:8]}"
+    deadline, told = time.monotonic() + wait, 0.0
+    while (other := store.try_lease(pipeline, holder, seconds)) is not None:
+        if time.monotonic() > deadline:
+            raise WindowFailed(
+                f"pipeline {pipeline!r}: window {other.split('@')[0]!r} has been writing to the sinks for over "
+                f"{wait:.0f}s, and windows of one pipeline never write at the same time; this window did not "
+                "start (no offset moved). Retry it when that window has ended, or fail that one if it is stuck")
+        if time.monotonic() - told > 30:
+            log.info("waiting for window %s of pipeline %s to finish writing before this window starts",
+                     other.split("@")[0], pipeline)
+            told = time.monotonic()
+        time.sleep(1.0)
+    stop = threading.Event()
+
+    def renew() -> None:
+        while not stop.wait(seconds / 3):
+            try:
+                other = store.try_lease(pipeline, holder, seconds)
+            except Exception as exc:  # noqa: BLE001 - a missed renewal is retried; the lease still runs
+                log.warning("renewing the writer lease of %s failed: %s", pipeline, exc)
+                continue
+            if other is not None:
+                log.error("the writer lease of %s was taken by %s while this window ran (it stalled for over "
+                          "%.0fs); the sinks' version guards keep the result right", pipeline, other, seconds)
+
+    keeper = threading.Thread(target=renew, name=f"cdcflow-lease-{pipeline}", daemon=True)
+    keeper.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        keeper.join()
+        store.release_lease(pipeline, holder)
 
 
 def _describe(window: WindowPlan) -> str:
@@ -218,12 +365,12 @@ def _process(cfg: PipelineConfig, window: WindowPlan, p: RunParams, store: Offse
     from connectors.kafka.reader import ReadRange  # noqa: PLC0415
 
     started = time.time()
-    duration = p.max_duration or cfg.window.max_duration
+    duration = REPLAY_DEADLINE if not window.moves_offsets else p.max_duration or cfg.window.max_duration
     replay = window.read_done
     ranges = tuple(
         ReadRange(w.topic, w.partition, w.start,
                   max_records=(w.end - w.start) if replay and w.end is not None else w.max_records,
-                  stop=w.end if replay else None, deadline=started + duration,
+                  stop=w.end if replay else w.stop, deadline=started + duration,
                   stop_on_eof=cfg.window.stop_on_empty)
         for w in window.partitions)
     if not any(r.max_records > 0 for r in ranges):

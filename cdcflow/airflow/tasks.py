@@ -14,20 +14,27 @@ log = logging.getLogger("cdcflow.tasks")
 
 def _params(context: dict[str, Any]) -> dict[str, Any]:
     params = dict(context.get("params") or {})
-    return {k: params.get(k) for k in ("start_offsets", "max_records", "max_duration")}
+    return {k: params.get(k) for k in runner.PARAMS}
+
+
+def _run(context: dict[str, Any]) -> runner.AirflowRun:
+    dag_run = context.get("dag_run")
+    run_type = getattr(getattr(dag_run, "run_type", None), "value", None) or str(getattr(dag_run, "run_type", ""))
+    return runner.AirflowRun(run_type, context.get("data_interval_start"), context.get("data_interval_end"))
 
 
 def plan_window(pipeline: str, **context: Any) -> dict[str, Any]:
     cfg = find_pipeline(pipeline)
     try:
-        window = runner.plan(cfg, context["run_id"], _params(context))
+        window = runner.plan(cfg, context["run_id"], _params(context), run=_run(context))
     except PipelineStopped as exc:  # an operator's stop skips the run; it is not a failure to retry
         from airflow.sdk.exceptions import AirflowSkipException  # noqa: PLC0415
 
         raise AirflowSkipException(str(exc)) from exc
-    return {"origin": window.origin, "partitions": [
-        {"topic": p.topic, "partition": p.partition, "start": p.start, "max_records": p.max_records}
-        for p in window.partitions]}
+    return {"origin": window.origin,
+            "interval": [t.isoformat() + "Z" for t in window.interval] if window.interval else None,
+            "partitions": [{"topic": p.topic, "partition": p.partition, "start": p.start,
+                            "max_records": p.max_records, "stop": p.stop} for p in window.partitions]}
 
 
 def process_window(pipeline: str, **context: Any) -> dict[str, Any]:

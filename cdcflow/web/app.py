@@ -92,6 +92,7 @@ def _window_json(w: Any, created: Any, updated: Any) -> dict[str, Any]:
     return {"run_id": w.run_id, "status": w.status, "origin": w.origin, "attempts": w.attempt,
             "message": w.message, "created_at": created.isoformat() + "Z", "updated_at": updated.isoformat() + "Z",
             "records": w.total_records, "stats": w.stats,
+            "interval": [t.isoformat() + "Z" for t in w.interval] if w.interval else None,
             "partitions": [{"topic": p.topic, "partition": p.partition, "start": p.start, "end": p.end,
                             "records": p.records} for p in w.partitions]}
 
@@ -221,9 +222,15 @@ def create_app(service: ctl.Control | None = None) -> FastAPI:
     @app.post("/connectors/{name}/replay", status_code=202)
     def replay(name: str, user: Any = user_dep, body: Any = Body(default=None)) -> Any:
         authorize(user, name, "POST", runs=True)
-        starts = body.get("start_offsets") if isinstance(body, dict) else None
+        body = body if isinstance(body, dict) else {}
+        if body.get("start_time") is not None or body.get("end_time") is not None:
+            times = {k: body.get(k) for k in ("start_time", "end_time")}
+            return {"run_id": svc.run_now(name, user.get_name(), times,
+                                          note=f"time-range replay requested by {user.get_name()}")}
+        starts = body.get("start_offsets")
         if not isinstance(starts, dict):
-            raise BadRequest('expected {"start_offsets": {"topic": {"partition": offset}}}')
+            raise BadRequest('expected {"start_offsets": {"topic": {"partition": offset}}} or '
+                             '{"start_time": "2026-11-22T10:00:00Z", "end_time": "2026-11-22T14:00:00Z"}')
         return {"run_id": svc.replay(name, starts, user.get_name())}
 
     @app.post("/connectors/{name}/offsets/reset")

@@ -32,7 +32,7 @@ def test_dagbag_has_no_import_errors_and_one_dag_per_pipeline() -> None:
     dag = bag.get_dag("demo_orders")
     assert dag.max_active_runs == 1
     assert [t.task_id for t in dag.topological_sort()] == ["plan_window", "process_window", "commit_offsets"]
-    assert set(dag.params) == {"start_offsets", "max_records", "max_duration"}
+    assert set(dag.params) == {"start_offsets", "start_time", "end_time", "max_records", "max_duration"}
     assert dag.default_args["retry_exponential_backoff"] is True
 
 
@@ -85,6 +85,16 @@ def test_invalid_trigger_params_are_rejected_with_the_reason(config_dir: Path) -
     out = result.stdout + result.stderr
     assert "ParamValidationError" in out
     assert "Invalid input for param start_offsets" in out and "'nope'" in out
+    assert runner.offset_store(cfg).history(cfg.name) == []  # rejected before any window was planned
+
+
+def test_invalid_time_params_are_rejected_with_the_reason(config_dir: Path) -> None:
+    tag = unique("aftime")
+    cfg = load_pipeline(write_pipeline(config_dir, tag, f"t.{tag}", tag, retries=0))
+    result = _dags_test(config_dir, cfg.name, {"start_time": "2026-11-20T10:00:00Z",
+                                               "end_time": "2026-11-20T09:00:00Z"})
+    out = result.stdout + result.stderr
+    assert "end_time (2026-11-20T09:00:00Z) must be after start_time (2026-11-20T10:00:00Z)" in out, out[-3000:]
     assert runner.offset_store(cfg).history(cfg.name) == []  # rejected before any window was planned
 
 

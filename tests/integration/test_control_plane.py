@@ -191,6 +191,16 @@ def test_replay_and_run_now_are_validated_and_triggered(server: AirflowServer) -
     assert ok.status == 202, ok.text
     run = server.request("GET", f"/api/v2/dags/{cfg.name}/dagRuns/{ok.body['run_id']}").body
     assert run["conf"] == {"start_offsets": {topic: {"0": 7}}}
+    bad = server.request("POST", f"{url}/replay", {"start_time": "2026-11-20T10:00:00Z"[:-1],
+                                                    "end_time": "2026-11-20T11:00:00Z"})
+    assert bad.status == 400 and "start_time: '2026-11-20T10:00:00' has no time zone" in bad.body["message"]
+    bad = server.request("POST", f"{url}/replay", {"end_time": "2026-11-20T11:00:00Z"})
+    assert bad.status == 400 and "end_time needs start_time" in bad.body["message"]
+    times = {"start_time": "2026-11-20T10:00:00Z", "end_time": "2026-11-20T11:00:00Z"}
+    ok = server.request("POST", f"{url}/replay", times)
+    assert ok.status == 202, ok.text
+    run = server.request("GET", f"/api/v2/dags/{cfg.name}/dagRuns/{ok.body['run_id']}").body
+    assert run["conf"] == times
 
 
 def test_offsets_follow_connects_rules_and_examples(server: AirflowServer, use_server_store: None,
