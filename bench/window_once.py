@@ -1,6 +1,11 @@
 """One window step in this (fresh) process, as an Airflow task runs it; prints its figures as JSON.
 
     python -m bench.window_once PIPELINE RUN_ID [all|plan|process|commit]
+    python -m bench.window_once --fork PIPELINE RUN_ID [...]
+
+``--fork`` runs the window as Airflow's PreloadingLocalExecutor does (cdcflow/airflow/executor.py):
+this process imports the task modules first, then forks the task process; the figure printed last
+is the forked process's time, from the fork to its exit.
 
 Used by bench/fixed_cost.py. Run as a module, not with ``python -c``: PySpark's Connect client
 imports its test utilities when ``__main__`` has no file, which an Airflow task never pays.
@@ -42,5 +47,20 @@ def main() -> None:
     os._exit(0)
 
 
+def forked() -> None:
+    from cdcflow.airflow.executor import preload  # noqa: PLC0415
+
+    preload()
+    del sys.argv[1]
+    global T0
+    start = T0 = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:
+        main()
+    _pid, status = os.waitpid(pid, 0)
+    print(json.dumps({"forked_wall": time.perf_counter() - start, "status": status}), flush=True)
+    sys.exit(0 if status == 0 else 1)
+
+
 if __name__ == "__main__":
-    main()
+    forked() if sys.argv[1:2] == ["--fork"] else main()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 from cdcflow import runner
@@ -38,8 +39,10 @@ def plan_window(pipeline: str, **context: Any) -> dict[str, Any]:
 
 
 def process_window(pipeline: str, **context: Any) -> dict[str, Any]:
+    # forked by the PreloadingLocalExecutor, the task starts with Spark's client already imported
+    preloaded = "pyspark.sql.connect.session" in sys.modules
     cfg = find_pipeline(pipeline)
-    return runner.process(cfg, context["run_id"], _params(context))
+    return {**runner.process(cfg, context["run_id"], _params(context)), "preloaded": preloaded}
 
 
 def commit_offsets(pipeline: str, **context: Any) -> dict[str, Any]:

@@ -73,7 +73,7 @@ def discover(conf: dict[str, Any], topics: list[str], timeout: float = 15.0) -> 
     """List the topics' partitions with their first offset and true end offset."""
     servers = str(conf.get("bootstrap.servers"))
     errors: list[KafkaError] = []
-    consumer = Consumer({**conf, "error_cb": _error_collector(errors)})
+    consumer = Consumer({**conf, "error_cb": _error_collector(errors), "fetch.wait.max.ms": 10})
     try:
         try:
             meta = consumer.list_topics(timeout=timeout)
@@ -112,7 +112,9 @@ def _read_to_eof(consumer: Consumer, marks: dict[tuple[str, int], tuple[int, int
         if time.monotonic() > deadline:
             raise BrokerUnavailable(
                 f"finding the end of {sorted(pending)}: no end-of-partition from {servers} within {timeout:.0f}s")
-        for msg in consumer.consume(num_messages=1000, timeout=0.5):
+        # consume() returns when the batch is full or at its timeout, not at partition EOF: short
+        # timeouts, so that a few records and the EOFs do not cost a full timeout
+        for msg in consumer.consume(num_messages=1000, timeout=0.05):
             tp = (msg.topic(), msg.partition())
             err = msg.error()
             if err is not None:

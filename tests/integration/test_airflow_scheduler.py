@@ -23,7 +23,7 @@ TASKS = ("plan_window", "process_window", "commit_offsets")
 @pytest.fixture(scope="module")
 def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]:
     srv = make_server(tmp_path_factory.mktemp("scheduler"))
-    srv.env["AIRFLOW__CORE__EXECUTOR"] = "LocalExecutor"
+    srv.env["AIRFLOW__CORE__EXECUTOR"] = "cdcflow.airflow.executor.PreloadingLocalExecutor"  # as services.sh
     srv.env["AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC"] = "2"
     srv.env["AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL"] = "5"
     try:
@@ -100,6 +100,7 @@ def test_three_windows_triggered_through_the_rest_api_run_in_fresh_task_processe
         stats = xcom["value"]
         assert stats["spark"].startswith("connect sc://127.0.0.1:"), stats
         assert stats["records"] == records
+        assert stats["preloaded"] is True  # forked from a worker of the PreloadingLocalExecutor
 
     # no overlap and no gap: per partition the windows' ranges follow each other from offset 0
     store = OffsetStore(airflow.store_url)
