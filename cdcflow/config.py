@@ -399,15 +399,28 @@ def _user_path(data: Any, loc: tuple[Any, ...]) -> tuple[str, ...]:
             node = node[part]
         elif isinstance(node, dict) and node.get("type") == part:
             continue  # the union tag: this node's own 'type', not a key the user wrote
+        elif isinstance(part, str) and node is not None and not isinstance(node, dict):
+            continue  # a member of a plain union (str | int …) tried on a list or a scalar
         else:
             node = None
         shown.append(str(part))
     return tuple(shown)
 
 
+def _one_of(saids: list[str]) -> str:
+    """'expected input should be a valid string' ×2 -> 'expected a valid string or a valid integer'."""
+    if len(saids) == 1:
+        return saids[0]
+    if all(x.startswith("expected ") for x in saids):
+        options = [x.removeprefix("expected ").removeprefix("input should be ") for x in saids]
+        return "expected " + ", ".join(options[:-1]) + " or " + options[-1]
+    return "; or ".join(saids)
+
+
 def format_validation_error(path: Path | str, text: str, exc: ValidationError, data: Any = None) -> str:
     lines_by_path = _line_index(text)
-    problems = []
+    # one problem per field: the members of a union (str | int …) each report the same value
+    by_field: dict[tuple[str, str], tuple[list[str], str]] = {}
     for err in exc.errors():
         shown = _user_path(data, tuple(err["loc"]))
         field = ".".join(shown) or "(top level)"
@@ -419,9 +432,13 @@ def format_validation_error(path: Path | str, text: str, exc: ValidationError, d
         where = f"line {line}, " if line else ""
         value = "" if err["type"] == "missing" or "got " in err["msg"] else f"; got {err.get('input')!r}"
         if err["type"] == "value_error":  # our own validators word the whole sentence
-            problems.append(f"  - {where}{field}: {err['msg'].removeprefix('Value error, ')}{value}")
+            said = err["msg"].removeprefix("Value error, ")
         else:
-            problems.append(f"  - {where}{field}: expected {_expected(err)}{value}")
+            said = f"expected {_expected(err)}"
+        saids, _value = by_field.setdefault((where, field), ([], value))
+        if said not in saids:
+            saids.append(said)
+    problems = [f"  - {where}{field}: {_one_of(saids)}{value}" for (where, field), (saids, value) in by_field.items()]
     count = len(problems)
     return f"{path}: {count} error{'s' if count != 1 else ''}\n" + "\n".join(problems)
 
