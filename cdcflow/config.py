@@ -41,7 +41,7 @@ RESERVED_KAFKA_KEYS = frozenset(
     {"enable.auto.commit", "enable.auto.offset.store", "group.id", "bootstrap.servers",
      "enable.partition.eof", "auto.offset.reset", "isolation.level"}
 )
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _SQL_TYPE = re.compile(
     r"^(TINYINT|SMALLINT|MEDIUMINT|INT|INTEGER|BIGINT|FLOAT|DOUBLE|BOOLEAN|BOOL"
     r"|DECIMAL\(\d{1,2},\s*\d{1,2}\)|VARCHAR\(\d{1,5}\)|CHAR\(\d{1,3}\)"
@@ -57,7 +57,7 @@ def parse_duration(value: Any) -> Any:
         if not match:
             raise ValueError(f"expected a duration such as 30, '30s', '5m' or '1h', got {value!r}")
         number, unit = float(match.group(1)), match.group(2) or "s"
-        return number * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[unit]
+        return number * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}[unit]
     return value
 
 
@@ -81,6 +81,7 @@ def parse_instant(value: Any) -> int:
 
 
 Duration = Annotated[float, BeforeValidator(parse_duration), Field(gt=0, le=86400)]
+Period = Annotated[float, BeforeValidator(parse_duration), Field(gt=0, le=3650 * 86400)]
 Identifier = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[^\x00]+$")]
 TopicName = Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]{1,249}$")]
 ConnId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,250}$")]
@@ -285,6 +286,18 @@ class MonitorConfig(StrictModel):
                                       "offsets when its newest sample is older than this.")
 
 
+class RetentionConfig(StrictModel):
+    """How long cdcflow keeps its own bookkeeping (docs/semantics.md#retention). Stored offsets are
+    never pruned."""
+
+    ledger: Period = Field(default=30 * 86400, description="Windows in the ledger and lag samples older than "
+                           "this are deleted after a commit; the newest 100 windows are always kept.")
+    tombstones: Period | None = Field(
+        default=30 * 86400, description="Sink tombstones (deleted keys with their version) older than this are "
+        "deleted after a commit, and replays of records older than this are refused (they could bring back "
+        "rows deleted since). Keep it above the source topics' retention.ms; null keeps them forever.")
+
+
 class SparkConfig(StrictModel):
     mode: Literal["connect", "inprocess", "submit"] = Field(
         default="connect", description="connect: the long-lived Spark Connect server (scripts/services.sh start "
@@ -318,6 +331,7 @@ class PipelineConfig(StrictModel):
     offset_store: OffsetStoreConfig = OffsetStoreConfig()
     spark: SparkConfig = SparkConfig()
     monitor: MonitorConfig = MonitorConfig()
+    retention: RetentionConfig = RetentionConfig()
 
     @model_validator(mode="after")
     def _cross_checks(self) -> PipelineConfig:

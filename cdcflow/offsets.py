@@ -83,6 +83,15 @@ windows_table = sa.Table(
     sa.Column("stop_offset", sa.BigInteger, nullable=True),
 )
 
+# When a periodic chore (retention) last ran per pipeline, so that it runs at most every so often.
+chores_table = sa.Table(
+    "cdcflow_chores",
+    metadata,
+    sa.Column("pipeline", sa.String(200), primary_key=True),
+    sa.Column("chore", sa.String(32), primary_key=True),
+    sa.Column("last_at", sa.DateTime, nullable=False),
+)
+
 # Columns added after a table was first released: created on older databases at start-up.
 _ADDED_COLUMNS = {"cdcflow_runs": ("interval_start", "interval_end"), "cdcflow_windows": ("stop_offset",)}
 
@@ -540,6 +549,53 @@ class OffsetStore:
             conn.execute(sa.update(redrives_table).where(
                 (redrives_table.c.pipeline == pipeline) & (redrives_table.c.request_id == request_id)
             ).values(status="done", updated_at=_now()))
+
+    # -- retention -------------------------------------------------------------------------------
+    def due(self, pipeline: str, chore: str, every_s: float) -> bool:
+        """True (and marked done now) when ``chore`` last ran more than ``every_s`` ago or never."""
+        now = _now()
+        with self.engine.begin() as conn:
+            done = conn.execute(sa.update(chores_table).where(
+                (chores_table.c.pipeline == pipeline) & (chores_table.c.chore == chore)
+                & (chores_table.c.last_at < now - timedelta(seconds=every_s))).values(last_at=now)).rowcount
+            if done:
+                return True
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(sa.insert(chores_table).values(pipeline=pipeline, chore=chore, last_at=now))
+            return True
+        except IntegrityError:  # it ran recently (or another process marked it just now)
+            return False
+
+    def prune(self, pipeline: str, older_than_s: float, keep: int = 100) -> dict[str, int]:
+        """Delete ledger windows (not planned or running ones) and lag samples older than
+        ``older_than_s``, keeping the newest ``keep`` windows and the newest ``keep`` samples of each
+        partition and source whatever their age. Returns the rows deleted per table."""
+        cutoff = _now() - timedelta(seconds=older_than_s)
+        with self.engine.begin() as conn:
+            newest = sa.select(runs_table.c.run_id).where(runs_table.c.pipeline == pipeline).order_by(
+                runs_table.c.created_at.desc()).limit(keep)
+            old = [r for r in conn.execute(sa.select(runs_table.c.run_id).where(
+                (runs_table.c.pipeline == pipeline) & (runs_table.c.updated_at < cutoff)
+                & runs_table.c.status.in_(("committed", "applied", "failed"))
+                & runs_table.c.run_id.not_in(newest.scalar_subquery()))).scalars()]
+            windows = runs = 0
+            for i in range(0, len(old), 500):
+                chunk = old[i:i + 500]
+                windows += conn.execute(sa.delete(windows_table).where(
+                    (windows_table.c.pipeline == pipeline) & windows_table.c.run_id.in_(chunk))).rowcount
+                runs += conn.execute(sa.delete(runs_table).where(
+                    (runs_table.c.pipeline == pipeline) & runs_table.c.run_id.in_(chunk))).rowcount
+            rank = sa.func.row_number().over(
+                partition_by=(lag_table.c.topic, lag_table.c.partition, lag_table.c.source),
+                order_by=lag_table.c.id.desc()).label("rank")
+            ranked = sa.select(lag_table.c.id, lag_table.c.at, rank).where(lag_table.c.pipeline == pipeline).subquery()
+            stale = [r for r in conn.execute(sa.select(ranked.c.id).where(
+                (ranked.c.rank > keep) & (ranked.c.at < cutoff))).scalars()]
+            lag = 0
+            for i in range(0, len(stale), 500):
+                lag += conn.execute(sa.delete(lag_table).where(lag_table.c.id.in_(stale[i:i + 500]))).rowcount
+        return {"windows": runs, "window_partitions": windows, "lag_samples": lag}
 
     # -- one writer per pipeline -----------------------------------------------------------------
     def try_lease(self, pipeline: str, holder: str, seconds: float) -> str | None:

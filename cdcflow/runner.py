@@ -35,6 +35,7 @@ log = logging.getLogger("cdcflow.runner")
 PARAMS = ("start_offsets", "start_time", "end_time", "max_records", "max_duration")
 LEASE_SECONDS = 60.0  # a writer's lease; renewed every third of it while the window runs
 LEASE_WAIT = 3600.0  # how long a window waits for another window of its pipeline to finish writing
+RETENTION_EVERY = 600.0  # retention runs after a commit at most every 10 minutes per pipeline
 REPLAY_DEADLINE = 86400.0  # a time range is read whole; a stalled broker still fails it (stall_timeout)
 
 
@@ -265,6 +266,7 @@ def plan(cfg: PipelineConfig, run_id: str, params: Mapping[str, Any] | None = No
             raise OffsetOutOfRange(
                 f"{tp[0]}[{tp[1]}]: start offset {start} is beyond the end of the log ({state.end}); the topic "
                 "was probably recreated. Reset the offsets with `cdcflow offsets set` or replay with start_offsets")
+    _check_replay_horizon(cfg, origin, starts, interval if origin != "stored" else None, at_time)
     if origin in ("backfill", "time_range"):  # the slice is read whole, whatever the window's budget
         shares = {tp: max(0, stops[tp] - s) for tp, s in starts.items()}
     else:
@@ -403,6 +405,55 @@ def _process(cfg: PipelineConfig, window: WindowPlan, p: RunParams, store: Offse
     return stats
 
 
+def apply_retention(cfg: PipelineConfig, store: OffsetStore) -> dict[str, Any]:
+    """Forget what retention allows (after a commit): old ledger windows and lag samples, old sink
+    tombstones. A failure here is logged, never a failed window: nothing of the window depends on it."""
+    out: dict[str, Any] = {}
+    try:
+        out["ledger"] = store.prune(cfg.name, cfg.retention.ledger)
+    except Exception as exc:  # noqa: BLE001
+        log.warning("retention: pruning the ledger of %s failed: %s", cfg.name, exc)
+    if cfg.retention.tombstones is not None:
+        from spark_jobs.sinks import SINK_TYPES  # noqa: PLC0415
+
+        for sink in cfg.sinks:
+            target = SINK_TYPES[sink.type].open(sink_target(sink))
+            prune = getattr(target, "prune_tombstones", None)
+            if prune is None:
+                continue
+            try:
+                out[f"tombstones:{sink.name}"] = prune(cfg.retention.tombstones)
+            except Exception as exc:  # noqa: BLE001
+                log.warning("retention: pruning the tombstones of sink %s failed: %s", sink.name, exc)
+    return out
+
+
+def _check_replay_horizon(cfg: PipelineConfig, origin: str, starts: Mapping[TopicPartition, int],
+                          interval: tuple[datetime, datetime] | None,
+                          at_time: Any) -> None:
+    """Refuse a replay that reaches records older than retention.tombstones: the sinks may have
+    forgotten deletes from that time, and replaying older changes would bring those rows back."""
+    keep = cfg.retention.tombstones
+    if keep is None or origin == "stored":
+        return
+    horizon = datetime.now(UTC).timestamp() - keep
+    since = datetime.fromtimestamp(horizon, UTC).isoformat(timespec="seconds")
+    advice = (f"tombstones older than retention.tombstones ({keep / 86400:g} days) are pruned from the sinks, so "
+              "replaying older changes could bring back rows deleted since. Replay from later, or raise "
+              "retention.tombstones (keep it above the topics' retention.ms) and replay once the tombstones "
+              "written from then on cover it")
+    if interval is not None:
+        if interval[0].timestamp() < horizon:
+            raise ConfigError(f"pipeline {cfg.name!r}: the time range starts at {interval[0].isoformat()}, before "
+                              f"{since}; {advice}")
+        return
+    first_kept = at_time(datetime.fromtimestamp(horizon, UTC), {tp: s for tp, s in starts.items()})
+    early = {tp: (s, first_kept[tp]) for tp, s in starts.items() if s < first_kept[tp]}
+    if early:
+        where = ", ".join(f"{t}[{p}] from {s} (records from {since} start at {k})" for (t, p), (s, k) in sorted(early.items()))
+        raise ConfigError(f"pipeline {cfg.name!r}: the replay starts at records older than {since}: {where}; {advice}")
+
+
 def commit(cfg: PipelineConfig, run_id: str, store: OffsetStore | None = None) -> dict[str, Any]:
     store = store or offset_store(cfg)
     result = store.commit(cfg.name, run_id)
@@ -413,8 +464,9 @@ def commit(cfg: PipelineConfig, run_id: str, store: OffsetStore | None = None) -
 
         mirror_offsets({**kafka_client(cfg), "group.id": cfg.group_id}, result.advanced)
     log.info("committed %s", {f"{t}[{p}]": o for (t, p), o in result.advanced.items()})
+    pruned = apply_retention(cfg, store) if store.due(cfg.name, "retention", RETENTION_EVERY) else {}
     return {"advanced": {f"{t}:{p}": o for (t, p), o in result.advanced.items()},
-            "left": {f"{t}:{p}": r for (t, p), r in result.left.items()}}
+            "left": {f"{t}:{p}": r for (t, p), r in result.left.items()}, "pruned": pruned}
 
 
 def run_window(cfg: PipelineConfig, run_id: str, params: Mapping[str, Any] | None = None,

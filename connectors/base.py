@@ -109,6 +109,12 @@ class Sink(Protocol):
     def close(self) -> None: ...
 
 
+class PrunableSink(Sink, Protocol):
+    """A sink that keeps tombstones (deleted keys with their version) and can forget old ones."""
+
+    def prune_tombstones(self, older_than_s: float) -> int: ...
+
+
 class ArrowSink(Sink, Protocol):
     """A sink that takes the window's Arrow batches as they are (typed columns ``c_0``…,
     ``change_op``, ``version`` and the raw columns), for set-based writes with no per-row Python."""

@@ -33,6 +33,7 @@ from connectors.kafka.dlq import FailedRecord
 log = logging.getLogger(__name__)
 
 TOMBSTONES = "cdcflow-tombstones"
+TOMBSTONE_FIELDS = {"index": {"type": "keyword"}, "deleted_at": {"type": "date", "format": "epoch_millis"}}
 RETRY_STATUS = frozenset({429, 502, 503, 504})
 
 
@@ -67,7 +68,30 @@ class ElasticsearchSink:
         self._client = Elasticsearch(self.url, basic_auth=self.auth, request_timeout=self.cfg.request_timeout,
                                      max_retries=0, retry_on_timeout=False)
         self._call("checking the cluster", lambda: self._client.info())
-        self._ensure_index(TOMBSTONES, {"dynamic": False, "properties": {"index": {"type": "keyword"}}}, None)
+        self._ensure_index(TOMBSTONES, {"dynamic": False, "properties": TOMBSTONE_FIELDS}, None)
+        # an index created before retention existed lacks deleted_at: add it (adding a field is allowed)
+        self._call("mapping the tombstone index", lambda: self._client.indices.put_mapping(
+            index=TOMBSTONES, properties=TOMBSTONE_FIELDS))
+
+    def prune_tombstones(self, older_than_s: float) -> int:
+        """Delete this sink's tombstone documents written more than ``older_than_s`` ago
+        (retention.tombstones). Tombstones written before retention existed have no ``deleted_at``
+        and are kept. Returns how many were deleted."""
+        from elasticsearch import Elasticsearch  # noqa: PLC0415
+
+        client = Elasticsearch(self.url, basic_auth=self.auth, request_timeout=max(60, self.cfg.request_timeout))
+        indices = self.cfg.index.replace("{topic}", "*")
+        cutoff = int((time.time() - older_than_s) * 1000)
+        try:
+            if not self._call("looking for the tombstone index", lambda: client.indices.exists(index=TOMBSTONES)):
+                return 0
+            resp = self._call("pruning tombstones", lambda: client.delete_by_query(
+                index=TOMBSTONES, conflicts="proceed", refresh=True,
+                query={"bool": {"filter": [{"wildcard": {"index": {"value": indices}}},
+                                           {"range": {"deleted_at": {"lt": cutoff}}}]}}))
+            return int(resp.get("deleted", 0))
+        finally:
+            client.close()
 
     def write(self, changes: Sequence[Change]) -> list[FailedRecord]:
         failed: list[FailedRecord] = []
@@ -103,7 +127,8 @@ class ElasticsearchSink:
         return [
             _Item(change, "delete", json.dumps({"delete": {"_index": index, **versioned}}).encode() + b"\n"),
             _Item(change, "tombstone", json.dumps({"index": tomb}).encode() + b"\n"
-                  + json.dumps({"index": index, "id": doc_id}).encode() + b"\n"),
+                  + json.dumps({"index": index, "id": doc_id, "deleted_at": int(time.time() * 1000)}).encode()
+                  + b"\n"),
         ]
 
     # -- sending -----------------------------------------------------------------------------------

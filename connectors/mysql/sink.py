@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -44,6 +45,7 @@ from connectors.mysql import bulk
 
 VERSION_COLUMN = "__cdc_version"
 TOMBSTONES = "cdcflow_tombstones"
+TOMBSTONES_AGE_INDEX = "ix_cdcflow_tombstones_age"  # (table_name, deleted_at), for retention
 SESSION_SQL = (
     "SET SESSION sql_mode='STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION,ERROR_FOR_DIVISION_BY_ZERO,"
     "NO_ZERO_DATE,NO_ZERO_IN_DATE', time_zone='+00:00'"
@@ -186,6 +188,40 @@ class MySqlSink:
         body = ",\n  ".join(lines)
         return f"CREATE TABLE IF NOT EXISTS {quote(self.cfg.table)} (\n  {body}\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
 
+    # -- retention ---------------------------------------------------------------------------------
+    def prune_tombstones(self, older_than_s: float, batch: int = 10_000) -> int:
+        """Delete the tombstones of this sink's table(s) written more than ``older_than_s`` ago
+        (retention.tombstones), in transactions of ``batch`` rows. Returns how many."""
+        engine = sa.create_engine(self.url, poolclass=NullPool, connect_args={
+            "connect_timeout": 10, "read_timeout": 120, "write_timeout": 120, "charset": "utf8mb4"})
+        # a routed table ('{topic}'): every table the template can produce
+        pattern = re.sub(r"([%_\\])", r"\\\1", self.cfg.table).replace("{topic}", "%")
+        total = 0
+        try:
+            with engine.begin() as conn:
+                if not conn.exec_driver_sql(
+                        "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() "
+                        "AND TABLE_NAME = %s", (TOMBSTONES,)).scalar():
+                    return 0
+                if not conn.exec_driver_sql(
+                        "SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() "
+                        "AND TABLE_NAME = %s AND INDEX_NAME = %s", (TOMBSTONES, TOMBSTONES_AGE_INDEX)).scalar():
+                    conn.exec_driver_sql(f"CREATE INDEX {quote(TOMBSTONES_AGE_INDEX)} ON {quote(TOMBSTONES)} "
+                                         "(table_name, deleted_at)")
+            while True:
+                with engine.begin() as conn:
+                    n = conn.exec_driver_sql(
+                        f"DELETE FROM {quote(TOMBSTONES)} WHERE table_name LIKE %s AND "
+                        f"deleted_at < NOW() - INTERVAL %s SECOND LIMIT {int(batch)}",
+                        (pattern, int(older_than_s))).rowcount
+                total += n
+                if n < batch:
+                    return total
+        except DBAPIError as exc:
+            raise self._infra_error("pruning the tombstones of", exc) from exc
+        finally:
+            engine.dispose()
+
     # -- lifecycle ---------------------------------------------------------------------------------
     def open(self) -> None:
         self._engine = sa.create_engine(
@@ -201,7 +237,8 @@ class MySqlSink:
                     f"CREATE TABLE IF NOT EXISTS {quote(TOMBSTONES)} ("
                     "table_name VARCHAR(64) NOT NULL, key_hash BINARY(20) NOT NULL, key_json TEXT NOT NULL, "
                     "version BIGINT NOT NULL, deleted_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, "
-                    "PRIMARY KEY (table_name, key_hash)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4")
+                    f"PRIMARY KEY (table_name, key_hash), KEY {quote(TOMBSTONES_AGE_INDEX)} (table_name, deleted_at)"
+                    ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4")
                 if self.cfg.create_table:
                     conn.exec_driver_sql(self.create_table_sql())
                 self._check_table(conn)
