@@ -8,12 +8,30 @@ columns as :func:`spark_jobs.debezium.decode_changes` produces, plus ``record_ke
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from cdcflow.errors import ConfigError
 from spark_jobs.debezium import VERSION_SHIFT
+
+
+ROUTE = r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,248}$"  # a Kafka topic name, not starting with '.'
+RESERVED_ROUTE = r"^(?i)cdcflow[_-]"  # cdcflow's own tables (cdcflow_tombstones, …) and index
+
+
+def bad_route_reason(topic: Column) -> Column:
+    """Why a (transformed) topic cannot name a table or an index, or null. Transforms such as
+    ExtractTopic take the topic from record data; it must not reach cdcflow's own tables, a hidden
+    index, or anything a topic name could not be."""
+    shown = F.substring(topic, 1, 80)
+    return (F.when(topic.isNull(), F.lit("the routed topic is null"))
+            .when(~topic.rlike(ROUTE), F.concat(
+                F.lit("the routed topic '"), shown, F.lit("' cannot name a table or an index: expected 1-249 of "
+                                                          "A-Z a-z 0-9 . _ -, not starting with '.'")))
+            .when(topic.rlike(RESERVED_ROUTE), F.concat(
+                F.lit("the routed topic '"), shown, F.lit("' is reserved: names starting with cdcflow_ or cdcflow- "
+                                                          "are cdcflow's own tables and indices"))))
 
 
 def records_to_changes(rec: DataFrame, versioning: str) -> DataFrame:
@@ -35,8 +53,9 @@ def records_to_changes(rec: DataFrame, versioning: str) -> DataFrame:
         version = F.when(ts.isNotNull(), ts * F.lit(VERSION_SHIFT) + F.pmod(F.col("offset"), F.lit(VERSION_SHIFT)))
         unversioned = ~tombstone & ts.isNull()
     ok = F.col("_error_stage").isNull()
-    stage = F.when(~ok, F.col("_error_stage")).when(unversioned, F.lit("transform"))
-    message = F.when(~ok, F.col("_error_message")).when(unversioned, F.lit(
+    bad_route = bad_route_reason(F.col("topic"))
+    stage = F.when(~ok, F.col("_error_stage")).when(unversioned | bad_route.isNotNull(), F.lit("transform"))
+    message = F.when(~ok, F.col("_error_message")).when(bad_route.isNotNull(), bad_route).when(unversioned, F.lit(
         "no source.ts_ms to version the change by (versioning: source_ts_ms needs a Debezium topic and an "
         "ExtractNewRecordState transform; otherwise set versioning: kafka_offset)"))
     return rec.select(

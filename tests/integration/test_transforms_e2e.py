@@ -106,14 +106,40 @@ def test_hostile_table_and_field_names_cannot_inject_sql(config_dir: Path, store
     fields = {"id": 1, "we\"ird": "q", "a`b": "tick", f"x'); DROP TABLE {victim}; --": "semi"}
     cfg = load_pipeline(write_pipeline(
         config_dir, tag, f"t.{tag}", tag, versioning="kafka_offset",
-        transforms=[{"type": "RegexRouter", "regex": r"t\..*", "replacement": evil_table}],
-        sinks=[_sink(table="{topic}", pk_mode="record_value", primary_key=["id"])]))
+        transforms=[{"type": "Cast", "spec": {"id": "int64"}}],
+        sinks=[_sink(table=evil_table, pk_mode="record_value", primary_key=["id"])]))
     cdcgen.produce(bootstrap(), cfg.source.topics[0], [cdcgen.Event(b'{"id": 1}', json.dumps(fields).encode())],
                    partitions=1)
     runner.run_window(cfg, "hostile", store=store, spark=spark)
     assert _rows(victim, "id") == [(1,)]  # still there
     assert set(_columns(evil_table)) == {*fields, "__cdc_version"}
     assert _rows(evil_table, "id, `a``b`, `we\"ird`") == [(1, "tick", "q")]
+
+
+def test_routes_from_record_data_cannot_reach_cdcflow_tables_or_odd_names(config_dir: Path, store: OffsetStore,
+                                                                         spark: Any) -> None:
+    """ExtractTopic takes the topic from a field: a record must not route its row into cdcflow's own
+    tables, or name a table a topic could not name; such records go to the DLQ with the reason."""
+    tag = unique("route")
+    cfg = load_pipeline(write_pipeline(
+        config_dir, tag, f"t.{tag}", tag, versioning="kafka_offset",
+        transforms=[{"type": "ExtractTopic", "field": "dest"}],
+        sinks=[_sink(table="{topic}", pk_mode="record_value", primary_key=["id"])]))
+    dests = [f"good_{tag}", "cdcflow_tombstones", "CDCFLOW-tombstones", ".kibana", "a b", "x`y", "", "../etc"]
+    events = [cdcgen.Event(json.dumps({"id": i}).encode(), json.dumps({"id": i, "dest": d}).encode())
+              for i, d in enumerate(dests)]
+    cdcgen.produce(bootstrap(), cfg.source.topics[0], events, partitions=1)
+    stats = runner.run_window(cfg, "routes", store=store, spark=spark)
+    assert stats["dead_lettered"] == len(dests) - 1
+    assert _rows(f"good_{tag}", "id, dest") == [(0, f"good_{tag}")]
+    reasons = {json.loads(m.value())["dest"]: dict(m.headers())["__connect.errors.exception.message"].decode()
+               for m in read_topic(cfg.errors.dlq_topic)}
+    assert reasons["cdcflow_tombstones"] == ("the routed topic 'cdcflow_tombstones' is reserved: names starting "
+                                             "with cdcflow_ or cdcflow- are cdcflow's own tables and indices")
+    assert "is reserved" in reasons["CDCFLOW-tombstones"]
+    for bad in (".kibana", "a b", "x`y", "", "../etc"):
+        assert reasons[bad].startswith(f"the routed topic '{bad}' cannot name a table or an index"), reasons[bad]
+    assert "dest" not in _columns("cdcflow_tombstones")
 
 
 def test_a_record_a_transform_fails_on_goes_to_the_dlq_and_the_window_continues(
