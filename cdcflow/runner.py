@@ -356,6 +356,21 @@ def writer_lease(store: OffsetStore, pipeline: str, run_id: str, wait: float = L
         store.release_lease(pipeline, holder)
 
 
+def _sent_before(cfg: PipelineConfig, window: WindowPlan, store: OffsetStore) -> frozenset[tuple[str, int, int, str]]:
+    """On a retry: the dead letters the window's earlier attempts sent, so they are not sent twice."""
+    if window.attempt < 1 or not cfg.errors.dlq_topic or cfg.errors.tolerance != "all":
+        return frozenset()
+    from connectors.kafka.dlq import sent_dead_letters  # noqa: PLC0415
+
+    created, _updated = store.window_times(cfg.name, [window.run_id])[window.run_id]
+    since_ms = int(created.replace(tzinfo=UTC).timestamp() * 1000) - 300_000  # producers' clocks may differ
+    sent = sent_dead_letters(consumer_conf(cfg), cfg.errors.dlq_topic, window.run_id, since_ms)
+    if sent:
+        log.info("run %s: %d dead letters were sent by an earlier attempt; not sending them again",
+                 window.run_id, len(sent))
+    return sent
+
+
 def _describe(window: WindowPlan) -> str:
     return ", ".join(f"{w.topic}[{w.partition}] {w.start}..{w.end if w.end is not None else '?'}"
                      for w in window.partitions)
@@ -388,7 +403,8 @@ def _process(cfg: PipelineConfig, window: WindowPlan, p: RunParams, store: Offse
         sinks=tuple(sink_target(s) for s in cfg.sinks),
         versioning=cfg.versioning, tolerance=cfg.errors.tolerance, dlq_topic=cfg.errors.dlq_topic,
         context_headers=cfg.errors.context_headers, transforms=tuple(cfg.transforms),
-        key_converter=cfg.source.key_converter, value_converter=cfg.source.value_converter)
+        key_converter=cfg.source.key_converter, value_converter=cfg.source.value_converter,
+        dead_letters_sent=_sent_before(cfg, window, store))
     spark = spark or get_spark(cfg.spark, app_name=f"cdcflow-{cfg.name}")
 
     def on_read(ends: dict[TopicPartition, tuple[int, int]]) -> None:

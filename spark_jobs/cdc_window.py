@@ -61,6 +61,8 @@ class WindowJob:
     transforms: tuple[Any, ...] = ()
     key_converter: str = "json"
     value_converter: str = "json"
+    # dead letters an earlier attempt of this window sent already: (topic, partition, offset, component)
+    dead_letters_sent: frozenset[tuple[str, int, int, str]] = frozenset()
 
 
 @dataclass
@@ -116,7 +118,8 @@ def _failed_from_row(row: dict[str, Any], stage: str, component: str, message: s
 def _reporter(job: WindowJob) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def report(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         assert job.dlq_topic is not None
-        dlq = DeadLetterReporter(job.producer_conf, job.dlq_topic, job.pipeline, job.run_id, job.context_headers)
+        dlq = DeadLetterReporter(job.producer_conf, job.dlq_topic, job.pipeline, job.run_id, job.context_headers,
+                                 already_sent=job.dead_letters_sent)
         for batch in batches:
             for row in batch.to_pylist():
                 dlq.report(_failed_from_row(row, row["error_stage"], row["component"], row["error_message"]))
@@ -130,7 +133,8 @@ def _writer(job: WindowJob, target: SinkTarget) -> Callable[[Iterator[pa.RecordB
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         sink = kind.open(target)
-        dlq = (DeadLetterReporter(job.producer_conf, job.dlq_topic, job.pipeline, job.run_id, job.context_headers)
+        dlq = (DeadLetterReporter(job.producer_conf, job.dlq_topic, job.pipeline, job.run_id, job.context_headers,
+                                 already_sent=job.dead_letters_sent)
                if job.dlq_topic and job.tolerance == "all" else None)
 
         classes: dict[str, int] = {}

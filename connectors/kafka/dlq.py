@@ -4,15 +4,21 @@ Records keep their original key, value and headers; the context headers use Kafk
 (``__connect.errors.*``) so existing DLQ tooling reads them, plus ``__cdcflow.errors.*`` extras.
 :meth:`DeadLetterReporter.flush` raises unless every record was acknowledged: it runs before any
 offset is committed, so a failed DLQ write fails the window instead of losing the record.
+
+Without duplicates: every dead letter carries ``__cdcflow.errors.origin`` (the window's run id and
+the record's topic, partition, offset and component). A retried window first reads what its earlier
+attempts already sent (:func:`sent_dead_letters`) and the reporter skips those, so a window killed
+after its DLQ flush does not send its dead letters twice.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+import json
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 
 from cdcflow.errors import DeadLetterWriteFailed
 
@@ -62,7 +68,10 @@ class DeadLetterReporter:
     """report() many records, then flush() once; flush() raises if any write failed."""
 
     def __init__(self, producer_conf: dict[str, Any], topic: str, pipeline: str, run_id: str,
-                 with_context: bool = True, flush_timeout: float = 30.0) -> None:
+                 with_context: bool = True, flush_timeout: float = 30.0,
+                 already_sent: frozenset[tuple[str, int, int, str]] = frozenset()) -> None:
+        self.already_sent = already_sent
+        self.skipped = 0
         self.topic = topic
         self.pipeline = pipeline
         self.run_id = run_id
@@ -82,9 +91,16 @@ class DeadLetterReporter:
             self._failures.append(err.str())
 
     def report(self, rec: FailedRecord) -> None:
+        if (rec.topic, rec.partition, rec.offset, rec.component) in self.already_sent:
+            self.reported += 1  # this window's dead letter, sent by an earlier attempt
+            self.skipped += 1
+            return
         headers = list(rec.headers)
         if self.with_context:
             headers += context_headers(rec, self.pipeline, self.run_id)
+        headers.append((ORIGIN_HEADER, json.dumps(
+            {"run": self.run_id, "topic": rec.topic, "partition": rec.partition, "offset": rec.offset,
+             "component": rec.component}).encode()))
         while True:
             try:
                 self._producer.produce(self.topic, key=rec.key, value=rec.value, headers=headers,
@@ -112,7 +128,37 @@ class DeadLetterReporter:
 # -- inspect and redrive ---------------------------------------------------------------------------
 
 CDCFLOW_ERROR_PREFIX = "__cdcflow.errors."
+ORIGIN_HEADER = CDCFLOW_ERROR_PREFIX + "origin"
 REDRIVE_HEADER = "__cdcflow.redrive"
+
+
+def sent_dead_letters(consumer_conf: dict[str, Any], dlq_topic: str, run_id: str,
+                      since_ms: int) -> frozenset[tuple[str, int, int, str]]:
+    """(topic, partition, offset, component) of the dead letters window ``run_id`` sent to
+    ``dlq_topic`` since ``since_ms`` (its earlier attempts), read back from the topic."""
+    from cdcflow.errors import ConfigError  # noqa: PLC0415
+    from connectors.kafka.reader import _messages, discover, offsets_for_time  # noqa: PLC0415
+
+    try:
+        parts = [(p.topic, p.partition, p.low, p.end) for p in discover(consumer_conf, [dlq_topic])]
+    except ConfigError:  # no DLQ topic yet: nothing was sent
+        return frozenset()
+    starts = offsets_for_time(consumer_conf, parts, since_ms)
+    sent: set[tuple[str, int, int, str]] = set()
+    consumer = Consumer({**consumer_conf, "enable.partition.eof": True})
+    servers = str(consumer_conf.get("bootstrap.servers"))
+    try:
+        for topic, partition, _low, end in parts:
+            for msg in _messages(consumer, topic, partition, starts[(topic, partition)], end, servers, 30.0):
+                origin = dict(msg.headers() or ()).get(ORIGIN_HEADER)
+                if not origin:
+                    continue
+                o = json.loads(origin)
+                if o.get("run") == run_id:
+                    sent.add((o["topic"], int(o["partition"]), int(o["offset"]), o["component"]))
+    finally:
+        consumer.close()
+    return frozenset(sent)
 
 
 @dataclass(frozen=True)
