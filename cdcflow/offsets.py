@@ -29,6 +29,7 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
+from cdcflow import faults
 from cdcflow.errors import InfrastructureError, WindowFailed
 
 TopicPartition = tuple[str, int]
@@ -427,6 +428,7 @@ class OffsetStore:
                     (windows_table.c.pipeline == pipeline) & (windows_table.c.run_id == run_id)
                     & (windows_table.c.topic == topic) & (windows_table.c.partition == partition)
                 ).values(end_offset=end, records=count))
+            faults.checkpoint("during_ledger_write")
             self._set_status(conn, pipeline, run_id, "read", None)
 
     def mark(self, pipeline: str, run_id: str, status: WindowStatus, message: str | None = None,
@@ -480,6 +482,7 @@ class OffsetStore:
             self._add_lag(conn, pipeline, [
                 (t, p, "commit", end, max(end, planned_ends.get((t, p)) or end), run_id)
                 for (t, p), end in advanced.items()])
+            faults.checkpoint("during_commit")
             self._set_status(conn, pipeline, run_id, "committed", None)
         return CommitResult(advanced, left)
 

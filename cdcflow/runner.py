@@ -404,11 +404,13 @@ def _process(cfg: PipelineConfig, window: WindowPlan, p: RunParams, store: Offse
         versioning=cfg.versioning, tolerance=cfg.errors.tolerance, dlq_topic=cfg.errors.dlq_topic,
         context_headers=cfg.errors.context_headers, transforms=tuple(cfg.transforms),
         key_converter=cfg.source.key_converter, value_converter=cfg.source.value_converter,
-        dead_letters_sent=_sent_before(cfg, window, store))
+        dead_letters_sent=_sent_before(cfg, window, store), faults=faults.active())
     spark = spark or get_spark(cfg.spark, app_name=f"cdcflow-{cfg.name}")
+    faults.checkpoint("before_read")
 
     def on_read(ends: dict[TopicPartition, tuple[int, int]]) -> None:
         store.record_read(cfg.name, window.run_id, ends)
+        faults.checkpoint("after_read")
         starts = {(r.topic, r.partition): r.start for r in ranges}
         log.info("read %s records: %s", sum(c for _e, c in ends.values()),
                  ", ".join(f"{t}[{p}] {starts[(t, p)]}..{e}" for (t, p), (e, _c) in sorted(ends.items())))
@@ -475,6 +477,7 @@ def commit(cfg: PipelineConfig, run_id: str, store: OffsetStore | None = None) -
     result = store.commit(cfg.name, run_id)
     for tp, reason in result.left.items():
         log.warning("%s[%s]: %s", tp[0], tp[1], reason)
+    faults.checkpoint("after_commit")
     if result.advanced:
         from connectors.kafka.groups import mirror_offsets  # noqa: PLC0415
 

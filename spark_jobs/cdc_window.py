@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from cdcflow import errors as cdc_errors
+from cdcflow import faults
 from cdcflow.errors import CdcflowError, ToleranceExceeded, WindowFailed
 from connectors.base import SinkStats
 from connectors.kafka.dlq import DeadLetterReporter, FailedRecord
@@ -63,6 +64,7 @@ class WindowJob:
     value_converter: str = "json"
     # dead letters an earlier attempt of this window sent already: (topic, partition, offset, component)
     dead_letters_sent: frozenset[tuple[str, int, int, str]] = frozenset()
+    faults: tuple[str, ...] = ()  # fault injection points active in the tasks (cdcflow.faults)
 
 
 @dataclass
@@ -123,6 +125,7 @@ def _reporter(job: WindowJob) -> Callable[[Iterator[pa.RecordBatch]], Iterator[p
         for batch in batches:
             for row in batch.to_pylist():
                 dlq.report(_failed_from_row(row, row["error_stage"], row["component"], row["error_message"]))
+        faults.checkpoint("before_dlq_flush", job.faults)
         yield pa.RecordBatch.from_pydict({"reported": [dlq.flush()]})
     return report
 
@@ -153,8 +156,11 @@ def _writer(job: WindowJob, target: SinkTarget) -> Callable[[Iterator[pa.RecordB
         try:
             for batch in batches:
                 handle(write_arrow(batch) if write_arrow is not None else sink.write(kind.to_changes(batch, cfg)))
+                if sink.stats.upserted + sink.stats.deleted + sink.stats.stale:
+                    faults.checkpoint("between_sink_batches", job.faults)
             handle(sink.flush())
             if dlq is not None:
+                faults.checkpoint("before_dlq_flush", job.faults)
                 dlq.flush()  # before the task reports success, so before any commit
         finally:
             sink.close()

@@ -1,0 +1,268 @@
+"""A seeded fault campaign against the real services: kill a window at every point of
+cdcflow.faults.POINTS (the driver process, or the long-lived Spark's Python worker for the points
+inside Spark tasks), retry it as Airflow would (same run id), drain the backlog, and check the
+outcome against the state computed independently from the produced events.
+
+    python -m tests.faults.harness --faults 200 --seed 7     (the long campaign; prints the table)
+
+Each fault gets its own chunk of changes (and two poison records) first, so every window has work.
+After each fault: MySQL rows and Elasticsearch documents against the model (lost: a row that should
+be there is missing; duplicated: a row that should not be there, such as a resurrected delete;
+regressed: a row with an older version than the model's), the DLQ (each poison record exactly
+once), and the ledger (the committed windows' ranges follow each other with no gap and no overlap).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cdcflow import cdcgen
+from cdcflow.faults import POINTS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Outcome:
+    point: str
+    reached: bool  # the fault fired (the attempt died or failed)
+    lost: int = 0
+    duplicated: int = 0
+    regressed: int = 0
+    dlq_missing: int = 0
+    dlq_duplicated: int = 0
+    ledger_gaps: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not (self.lost or self.duplicated or self.regressed or self.dlq_missing or self.dlq_duplicated
+                    or self.ledger_gaps)
+
+
+def _money(value: Any) -> str:
+    return f"{float(value):.2f}"
+
+
+def state_of(events: list[cdcgen.Event]) -> dict[int, dict[str, Any]]:
+    """The rows the valid change events leave (poison records change nothing)."""
+    state: dict[int, dict[str, Any]] = {}
+    for e in events:
+        if not e.value or e.kind != "change":
+            continue
+        doc = json.loads(e.value)
+        doc = doc["payload"] if "schema" in doc else doc
+        if doc["op"] == "d":
+            state.pop(doc["before"]["id"], None)
+        else:
+            state[doc["after"]["id"]] = doc["after"]
+    return state
+
+
+def poison(chunk: int, ts: int) -> list[cdcgen.Event]:
+    """Two records that must reach the DLQ, unique to the chunk: one the converter rejects, one MySQL
+    rejects (too long for VARCHAR(32); Elasticsearch takes it)."""
+    key = 100_000 + chunk
+    long_row = {"id": key, "customer": "x" * 40, "status": "new", "amount": "1.00", "updated_ms": ts}
+    return [
+        cdcgen.Event(json.dumps({"id": key}).encode(), f"{{not json {chunk}".encode(), kind="broken:json"),
+        cdcgen.Event(json.dumps({"id": key}).encode(), json.dumps(
+            {"before": None, "after": long_row, "op": "c", "ts_ms": ts,
+             "source": {"connector": "mysql", "table": "orders", "ts_ms": ts}}).encode(), kind="broken:long"),
+    ]
+
+
+class Campaign:
+    def __init__(self, directory: Path, seed: int, bootstrap: str) -> None:
+        self.rng = random.Random(seed)
+        self.dir = directory
+        self.bootstrap = bootstrap
+        tag = f"{seed}_{int(time.time() * 1000) % 10**9}"
+        self.name, self.topic, self.table, self.index = f"faults_{tag}", f"faults.{tag}", f"faults_{tag}", f"faults-{tag}"
+        self.events: list[cdcgen.Event] = []
+        self.ts = 1_767_300_000_000
+        self.env = {**os.environ, "CDCFLOW_CONFIG_DIR": str(directory / "pipelines"),
+                    "CDCFLOW_OFFSET_STORE_URL": f"sqlite:///{directory / 'offsets.db'}"}
+        self.env.pop("CDCFLOW_FAULTS", None)
+        (directory / "pipelines").mkdir(parents=True, exist_ok=True)
+        self._write_pipeline()
+        cdcgen.produce(bootstrap, self.topic, [], partitions=3)
+
+    def _write_pipeline(self) -> None:
+        columns = [{"name": "id", "type": "BIGINT"}, {"name": "customer", "type": "VARCHAR(32)"},
+                   {"name": "status", "type": "VARCHAR(16)"}, {"name": "amount", "type": "DECIMAL(10,2)"},
+                   {"name": "updated_at", "type": "BIGINT", "field": "updated_ms"}]
+        cfg = {
+            "name": self.name, "retries": 0,
+            "source": {"topics": [self.topic], "kafka_conn_id": "cdcflow_kafka"},
+            "window": {"max_records": 400, "max_duration": "120s", "stop_on_empty": True},
+            "initial_offsets": "earliest",
+            "sinks": [
+                {"type": "mysql", "name": "rows", "conn_id": "cdcflow_mysql", "table": self.table,
+                 "create_table": True, "primary_key": ["id"], "columns": columns, "set_rows": 100},
+                {"type": "elasticsearch", "name": "docs", "conn_id": "cdcflow_elasticsearch", "index": self.index,
+                 "id_fields": ["id"], "bulk_max_actions": 100,
+                 "mapping": {"properties": {"id": {"type": "long"}, "customer": {"type": "keyword"},
+                                            "status": {"type": "keyword"},
+                                            "amount": {"type": "keyword"},
+                                            "updated_ms": {"type": "long"}}}},
+            ],
+            "errors": {"tolerance": "all", "dlq_topic": f"{self.topic}.dlq"},
+        }
+        (self.dir / "pipelines" / f"{self.name}.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+
+    # -- running windows ---------------------------------------------------------------------------
+    def run(self, run_id: str, fault: str | None = None) -> subprocess.CompletedProcess[str]:
+        env = {**self.env, **({"CDCFLOW_FAULTS": fault} if fault else {})}
+        return subprocess.run([sys.executable, "-m", "cdcflow.cli", "run", self.name, "--run-id", run_id],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+    def produce_chunk(self, i: int) -> None:
+        # many keys per chunk: the sinks write several batches (set_rows 100, bulk_max_actions 100)
+        stream = cdcgen.orders_stream(self.rng.randint(250, 450), 500, seed=self.rng.randrange(10**6), broken=False,
+                                      start_ts=self.ts)
+        self.ts += 10 * len(stream.events) + 1000
+        chunk = [*stream.events, *poison(i, self.ts)]
+        self.events += chunk
+        cdcgen.produce(self.bootstrap, self.topic, chunk, create=False)
+
+    def fault(self, i: int, point: str) -> Outcome:
+        self.produce_chunk(i)
+        first = self.run(f"w{i}", point)
+        out = Outcome(point, reached=first.returncode != 0)
+        for attempt in range(3):  # Airflow's retries: the same run id
+            if first.returncode == 0:
+                break
+            first = self.run(f"w{i}")
+            if first.returncode != 0 and attempt == 2:
+                out.notes.append(f"w{i} still failing: {first.stderr[-500:]}")
+        for j in range(20):  # drain the backlog with fresh windows
+            done = self.run(f"w{i}-drain{j}")
+            if done.returncode != 0:
+                out.notes.append(f"drain failed: {done.stderr[-500:]}")
+                break
+            if json.loads(done.stdout[done.stdout.index("{"):])["records"] == 0:
+                break
+        self.check(out)
+        return out
+
+    # -- checks ------------------------------------------------------------------------------------
+    def check(self, out: Outcome) -> None:
+        from tests.helpers import es_docs, mysql_engine, read_topic  # noqa: PLC0415
+
+        want = state_of(self.events)
+        with mysql_engine().connect() as conn:
+            rows = {r[0]: r for r in conn.exec_driver_sql(
+                f"SELECT id, customer, status, amount, updated_at FROM `{self.table}`")}
+        self._compare(out, want, {i: int(r[4]) for i, r in rows.items()},
+                      {i: (r[1], r[2], _money(r[3])) for i, r in rows.items()}, "mysql")
+        docs = es_docs(self.index)
+        es_want = {**want, **{json.loads(e.value)["after"]["id"]: json.loads(e.value)["after"]
+                              for e in self.events if e.kind == "broken:long"}}  # ES takes the long one
+        self._compare(out, es_want, {int(k): int(d["updated_ms"]) for k, d in docs.items()},
+                      {int(k): (d["customer"], d["status"], _money(d["amount"])) for k, d in docs.items()}, "es")
+        dead = collections.Counter(m.value() for m in read_topic(f"{self.topic}.dlq"))
+        for e in self.events:
+            if e.kind.startswith("broken"):
+                if dead[e.value] == 0:
+                    out.dlq_missing += 1
+                elif dead[e.value] > 1:
+                    out.dlq_duplicated += 1
+        out.ledger_gaps += self._ledger_gaps()
+
+    def _compare(self, out: Outcome, want: dict[int, dict[str, Any]], versions: dict[int, int],
+                 values: dict[int, tuple[Any, ...]], where: str) -> None:
+        for i, row in want.items():
+            if i not in versions:
+                out.lost += 1
+                out.notes.append(f"{where}: {i} lost")
+            elif versions[i] < row["updated_ms"]:
+                out.regressed += 1
+                out.notes.append(f"{where}: {i} at {versions[i]}, expected {row['updated_ms']}")
+            elif values[i] != (row["customer"], row["status"], _money(row["amount"])):
+                out.regressed += 1
+                out.notes.append(f"{where}: {i} = {values[i]}, expected {row}")
+        for i in versions.keys() - want.keys():
+            out.duplicated += 1
+            out.notes.append(f"{where}: {i} should not exist (a resurrected delete?)")
+
+    def _ledger_gaps(self) -> int:
+        from cdcflow.offsets import OffsetStore  # noqa: PLC0415
+
+        store = OffsetStore(self.env["CDCFLOW_OFFSET_STORE_URL"])
+        ranges: dict[tuple[str, int], list[tuple[int, int]]] = collections.defaultdict(list)
+        for w in store.history(self.name, limit=100_000):
+            if w.status == "committed" and w.origin == "stored":
+                for p in w.partitions:
+                    if p.end is not None and p.end > p.start:
+                        ranges[p.tp].append((p.start, p.end))
+        gaps = 0
+        stored = store.load(self.name)
+        for tp, spans in ranges.items():
+            spans.sort()
+            expect = 0
+            for start, end in spans:
+                if start != expect:
+                    gaps += 1
+                expect = end
+            if stored.get(tp) != expect:
+                gaps += 1
+        store.close()
+        return gaps
+
+
+def run_campaign(faults: int, seed: int, directory: Path | None = None) -> list[Outcome]:
+    from tests.helpers import bootstrap  # noqa: PLC0415
+
+    with tempfile.TemporaryDirectory() as tmp:
+        campaign = Campaign(directory or Path(tmp), seed, bootstrap())
+        points = [POINTS[i % len(POINTS)] for i in range(faults)]
+        random.Random(seed).shuffle(points)
+        return [campaign.fault(i, p) for i, p in enumerate(points)]
+
+
+def table(outcomes: list[Outcome]) -> str:
+    by: dict[str, list[Outcome]] = collections.defaultdict(list)
+    for o in outcomes:
+        by[o.point].append(o)
+    cols = ("count", "reached", "lost", "duplicated", "regressed", "DLQ missing", "DLQ duplicated", "ledger gaps")
+    lines = [f"| fault | {' | '.join(cols)} |", "|---|" + "---|" * len(cols)]
+    for point in [p for p in POINTS if p in by] + ["total"]:
+        os_ = outcomes if point == "total" else by[point]
+        nums = (len(os_), sum(o.reached for o in os_), sum(o.lost for o in os_), sum(o.duplicated for o in os_),
+                sum(o.regressed for o in os_), sum(o.dlq_missing for o in os_), sum(o.dlq_duplicated for o in os_),
+                sum(o.ledger_gaps for o in os_))
+        lines.append(f"| {point} | {' | '.join(str(n) for n in nums)} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="the long fault campaign (needs the services: scripts/services.sh start)")
+    ap.add_argument("--faults", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=7)
+    args = ap.parse_args()
+    started = time.time()
+    outcomes = run_campaign(args.faults, args.seed)
+    print(table(outcomes))
+    print(f"{len(outcomes)} faults, seed {args.seed}, {time.time() - started:.0f} s")
+    for o in outcomes:
+        for note in o.notes[:3]:
+            print(f"  {o.point}: {note}")
+    sys.exit(0 if all(o.clean for o in outcomes) else 1)
+
+
+if __name__ == "__main__":
+    main()
