@@ -465,7 +465,7 @@ def _check_replay_horizon(cfg: PipelineConfig, origin: str, starts: Mapping[Topi
             raise ConfigError(f"pipeline {cfg.name!r}: the time range starts at {interval[0].isoformat()}, before "
                               f"{since}; {advice}")
         return
-    first_kept = at_time(datetime.fromtimestamp(horizon, UTC), {tp: s for tp, s in starts.items()})
+    first_kept = at_time(datetime.fromtimestamp(horizon, UTC), starts)
     early = {tp: (s, first_kept[tp]) for tp, s in starts.items() if s < first_kept[tp]}
     if early:
         where = ", ".join(f"{t}[{p}] from {s} (records from {since} start at {k})" for (t, p), (s, k) in sorted(early.items()))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import os
 import uuid
 from decimal import Decimal
@@ -129,3 +130,19 @@ def expected_docs(state: dict[int, dict[str, Any]]) -> dict[str, dict[str, Any]]
 
 def without_versions(docs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {k: {f: v for f, v in d.items() if f != "_version"} for k, d in docs.items()}
+
+
+def state_of(events: list[Any]) -> dict[int, dict[str, Any]]:
+    """The rows the valid change events (cdcgen.Event, kind "change") leave in an empty table, applied
+    in order; poison records and tombstones change nothing."""
+    state: dict[int, dict[str, Any]] = {}
+    for e in events:
+        if not e.value or e.kind != "change":
+            continue
+        doc = json.loads(e.value)
+        doc = doc["payload"] if "schema" in doc else doc
+        if doc["op"] == "d":
+            state.pop(doc["before"]["id"], None)
+        else:
+            state[doc["after"]["id"]] = doc["after"]
+    return state

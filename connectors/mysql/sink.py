@@ -188,12 +188,22 @@ class MySqlSink:
         body = ",\n  ".join(lines)
         return f"CREATE TABLE IF NOT EXISTS {quote(self.cfg.table)} (\n  {body}\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
 
+    def _make_engine(self, writer: bool = False) -> sa.Engine:
+        # READ COMMITTED (writers): no gap locks. Concurrent writer tasks of a window upsert disjoint keys
+        # of one table; under REPEATABLE READ their set-based upserts deadlocked on the gaps between
+        # interleaved keys. Each statement still locks and re-reads the rows it guards.
+        connect_args: dict[str, Any] = {"connect_timeout": 10, "read_timeout": 120, "write_timeout": 120,
+                                        "charset": "utf8mb4"}
+        if writer:
+            return sa.create_engine(self.url, poolclass=NullPool, isolation_level="READ COMMITTED",
+                                    connect_args={**connect_args, "init_command": SESSION_SQL})
+        return sa.create_engine(self.url, poolclass=NullPool, connect_args=connect_args)
+
     # -- retention ---------------------------------------------------------------------------------
     def prune_tombstones(self, older_than_s: float, batch: int = 10_000) -> int:
         """Delete the tombstones of this sink's table(s) written more than ``older_than_s`` ago
         (retention.tombstones), in transactions of ``batch`` rows. Returns how many."""
-        engine = sa.create_engine(self.url, poolclass=NullPool, connect_args={
-            "connect_timeout": 10, "read_timeout": 120, "write_timeout": 120, "charset": "utf8mb4"})
+        engine = self._make_engine()
         # a routed table ('{topic}'): every table the template can produce
         pattern = re.sub(r"([%_\\])", r"\\\1", self.cfg.table).replace("{topic}", "%")
         total = 0
@@ -224,13 +234,7 @@ class MySqlSink:
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def open(self) -> None:
-        self._engine = sa.create_engine(
-            # READ COMMITTED: no gap locks. Concurrent writer tasks of a window upsert disjoint keys of
-            # one table; under REPEATABLE READ their set-based upserts deadlocked on the gaps between
-            # interleaved keys. Each statement still locks and re-reads the rows it guards.
-            self.url, poolclass=NullPool, isolation_level="READ COMMITTED",
-            connect_args={"connect_timeout": 10, "read_timeout": 120, "write_timeout": 120,
-                          "init_command": SESSION_SQL, "charset": "utf8mb4"})
+        self._engine = self._make_engine(writer=True)
         try:
             with self._engine.begin() as conn:
                 conn.exec_driver_sql(

@@ -31,6 +31,7 @@ import yaml
 
 from cdcflow import cdcgen
 from cdcflow.faults import POINTS
+from tests.helpers import state_of
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,21 +56,6 @@ class Outcome:
 
 def _money(value: Any) -> str:
     return f"{float(value):.2f}"
-
-
-def state_of(events: list[cdcgen.Event]) -> dict[int, dict[str, Any]]:
-    """The rows the valid change events leave (poison records change nothing)."""
-    state: dict[int, dict[str, Any]] = {}
-    for e in events:
-        if not e.value or e.kind != "change":
-            continue
-        doc = json.loads(e.value)
-        doc = doc["payload"] if "schema" in doc else doc
-        if doc["op"] == "d":
-            state.pop(doc["before"]["id"], None)
-        else:
-            state[doc["after"]["id"]] = doc["after"]
-    return state
 
 
 def poison(chunk: int, ts: int) -> list[cdcgen.Event]:

@@ -4,7 +4,6 @@ an aligned scheduled window's stop, and `cdcflow offsets set --to-time`."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,7 +16,7 @@ from cdcflow.config import load_pipeline
 from cdcflow.offsets import OffsetStore
 from connectors.kafka.client import consumer_config
 from connectors.kafka.reader import discover, offsets_for_time, scan_for_time
-from tests.helpers import bootstrap, expected, subprocess_env, table_rows, unique, write_pipeline
+from tests.helpers import bootstrap, expected, state_of, subprocess_env, table_rows, unique, write_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,22 +28,6 @@ def five_hours(seed: int) -> cdcgen.Stream:
     """600 changes (and tombstones) over 60 keys, 30 s apart from BASE: 120 per hour."""
     return cdcgen.orders_stream(600, 60, seed=seed, broken=False, start_ts=BASE, step_ms=30_000,
                                 record_timestamps=True)
-
-
-def state_of(events: list[cdcgen.Event]) -> dict[int, dict[str, Any]]:
-    """What applying only these change events to an empty table leaves."""
-    state: dict[int, dict[str, Any]] = {}
-    for e in events:
-        if not e.value:
-            continue
-        doc = json.loads(e.value)
-        doc = doc["payload"] if "schema" in doc else doc
-        row = doc["after"] if doc["op"] != "d" else doc["before"]
-        if doc["op"] == "d":
-            state.pop(row["id"], None)
-        else:
-            state[row["id"]] = row
-    return state
 
 
 def in_range(events: list[cdcgen.Event], start: int, end: int) -> list[cdcgen.Event]:
