@@ -6,29 +6,60 @@ same abrupt death as an OOM kill or a lost worker, at a precise point of the win
 unless the variable is set. The points, in the order a window passes them (tests/faults/):
 
 * ``before_read``           driver: the window is planned, the Spark job not started
+* ``during_read``           Spark task: a read task has read one partition's range, more follow
 * ``during_ledger_write``   driver: inside the transaction that records the read's end offsets
 * ``after_read``            driver: the read is recorded, the sinks not written
-* ``between_sink_batches``  Spark task: a sink wrote (and committed) a batch, more follow
+* ``between_sink_batches``  Spark task: a sink wrote a batch, more follow
 * ``before_dlq_flush``      Spark task: dead letters handed to the producer, not flushed
 * ``after_sinks``           driver: every sink and the DLQ flushed, offsets not committed
 * ``during_commit``         driver: inside the offset commit's transaction
 * ``after_commit``          driver: offsets committed, the consumer group not mirrored yet
+
+An entry ``pause:<point>:<directory>`` pauses instead of killing, for the outages of the campaign:
+the first process to reach the point creates ``<directory>/reached`` and waits until
+``<directory>/resume`` exists (at most ``PAUSE_LIMIT`` seconds), so a test can stop a server while
+the window is at that point and then let the window go on against it.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterable
+from pathlib import Path
 
-POINTS = ("before_read", "during_ledger_write", "after_read", "between_sink_batches", "before_dlq_flush",
-          "after_sinks", "during_commit", "after_commit")
+POINTS = ("before_read", "during_read", "during_ledger_write", "after_read", "between_sink_batches",
+          "before_dlq_flush", "after_sinks", "during_commit", "after_commit")
+PAUSE_LIMIT = 600.0
 
 
 def active() -> tuple[str, ...]:
     return tuple(p for p in os.environ.get("CDCFLOW_FAULTS", "").split(",") if p)
 
 
+def pause_entry(point: str, directory: str | os.PathLike[str]) -> str:
+    """The CDCFLOW_FAULTS entry that pauses at ``point`` (see the module docstring)."""
+    if point not in POINTS:
+        raise ValueError(f"unknown fault point {point!r} (expected one of {', '.join(POINTS)})")
+    return f"pause:{point}:{directory}"
+
+
 def checkpoint(name: str, points: Iterable[str] | None = None) -> None:
-    if name in (active() if points is None else tuple(points)):
-        os.kill(os.getpid(), signal.SIGKILL)
+    for entry in active() if points is None else points:
+        if entry == name:
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif entry.startswith(f"pause:{name}:"):
+            _pause(Path(entry.split(":", 2)[2]))
+
+
+def _pause(directory: Path) -> None:
+    try:  # only the first process (or task) to get here pauses
+        fd = os.open(directory / "reached", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return
+    os.write(fd, str(os.getpid()).encode())
+    os.close(fd)
+    until = time.monotonic() + PAUSE_LIMIT
+    while not (directory / "resume").exists() and time.monotonic() < until:
+        time.sleep(0.05)

@@ -19,7 +19,10 @@ mkdir -p "$SVC"
 say() { printf '\033[1m[services]\033[0m %s\n' "$*"; }
 die() { printf '\033[1;31m[services] error:\033[0m %s\n' "$*" >&2; exit 1; }
 
-pid_alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# A process is alive when it exists and is not a zombie: where PID 1 does not reap orphans (some
+# containers), a server that died stays a zombie, and kill -0 still succeeds on it.
+proc_alive() { kill -0 "$1" 2>/dev/null && [ "$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)" != Z ]; }
+pid_alive() { [ -s "$1" ] && proc_alive "$(cat "$1")"; }
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
@@ -259,8 +262,8 @@ stop_one() { # name pidfile
     local pid; pid=$(cat "$2")
     say "stopping $1 (pid $pid)"
     kill "$pid"
-    for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-    kill -0 "$pid" 2>/dev/null && { say "$1 did not stop in 30s: killing"; kill -9 "$pid"; }
+    for _ in $(seq 1 60); do proc_alive "$pid" || break; sleep 0.5; done
+    proc_alive "$pid" && { say "$1 did not stop in 30s: killing"; kill -9 "$pid"; }
   else
     say "$1 is not running (no live PID in $2)"
   fi

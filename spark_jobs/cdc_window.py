@@ -95,7 +95,9 @@ def _reader(job: WindowJob, tasks: int) -> Callable[[Iterator[pa.RecordBatch]], 
         reader = KafkaRangeReader(job.consumer_conf)
         for batch in batches:
             for idx in batch.column("idx").to_pylist():
-                for rng in job.ranges[idx::tasks]:
+                for i, rng in enumerate(job.ranges[idx::tasks]):
+                    if i:
+                        faults.checkpoint("during_read", job.faults)
                     yield from reader.read_batches(rng, ReadOutcome(0, 0, ""))
     return read
 

@@ -1,7 +1,9 @@
 """A seeded fault campaign against the real services: kill a window at every point of
 cdcflow.faults.POINTS (the driver process, or the long-lived Spark's Python worker for the points
-inside Spark tasks), retry it as Airflow would (same run id), drain the backlog, and check the
-outcome against the state computed independently from the produced events.
+inside Spark tasks), or take a server away while a window runs (OUTAGES: MariaDB crashed or stopped
+and restarted, Elasticsearch stopped and restarted, the broker frozen mid-read), retry it as Airflow
+would (same run id), drain the backlog, and check the outcome against the state computed
+independently from the produced events.
 
     python -m tests.faults.harness --faults 200 --seed 7     (the long campaign; prints the table)
 
@@ -19,6 +21,7 @@ import collections
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -30,10 +33,19 @@ from typing import Any
 import yaml
 
 from cdcflow import cdcgen
-from cdcflow.faults import POINTS
+from cdcflow.faults import POINTS, pause_entry
 from tests.helpers import state_of
 
 ROOT = Path(__file__).resolve().parents[2]
+# Outages: the window pauses at one of these points (cdcflow.faults), the server goes away, the
+# window goes on against it. Tansu keeps its log in memory, so the broker is frozen (SIGSTOP, like a
+# network partition that drops packets) for a few seconds rather than restarted.
+OUTAGES: dict[str, tuple[str, ...]] = {
+    "mysql_down": ("after_read", "between_sink_batches"),
+    "es_down": ("after_read", "between_sink_batches"),
+    "broker_down": ("during_read",),
+}
+KINDS = (*POINTS, *OUTAGES)
 
 
 @dataclass
@@ -47,6 +59,8 @@ class Outcome:
     dlq_duplicated: int = 0
     ledger_gaps: int = 0
     notes: list[str] = field(default_factory=list)
+    how: str = ""  # what was done (outages: where, how long, crash or stop)
+    error: str = ""  # how the faulted attempt ended when it failed: cdcflow's last error line
 
     @property
     def clean(self) -> bool:
@@ -127,8 +141,15 @@ class Campaign:
 
     def fault(self, i: int, point: str) -> Outcome:
         self.produce_chunk(i)
-        first = self.run(f"w{i}", point)
-        out = Outcome(point, reached=first.returncode != 0)
+        if point in OUTAGES:
+            first, reached, how = self.outage(f"w{i}", point)
+            out = Outcome(point, reached=reached, how=how)
+        else:
+            first = self.run(f"w{i}", point)
+            out = Outcome(point, reached=first.returncode != 0, how=f"SIGKILL at {point}")
+        if first.returncode != 0:
+            lines = [ln for ln in first.stderr.splitlines() if ln.startswith("cdcflow: ")]
+            out.error = lines[-1] if lines else f"exit {first.returncode}"
         for attempt in range(3):  # Airflow's retries: the same run id
             if first.returncode == 0:
                 break
@@ -144,6 +165,48 @@ class Campaign:
                 break
         self.check(out)
         return out
+
+    def outage(self, run_id: str, kind: str) -> tuple[subprocess.CompletedProcess[str], bool, str]:
+        """Run a window that pauses at a point of OUTAGES[kind]; take the server away there, let the
+        window go on against it, bring the server back (before or after the window ends)."""
+        where = self.rng.choice(OUTAGES[kind])
+        back_first = self.rng.random() < 0.5  # the server returns while the window still waits
+        with tempfile.TemporaryDirectory() as pause:
+            flag, resume = Path(pause) / "reached", Path(pause) / "resume"
+            args = [sys.executable, "-m", "cdcflow.cli", "run", self.name, "--run-id", run_id]
+            proc = subprocess.Popen(args, cwd=ROOT, env={**self.env, "CDCFLOW_FAULTS": pause_entry(where, pause)},
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            deadline = time.monotonic() + 300
+            while not flag.exists() and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            reached = flag.exists()
+            how = f"{kind} at {where}" + ("" if kind == "broker_down" else
+                                           f", server back {'before' if back_first else 'after'} the window went on")
+            if reached:
+                if kind == "broker_down":
+                    frozen = self.rng.uniform(2.0, 12.0)
+                    with _frozen(_pid_of("kafka.pid")):
+                        resume.touch()
+                        time.sleep(frozen)  # the window reads on against the frozen broker
+                    how += f", frozen {frozen:.1f}s while the window read on"
+                else:
+                    service = "mysql" if kind == "mysql_down" else "elasticsearch"
+                    crash = kind == "mysql_down" and self.rng.random() < 0.5
+                    _services("stop", service, crash=crash)
+                    how += " (crashed)" if crash else ""
+                    if back_first:
+                        _services("start", service)
+                        resume.touch()
+                    else:
+                        resume.touch()
+                        try:
+                            proc.wait(timeout=300)
+                        finally:
+                            _services("start", service)
+            else:
+                resume.touch()
+            stdout, stderr = proc.communicate(timeout=600)
+        return subprocess.CompletedProcess(args, proc.returncode, stdout, stderr), reached, how
 
     # -- checks ------------------------------------------------------------------------------------
     def check(self, out: Outcome) -> None:
@@ -210,12 +273,48 @@ class Campaign:
         return gaps
 
 
+def _pid_of(pidfile: str) -> int:
+    return int((Path(os.environ["CDCFLOW_HOME"]) / "services" / pidfile).read_text().strip())
+
+
+class _frozen:
+    """SIGSTOP a server for the block (SIGCONT always follows)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def __enter__(self) -> None:
+        os.kill(self.pid, signal.SIGSTOP)
+
+    def __exit__(self, *_exc: object) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+
+
+def _alive(pid: int) -> bool:
+    """Exists and is not a zombie (PID 1 may not reap the orphaned server)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def _services(action: str, service: str, crash: bool = False) -> None:
+    """scripts/services.sh for one server; crash: SIGKILL MariaDB first (no clean shutdown)."""
+    if crash:
+        pid = _pid_of("mysql.pid")
+        os.kill(pid, signal.SIGKILL)
+        while _alive(pid):
+            time.sleep(0.05)
+    subprocess.run(["bash", str(ROOT / "scripts" / "services.sh"), action, service], check=True,
+                   capture_output=True, text=True, timeout=300)
+
+
 def run_campaign(faults: int, seed: int, directory: Path | None = None) -> list[Outcome]:
     from tests.helpers import bootstrap  # noqa: PLC0415
 
     with tempfile.TemporaryDirectory() as tmp:
         campaign = Campaign(directory or Path(tmp), seed, bootstrap())
-        points = [POINTS[i % len(POINTS)] for i in range(faults)]
+        points = [KINDS[i % len(KINDS)] for i in range(faults)]
         random.Random(seed).shuffle(points)
         return [campaign.fault(i, p) for i, p in enumerate(points)]
 
@@ -226,7 +325,7 @@ def table(outcomes: list[Outcome]) -> str:
         by[o.point].append(o)
     cols = ("count", "reached", "lost", "duplicated", "regressed", "DLQ missing", "DLQ duplicated", "ledger gaps")
     lines = [f"| fault | {' | '.join(cols)} |", "|---|" + "---|" * len(cols)]
-    for point in [p for p in POINTS if p in by] + ["total"]:
+    for point in [p for p in KINDS if p in by] + ["total"]:
         os_ = outcomes if point == "total" else by[point]
         nums = (len(os_), sum(o.reached for o in os_), sum(o.lost for o in os_), sum(o.duplicated for o in os_),
                 sum(o.regressed for o in os_), sum(o.dlq_missing for o in os_), sum(o.dlq_duplicated for o in os_),
