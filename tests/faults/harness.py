@@ -338,14 +338,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description="the long fault campaign (needs the services: scripts/services.sh start)")
     ap.add_argument("--faults", type=int, default=200)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--json", type=Path, help="also write every outcome (how, error, counts) to this file")
     args = ap.parse_args()
     started = time.time()
     outcomes = run_campaign(args.faults, args.seed)
     print(table(outcomes))
     print(f"{len(outcomes)} faults, seed {args.seed}, {time.time() - started:.0f} s")
     for o in outcomes:
+        print(f"  {o.point}: {o.how}; {'clean' if o.clean else 'DAMAGED'}{'; ' + o.error[:200] if o.error else ''}")
         for note in o.notes[:3]:
-            print(f"  {o.point}: {note}")
+            print(f"    {note}")
+    if args.json:
+        args.json.write_text(json.dumps([vars(o) for o in outcomes], indent=1))
     sys.exit(0 if all(o.clean for o in outcomes) else 1)
 
 
