@@ -274,6 +274,12 @@ class OffsetStoreConfig(StrictModel):
         description="SQLAlchemy-capable Airflow connection; default: $CDCFLOW_OFFSET_STORE_URL, "
         "else a SQLite file under $CDCFLOW_HOME.",
     )
+    sink: str | None = Field(
+        default=None,
+        description="Exactly-once into MySQL: the name of a MySQL sink of this pipeline whose database holds the "
+        "committed offsets, written in the same transaction as the window's rows (that sink then writes each "
+        "window in one transaction from one task, after the other sinks). docs/semantics.md#exactly-once.",
+    )
 
 
 class MonitorConfig(StrictModel):
@@ -341,6 +347,17 @@ class PipelineConfig(StrictModel):
         if self.window.align == "data_interval" and self.schedule in (None, "@once", "@continuous"):
             raise ValueError(f"window.align data_interval needs a schedule with intervals (a cron expression or "
                              f"a preset such as @hourly), got schedule {self.schedule!r}")
+        if self.offset_store.sink is not None:
+            held = next((s for s in self.sinks if s.name == self.offset_store.sink), None)
+            if held is None:
+                raise ValueError(f"offset_store.sink: expected the name of one of this pipeline's sinks {names}, "
+                                 f"got {self.offset_store.sink!r}")
+            if held.type != "mysql":
+                raise ValueError(f"offset_store.sink: sink {held.name!r} is {held.type}; the offsets can only be "
+                                 "committed in a MySQL sink's transaction")
+            if "{topic}" in held.table:
+                raise ValueError(f"offset_store.sink: sink {held.name!r} routes to one table per topic ({held.table!r}); "
+                                 "exactly-once writes the window's rows and offsets in one transaction into one table")
         if self.errors.dlq_topic and self.errors.dlq_topic in self.source.topics:
             raise ValueError("errors.dlq_topic must differ from the source topics")
         if not self.transforms:

@@ -313,10 +313,9 @@ class Control:
         if problems:
             raise BadRequest("; ".join(problems))
         by = f"offsets-altered-by:{user}@{datetime.now(UTC):%Y-%m-%dT%H:%M:%S}"
-        store.set_offsets(cfg.name, {tp: o for tp, o in offsets.items() if o is not None}, run_id=by)
-        forget = [tp for tp, o in offsets.items() if o is None]
-        if forget:
-            store.forget_offsets(cfg.name, forget)
+        from cdcflow import runner  # noqa: PLC0415
+
+        runner.set_offsets(cfg, store, offsets, by)
         return {"message": "The offsets for this connector have been altered successfully"}
 
     def reset_offsets(self, name: str, to: str, user: str, timestamp_ms: int | None = None) -> dict[str, Any]:
@@ -328,8 +327,10 @@ class Control:
         if to == "timestamp" and timestamp_ms is None:
             raise BadRequest("reset to a timestamp needs the timestamp (ISO 8601 or epoch ms)")
         self._require_stopped(cfg)
+        from cdcflow import runner  # noqa: PLC0415
+
         if to == "forget":
-            store_for(cfg).clear(cfg.name)
+            runner.clear_offsets(cfg, store_for(cfg))
             return {"message": "The offsets for this connector have been reset successfully"}
         parts = self.offsets(cfg.name)
         if to == "earliest":
@@ -338,7 +339,6 @@ class Control:
             target = {(p.topic, p.partition): p.log_end for p in parts}
         else:
             assert timestamp_ms is not None
-            from cdcflow import runner  # noqa: PLC0415
             from connectors.kafka.reader import offsets_for_time  # noqa: PLC0415
 
             target = offsets_for_time(runner.consumer_conf(cfg), [(p.topic, p.partition, p.log_start, p.log_end)

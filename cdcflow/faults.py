@@ -11,6 +11,8 @@ unless the variable is set. The points, in the order a window passes them (tests
 * ``after_read``            driver: the read is recorded, the sinks not written
 * ``between_sink_batches``  Spark task: a sink wrote a batch, more follow
 * ``before_dlq_flush``      Spark task: dead letters handed to the producer, not flushed
+* ``during_sink_commit``    Spark task, exactly-once only (``offset_store.sink``): the offset sink's
+                            transaction holds the window's rows and offsets, not committed
 * ``after_sinks``           driver: every sink and the DLQ flushed, offsets not committed
 * ``during_commit``         driver: inside the offset commit's transaction
 * ``after_commit``          driver: offsets committed, the consumer group not mirrored yet
@@ -30,7 +32,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 POINTS = ("before_read", "during_read", "during_ledger_write", "after_read", "between_sink_batches",
-          "before_dlq_flush", "after_sinks", "during_commit", "after_commit")
+          "before_dlq_flush", "during_sink_commit", "after_sinks", "during_commit", "after_commit")
+EXACTLY_ONCE_POINTS = ("during_sink_commit",)  # passed only with offset_store.sink
 PAUSE_LIMIT = 600.0
 
 

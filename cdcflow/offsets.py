@@ -296,6 +296,12 @@ class OffsetStore:
                 self._upsert_offset(conn, pipeline, topic, partition, offset, run_id)
             self._add_lag(conn, pipeline, [(t, p, "reset", o, None, run_id) for (t, p), o in offsets.items()])
 
+    def mirror_offsets(self, pipeline: str, offsets: Mapping[TopicPartition, tuple[int, str]]) -> None:
+        """Exactly-once: take the offsets (and the runs that set them) the MySQL sink holds."""
+        with self.engine.begin() as conn:
+            for (topic, partition), (offset, run_id) in offsets.items():
+                self._upsert_offset(conn, pipeline, topic, partition, offset, run_id)
+
     # -- lag -------------------------------------------------------------------------------------
     def _add_lag(self, conn: sa.Connection, pipeline: str,
                  rows: list[tuple[str, int, LagSource, int | None, int | None, str | None]]) -> None:

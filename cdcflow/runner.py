@@ -135,6 +135,68 @@ def offset_store(cfg: PipelineConfig) -> OffsetStore:
     return OffsetStore(offset_store_url(cfg))
 
 
+def sink_offsets(cfg: PipelineConfig) -> Any:
+    """Exactly-once (offset_store.sink): the offsets in that MySQL sink's database, else None."""
+    if cfg.offset_store.sink is None:
+        return None
+    from connectors.mysql.offsets import SinkOffsets  # noqa: PLC0415
+
+    sink = next(s for s in cfg.sinks if s.name == cfg.offset_store.sink)
+    return SinkOffsets(get_connection(sink.conn_id).sqlalchemy_url())
+
+
+def stored_offsets(cfg: PipelineConfig, store: OffsetStore) -> dict[TopicPartition, int]:
+    """Where the next window starts. Exactly-once: the sink's offsets are the authority; the offset
+    store is brought up to them when a window's sink transaction committed and its ledger commit did
+    not happen (the process died between the two). A partition the sink has no offset for yet (a
+    pipeline switched to exactly-once) starts from the store's."""
+    stored = store.load(cfg.name)
+    held = sink_offsets(cfg)
+    if held is None:
+        return stored
+    try:
+        in_sink = held.load(cfg.name)
+    finally:
+        held.close()
+    behind = {tp: (o, run) for tp, (o, run) in in_sink.items() if stored.get(tp) != o}
+    if behind:
+        log.warning("pipeline %s: the MySQL sink %r holds offsets the offset store does not (%s): taking them; the "
+                    "windows that committed them in the sink did not reach their ledger commit", cfg.name,
+                    cfg.offset_store.sink, ", ".join(f"{t}[{p}] {stored.get((t, p))} -> {o} (run {run})"
+                                                     for (t, p), (o, run) in sorted(behind.items())))
+        store.mirror_offsets(cfg.name, behind)
+    return {**stored, **{tp: o for tp, (o, _run) in in_sink.items()}}
+
+
+def set_offsets(cfg: PipelineConfig, store: OffsetStore, offsets: Mapping[TopicPartition, int | None], by: str) -> None:
+    """Operator reset of some partitions (None: forget), in the offset store and, exactly-once, in the sink."""
+    held = sink_offsets(cfg)
+    values = {tp: o for tp, o in offsets.items() if o is not None}
+    forget = [tp for tp, o in offsets.items() if o is None]
+    if held is not None:
+        try:
+            held.set(cfg.name, values, by)
+            if forget:
+                held.forget(cfg.name, forget)
+        finally:
+            held.close()
+    if values:
+        store.set_offsets(cfg.name, values, run_id=by)
+    if forget:
+        store.forget_offsets(cfg.name, forget)
+
+
+def clear_offsets(cfg: PipelineConfig, store: OffsetStore) -> None:
+    """Forget every stored offset of the pipeline (the next window starts from initial_offsets)."""
+    held = sink_offsets(cfg)
+    if held is not None:
+        try:
+            held.forget(cfg.name)
+        finally:
+            held.close()
+    store.clear(cfg.name)
+
+
 def kafka_client(cfg: PipelineConfig) -> dict[str, Any]:
     return get_connection(cfg.source.kafka_conn_id).kafka_config()
 
@@ -219,7 +281,7 @@ def plan(cfg: PipelineConfig, run_id: str, params: Mapping[str, Any] | None = No
 
     conf = consumer_conf(cfg)
     parts = {(s.topic, s.partition): s for s in discover(conf, list(cfg.source.topics))}
-    stored = store.load(cfg.name)
+    stored = stored_offsets(cfg, store)
 
     def at_time(moment: datetime, froms: Mapping[TopicPartition, int] | None = None) -> dict[TopicPartition, int]:
         """Per partition, the first offset whose record time is >= moment (searched from ``froms``)."""
@@ -404,7 +466,9 @@ def _process(cfg: PipelineConfig, window: WindowPlan, p: RunParams, store: Offse
         versioning=cfg.versioning, tolerance=cfg.errors.tolerance, dlq_topic=cfg.errors.dlq_topic,
         context_headers=cfg.errors.context_headers, transforms=tuple(cfg.transforms),
         key_converter=cfg.source.key_converter, value_converter=cfg.source.value_converter,
-        dead_letters_sent=_sent_before(cfg, window, store), faults=faults.active())
+        dead_letters_sent=_sent_before(cfg, window, store), faults=faults.active(),
+        offsets_sink=cfg.offset_store.sink,
+        offsets_mode="keep" if not window.moves_offsets else "advance" if window.origin == "stored" else "set")
     spark = spark or get_spark(cfg.spark, app_name=f"cdcflow-{cfg.name}")
     faults.checkpoint("before_read")
 
@@ -416,6 +480,9 @@ def _process(cfg: PipelineConfig, window: WindowPlan, p: RunParams, store: Offse
                  ", ".join(f"{t}[{p}] {starts[(t, p)]}..{e}" for (t, p), (e, _c) in sorted(ends.items())))
 
     result = run_window_job(spark, job, on_read)
+    if result.sink_offsets and "already" in result.sink_offsets:
+        log.info("run %s: its window and offsets were committed in the MySQL sink %r by an earlier attempt; "
+                 "nothing written there again", window.run_id, cfg.offset_store.sink)
     stats = result.stats()
     stats["seconds"] = round(time.time() - started, 3)
     stats["spark"] = describe(spark)
@@ -431,6 +498,14 @@ def apply_retention(cfg: PipelineConfig, store: OffsetStore) -> dict[str, Any]:
         out["ledger"] = store.prune(cfg.name, cfg.retention.ledger)
     except Exception as exc:  # noqa: BLE001
         log.warning("retention: pruning the ledger of %s failed: %s", cfg.name, exc)
+    held = sink_offsets(cfg)
+    if held is not None:
+        try:
+            out["sink_commits"] = held.prune(cfg.name, cfg.retention.ledger)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("retention: pruning the run records in the MySQL sink of %s failed: %s", cfg.name, exc)
+        finally:
+            held.close()
     if cfg.retention.tombstones is not None:
         from spark_jobs.sinks import SINK_TYPES  # noqa: PLC0415
 

@@ -25,10 +25,11 @@ import pyarrow as pa
 
 from cdcflow import errors as cdc_errors
 from cdcflow import faults
-from cdcflow.errors import CdcflowError, ToleranceExceeded, WindowFailed
+from cdcflow.errors import CdcflowError, ConfigError, ToleranceExceeded, WindowFailed
 from connectors.base import SinkStats
 from connectors.kafka.dlq import DeadLetterReporter, FailedRecord
 from connectors.kafka.reader import RAW_SPARK_SCHEMA, KafkaRangeReader, ReadOutcome, ReadRange
+from connectors.mysql.offsets import OffsetCommit
 from spark_jobs.session import activate
 from spark_jobs.sinks import SINK_TYPES, SinkTarget
 
@@ -39,6 +40,7 @@ RANGE_SCHEMA = pa.schema([("idx", pa.int32())])
 REPORT_SCHEMA = "reported long"
 DLQ_CLASS_KEY = "dlq:"  # sink dead letters by error class ride in the writer's extra stats
 WRITE_SCHEMA = "sink string, upserted long, deleted long, stale long, failed long, extra string"
+SINK_OFFSETS_KEY = "sink_offsets"  # the offset sink's commit result, in its writer's extra stats
 MAX_EXAMPLES = 5
 SMALL_WINDOW = 20_000  # records; up to this, each sink is written by one task (no shuffle)
 SINK_CONCURRENCY = 4  # sink targets written at the same time (routed tables can be many)
@@ -65,6 +67,16 @@ class WindowJob:
     # dead letters an earlier attempt of this window sent already: (topic, partition, offset, component)
     dead_letters_sent: frozenset[tuple[str, int, int, str]] = frozenset()
     faults: tuple[str, ...] = ()  # fault injection points active in the tasks (cdcflow.faults)
+    # exactly-once (offset_store.sink): the MySQL sink whose transaction commits the window's offsets,
+    # and how (advance: compare-and-set from the starts; set: a rewind; keep: a time-range replay)
+    offsets_sink: str | None = None
+    offsets_mode: str = "advance"
+
+    def offset_commit(self, ends: dict[tuple[str, int], tuple[int, int]]) -> OffsetCommit | None:
+        if self.offsets_sink is None:
+            return None
+        return OffsetCommit(self.pipeline, self.run_id, self.offsets_mode,  # type: ignore[arg-type]
+                            tuple((r.topic, r.partition, r.start, ends[(r.topic, r.partition)][0]) for r in self.ranges))
 
 
 @dataclass
@@ -75,9 +87,12 @@ class WindowResult:
     dead_letters: dict[tuple[str, str], int] = field(default_factory=dict)  # (stage, error class) -> count
     sinks: dict[str, SinkStats] = field(default_factory=dict)
     stages: dict[str, float] = field(default_factory=dict)  # wall seconds per stage, where time goes
+    # exactly-once: what the offset sink's transaction committed ({advanced, left} or {already: run})
+    sink_offsets: dict[str, Any] | None = None
 
     def stats(self) -> dict[str, Any]:
         return {"records": self.records, "dead_lettered": self.dead_lettered,
+                **({"sink_offsets": self.sink_offsets} if self.sink_offsets is not None else {}),
                 "dead_letters": [{"stage": st, "error_class": ec, "count": n}
                                  for (st, ec), n in sorted(self.dead_letters.items())],
                 "sinks": {n: vars(s) for n, s in self.sinks.items()},
@@ -132,7 +147,10 @@ def _reporter(job: WindowJob) -> Callable[[Iterator[pa.RecordBatch]], Iterator[p
     return report
 
 
-def _writer(job: WindowJob, target: SinkTarget) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def _writer(job: WindowJob, target: SinkTarget,
+            commit: OffsetCommit | None = None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The write task of one sink target; with ``commit`` (the offset sink, exactly-once) the task
+    writes everything in one transaction that also commits the window's offsets."""
     cfg = target.config
     kind = SINK_TYPES[cfg.type]
 
@@ -155,7 +173,13 @@ def _writer(job: WindowJob, target: SinkTarget) -> Callable[[Iterator[pa.RecordB
 
         sink.open()
         write_arrow = getattr(sink, "write_arrow", None)  # an ArrowSink takes the batches as they are
+        extra: dict[str, Any] = {}
         try:
+            if commit is not None and not sink.begin_window(commit):  # type: ignore[attr-defined]
+                for _batch in batches:  # an earlier attempt of this run committed: nothing to write
+                    pass
+                extra[SINK_OFFSETS_KEY] = {"already": commit.run_id}
+                batches = iter(())
             for batch in batches:
                 handle(write_arrow(batch) if write_arrow is not None else sink.write(kind.to_changes(batch, cfg)))
                 if sink.stats.upserted + sink.stats.deleted + sink.stats.stale:
@@ -164,13 +188,16 @@ def _writer(job: WindowJob, target: SinkTarget) -> Callable[[Iterator[pa.RecordB
             if dlq is not None:
                 faults.checkpoint("before_dlq_flush", job.faults)
                 dlq.flush()  # before the task reports success, so before any commit
+            if commit is not None and SINK_OFFSETS_KEY not in extra:
+                extra[SINK_OFFSETS_KEY] = sink.commit_window(  # type: ignore[attr-defined]
+                    commit, lambda: faults.checkpoint("during_sink_commit", job.faults))
         finally:
             sink.close()
         s = sink.stats
         yield pa.RecordBatch.from_pydict({"sink": [cfg.name], "upserted": [s.upserted], "deleted": [s.deleted],
                                           "stale": [s.stale], "failed": [s.failed],
-                                          "extra": [json.dumps({**s.extra, **{f"{DLQ_CLASS_KEY}{c}": n
-                                                                               for c, n in classes.items()}})]})
+                                          "extra": [json.dumps({**s.extra, **extra, **{f"{DLQ_CLASS_KEY}{c}": n
+                                                                                        for c, n in classes.items()}})]})
     return write
 
 
@@ -205,6 +232,11 @@ def run_window_job(spark: SparkSession, job: WindowJob,
         inner = unwrap_spark_error(exc) or spark_unavailable(exc)
         if inner is not None:
             raise inner from None
+        if "Python worker exited unexpectedly" in str(exc):
+            raise WindowFailed(
+                "a Spark task's Python worker died while the window ran (killed, or out of memory: see the Spark "
+                "log, .local/services/spark/connect.log for the long-lived Spark); nothing of the window was "
+                "committed and no offset moved: the retry runs it again") from exc
         raise WindowFailed(f"Spark job failed: {exc.__class__.__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from exc
 
 
@@ -248,6 +280,7 @@ def _run(spark: SparkSession, job: WindowJob,
                 bad = _union(bad, projected.where("error_message IS NOT NULL").select(
                     *RAW_COLUMNS, F.lit("transform").alias("error_stage"), "error_message",
                     F.lit(concrete.component).alias("component")))
+    per_sink = _one_target_for_offsets(job, per_sink)
     for frame in frames:
         bad = _union(bad, frame.where("error_stage IS NOT NULL").select(
             *RAW_COLUMNS, "error_stage", "error_message", F.lit(f"converter:{job.value_converter}").alias("component")))
@@ -276,6 +309,7 @@ def _run(spark: SparkSession, job: WindowJob,
     t = result.lap("dlq", t)
 
     small = result.records <= SMALL_WINDOW
+    commit = job.offset_commit(ends)
 
     def write(target: SinkTarget, projected: DataFrame) -> tuple[list[Any], float]:
         """One sink target's Spark job: last change per key, then the writer tasks."""
@@ -284,24 +318,37 @@ def _run(spark: SparkSession, job: WindowJob,
         kind = SINK_TYPES[target.config.type]
         kind.prepare(target)
         keys = kind.key_columns(target.config)
+        holds_offsets = commit is not None and target.config.name == job.offsets_sink
         if small:  # one task: a single partition already satisfies the per-key window, so no shuffle
             projected = projected.coalesce(1)
         latest = latest_per_key(projected, keys) if keys else projected
-        return latest.mapInArrow(_writer(job, target), WRITE_SCHEMA).collect(), time.perf_counter() - started
+        if holds_offsets:  # exactly-once: the window's one transaction is written by one task
+            latest = latest.coalesce(1)
+        rows = latest.mapInArrow(_writer(job, target, commit if holds_offsets else None), WRITE_SCHEMA).collect()
+        if holds_offsets and not any(SINK_OFFSETS_KEY in json.loads(r.extra) for r in rows):
+            rows.append(_commit_without_rows(job, target, commit))  # no task ran: no rows for this sink
+        return rows, time.perf_counter() - started
 
     # the sinks write concurrently (MySQL and Elasticsearch wait on different servers): one Spark job
-    # per target, submitted from its own thread; every job finishes before the first error is raised
-    if len(per_sink) == 1:
-        outcomes = [write(*per_sink[0])]
+    # per target, submitted from its own thread; every job finishes before the first error is raised.
+    # Exactly-once: the offset sink writes last, once every other sink and the DLQ have succeeded.
+    holds = [commit is not None and t.config.name == job.offsets_sink for t, _p in per_sink]
+    first = [pair for pair, h in zip(per_sink, holds, strict=True) if not h]
+    last = [pair for pair, h in zip(per_sink, holds, strict=True) if h]
+    if len(first) == 1:
+        outcomes = [write(*first[0])]
     else:
-        with ThreadPoolExecutor(max_workers=min(SINK_CONCURRENCY, len(per_sink)),
+        with ThreadPoolExecutor(max_workers=min(SINK_CONCURRENCY, max(1, len(first))),
                                 thread_name_prefix="cdcflow-sink") as pool:
-            futures = [pool.submit(write, target, projected) for target, projected in per_sink]
+            futures = [pool.submit(write, target, projected) for target, projected in first]
         outcomes = [f.result() for f in futures]
-    for (target, _projected), (rows, seconds) in zip(per_sink, outcomes, strict=True):
+    outcomes += [write(*pair) for pair in last]
+    for (target, _projected), (rows, seconds) in zip(first + last, outcomes, strict=True):
         stats = result.sinks.setdefault(target.config.name, SinkStats())
         for row in rows:
             extra = json.loads(row.extra)
+            if SINK_OFFSETS_KEY in extra:
+                result.sink_offsets = extra.pop(SINK_OFFSETS_KEY)
             for key in [k for k in extra if k.startswith(DLQ_CLASS_KEY)]:
                 dl = ("sink", key.removeprefix(DLQ_CLASS_KEY))
                 result.dead_letters[dl] = result.dead_letters.get(dl, 0) + int(extra.pop(key))
@@ -311,6 +358,33 @@ def _run(spark: SparkSession, job: WindowJob,
         result.stages[stage] = result.stages.get(stage, 0.0) + seconds
     result.lap("sinks", t)  # the wall time of all sinks together
     return result
+
+
+def _one_target_for_offsets(job: WindowJob,
+                            per_sink: list[tuple[SinkTarget, DataFrame]]) -> list[tuple[SinkTarget, DataFrame]]:
+    """Exactly-once: the offset sink's changes of every topic go into its one transaction (the
+    window has one frame per topic when it has transforms)."""
+    mine = [(t, p) for t, p in per_sink if t.config.name == job.offsets_sink]
+    if len(mine) <= 1:
+        return per_sink
+    if any(t.config != mine[0][0].config for t, _p in mine):
+        raise ConfigError(
+            f"offset_store.sink: sink {job.offsets_sink!r} gets different columns from the topics of this window "
+            "(its table is created from each topic's record schema); declare the sink's columns so that every "
+            "topic's changes fit its one table and one transaction")
+    merged = mine[0][1]
+    for _t, projected in mine[1:]:
+        merged = merged.unionByName(projected)
+    return [(t, p) for t, p in per_sink if t.config.name != job.offsets_sink] + [(mine[0][0], merged)]
+
+
+def _commit_without_rows(job: WindowJob, target: SinkTarget, commit: OffsetCommit) -> Any:
+    """Exactly-once when the offset sink has no row in this window (every change went elsewhere or
+    to the DLQ): its transaction commits the offsets alone, from the driver."""
+    from pyspark.sql import Row  # noqa: PLC0415
+
+    rows = list(_writer(job, target, commit)(iter(())))[0].to_pylist()[0]
+    return Row(**rows)
 
 
 Tally = dict[tuple[str | None, str, int], tuple[int, int]]  # (bad stage or None, topic, partition) -> (end, n)

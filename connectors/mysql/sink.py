@@ -19,6 +19,12 @@ Two ways to apply, with the same guarantees (``apply`` in the sink config):
   with the version guard, one ``DELETE … JOIN`` and one tombstone ``INSERT … SELECT``. A batch that
   MySQL rejects for its data is re-applied on the row path, which isolates the bad rows.
 * ``rows``: multi-row ``INSERT … ON DUPLICATE KEY UPDATE`` of ``batch_size`` rows, built per row.
+
+Exactly-once (``offset_store.sink`` names this sink): :meth:`MySqlSink.begin_window` opens one
+transaction for the whole window, every batch runs in a savepoint of it (a batch with a bad row
+rolls back to its savepoint and takes the row path there), and :meth:`MySqlSink.commit_window`
+writes the window's offsets (connectors/mysql/offsets.py) and commits: the rows and the offsets are
+in MySQL together or not at all.
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
@@ -42,6 +49,7 @@ from cdcflow.errors import CdcflowError, ConfigError, SinkUnavailable
 from connectors.base import ArrowRecords, Change, SinkStats
 from connectors.kafka.dlq import FailedRecord
 from connectors.mysql import bulk
+from connectors.mysql import offsets as sink_offsets
 
 VERSION_COLUMN = "__cdc_version"
 TOMBSTONES = "cdcflow_tombstones"
@@ -118,6 +126,7 @@ class MySqlSink:
         self._pending: list[pa.RecordBatch] = []  # apply: set
         self._pending_rows = 0
         self._engine: sa.Engine | None = None
+        self._window: sa.Connection | None = None  # exactly-once: the window's one transaction
         self._newest_tombstone: int | None = None
         self._columns = [c.name for c in cfg.columns]
         self._data_columns = [c for c in self._columns if c not in cfg.primary_key]
@@ -295,7 +304,58 @@ class MySqlSink:
         batch, self._buffer = self._buffer, []
         return failed + (self._apply(batch) if batch else [])
 
+    def begin_window(self, commit: sink_offsets.OffsetCommit) -> bool:
+        """Exactly-once: from here to :meth:`commit_window` every write of this sink is one
+        transaction. Returns False when this run's window committed already (nothing to write)."""
+        assert self._engine is not None, "open() first"
+        try:
+            conn = self._engine.connect()
+            sink_offsets.create_tables(conn)
+            conn.commit()
+            conn.begin()
+            if sink_offsets.lock(conn, commit):
+                conn.rollback()
+                conn.close()
+                return False
+        except DBAPIError as exc:
+            raise self._infra_error("locking the offsets beside", exc) from exc
+        self._window = conn
+        return True
+
+    def commit_window(self, commit: sink_offsets.OffsetCommit,
+                      before_commit: Callable[[], None] = lambda: None) -> dict[str, Any]:
+        """Write the window's offsets into its transaction and commit rows and offsets together."""
+        assert self._window is not None, "begin_window() first"
+        try:
+            result = sink_offsets.write(self._window, commit)
+            before_commit()
+            self._window.commit()
+        except DBAPIError as exc:
+            raise self._infra_error("committing the window's rows and offsets into", exc) from exc
+        finally:
+            self._window.close()
+            self._window = None
+        return result
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sa.Connection]:
+        """A transaction of its own, or, inside a window's transaction, a savepoint of it."""
+        assert self._engine is not None, "open() first"
+        if self._window is None:
+            with self._engine.begin() as conn:
+                yield conn
+            return
+        with self._window.begin_nested():
+            yield self._window
+
     def close(self) -> None:
+        if self._window is not None:  # a window that did not commit: nothing of it stays
+            try:
+                self._window.rollback()
+                self._window.close()
+            except DBAPIError:
+                pass
+            self._window = None
         if self._engine is not None:
             self._engine.dispose()
             self._engine = None
@@ -313,6 +373,11 @@ class MySqlSink:
                 return []
             except (DBAPIError, pymysql.MySQLError) as exc:  # the set path runs on the DBAPI cursor
                 code = error_code(exc)
+                if code == 1213 and self._window is not None:  # the deadlock rolled back the whole transaction
+                    raise SinkUnavailable(
+                        f"sink {self.name!r}: MySQL chose this window's transaction as a deadlock victim and "
+                        f"rolled it back (table {self.cfg.table!r}); nothing of the window is in MySQL and no "
+                        "offset moved: the retry applies it") from exc
                 if code in RETRY_ERRORS and attempt < self.max_lock_retries:
                     self.stats.extra["lock_retries"] = self.stats.extra.get("lock_retries", 0) + 1
                     time.sleep(0.1 * 2 ** attempt)
@@ -327,7 +392,7 @@ class MySqlSink:
         upserts = [c for c in batch if c.op == "upsert"]
         deletes = [c for c in batch if c.op == "delete"]
         stats = SinkStats()
-        with self._engine.begin() as conn:
+        with self._transaction() as conn:
             if upserts:
                 live = self._without_tombstoned(conn, upserts)
                 stats.stale += len(upserts) - len(live)
@@ -368,8 +433,10 @@ class MySqlSink:
         upserts, deletes = table.filter(pc.equal(ops, "upsert")), table.filter(pc.equal(ops, "delete"))
         stats = SinkStats()
         names = [f"c_{i}" for i in range(len(self._columns))]
-        with self._engine.begin() as conn:
+        with self._transaction() as conn:
             cursor = conn.connection.cursor()  # the DBAPI cursor: statements without % formatting
+            # left by a batch that failed earlier on this connection (one window transaction)
+            cursor.execute(f"DROP TEMPORARY TABLE IF EXISTS {quote(UPSERT_STAGE)}, {quote(DELETE_STAGE)}")
             if upserts.num_rows:
                 columns = [upserts.column(n) for n in names] + [upserts.column("version")]
                 versions = upserts.column("version")

@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 
 from cdcflow import cdcgen
-from cdcflow.faults import POINTS, pause_entry
+from cdcflow.faults import EXACTLY_ONCE_POINTS, POINTS, pause_entry
 from tests.helpers import state_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,6 +46,11 @@ OUTAGES: dict[str, tuple[str, ...]] = {
     "broker_down": ("during_read",),
 }
 KINDS = (*POINTS, *OUTAGES)
+
+
+def kinds(exactly_once: bool) -> tuple[str, ...]:
+    """The faults of a campaign: the exactly-once points only pass with offset_store.sink."""
+    return KINDS if exactly_once else tuple(k for k in KINDS if k not in EXACTLY_ONCE_POINTS)
 
 
 @dataclass
@@ -86,8 +91,9 @@ def poison(chunk: int, ts: int) -> list[cdcgen.Event]:
 
 
 class Campaign:
-    def __init__(self, directory: Path, seed: int, bootstrap: str) -> None:
+    def __init__(self, directory: Path, seed: int, bootstrap: str, exactly_once: bool = False) -> None:
         self.rng = random.Random(seed)
+        self.exactly_once = exactly_once
         self.dir = directory
         self.bootstrap = bootstrap
         tag = f"{seed}_{int(time.time() * 1000) % 10**9}"
@@ -121,6 +127,7 @@ class Campaign:
                                             "updated_ms": {"type": "long"}}}},
             ],
             "errors": {"tolerance": "all", "dlq_topic": f"{self.topic}.dlq"},
+            **({"offset_store": {"sink": "rows"}} if self.exactly_once else {}),
         }
         (self.dir / "pipelines" / f"{self.name}.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
 
@@ -270,6 +277,15 @@ class Campaign:
             if stored.get(tp) != expect:
                 gaps += 1
         store.close()
+        if self.exactly_once:  # the sink's offsets (the authority) end where the ledger's ranges end
+            from connectors.mysql.offsets import SinkOffsets  # noqa: PLC0415
+            from tests.helpers import mysql_engine  # noqa: PLC0415
+
+            held = SinkOffsets(mysql_engine().url.render_as_string(hide_password=False))
+            in_sink = {tp: o for tp, (o, _run) in held.load(self.name).items()}
+            held.close()
+            gaps += sum(1 for tp in ranges.keys() | in_sink.keys()
+                        if in_sink.get(tp) != (ranges[tp][-1][1] if ranges.get(tp) else None))
         return gaps
 
 
@@ -309,12 +325,13 @@ def _services(action: str, service: str, crash: bool = False) -> None:
                    capture_output=True, text=True, timeout=300)
 
 
-def run_campaign(faults: int, seed: int, directory: Path | None = None) -> list[Outcome]:
+def run_campaign(faults: int, seed: int, directory: Path | None = None, exactly_once: bool = False) -> list[Outcome]:
     from tests.helpers import bootstrap  # noqa: PLC0415
 
     with tempfile.TemporaryDirectory() as tmp:
-        campaign = Campaign(directory or Path(tmp), seed, bootstrap())
-        points = [KINDS[i % len(KINDS)] for i in range(faults)]
+        campaign = Campaign(directory or Path(tmp), seed, bootstrap(), exactly_once)
+        these = kinds(exactly_once)
+        points = [these[i % len(these)] for i in range(faults)]
         random.Random(seed).shuffle(points)
         return [campaign.fault(i, p) for i, p in enumerate(points)]
 
@@ -339,11 +356,14 @@ def main() -> None:
     ap.add_argument("--faults", type=int, default=200)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--json", type=Path, help="also write every outcome (how, error, counts) to this file")
+    ap.add_argument("--exactly-once", action="store_true", help="the pipeline commits its offsets in the MySQL "
+                    "sink's transaction (offset_store.sink); adds the during_sink_commit kill point")
     args = ap.parse_args()
     started = time.time()
-    outcomes = run_campaign(args.faults, args.seed)
+    outcomes = run_campaign(args.faults, args.seed, exactly_once=args.exactly_once)
     print(table(outcomes))
-    print(f"{len(outcomes)} faults, seed {args.seed}, {time.time() - started:.0f} s")
+    mode = "exactly-once (offset_store.sink)" if args.exactly_once else "offset store"
+    print(f"{len(outcomes)} faults, seed {args.seed}, {mode}, {time.time() - started:.0f} s")
     for o in outcomes:
         print(f"  {o.point}: {o.how}; {'clean' if o.clean else 'DAMAGED'}{'; ' + o.error[:200] if o.error else ''}")
         for note in o.notes[:3]:

@@ -7,15 +7,27 @@ from __future__ import annotations
 
 import pytest
 
-from tests.faults.harness import KINDS, run_campaign, table
+from tests.faults.harness import kinds, run_campaign, table
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
 
 
 def test_short_seeded_fault_campaign() -> None:
-    outcomes = run_campaign(faults=2 * len(KINDS), seed=11)
+    outcomes = run_campaign(faults=2 * len(kinds(False)), seed=11)
     print(table(outcomes))
-    assert {o.point for o in outcomes} == set(KINDS)
+    assert {o.point for o in outcomes} == set(kinds(False))
+    not_reached = [o.point for o in outcomes if not o.reached]
+    assert not not_reached, f"faults that did not fire: {not_reached}"
+    bad = [(o.point, o.notes[:3]) for o in outcomes if not o.clean]
+    assert not bad, table(outcomes) + f"\n{bad}"
+
+
+def test_short_exactly_once_campaign() -> None:
+    """The same with offset_store.sink: one fault of each kind, with the kill inside the sink's
+    transaction (rows and offsets written, not committed)."""
+    outcomes = run_campaign(faults=len(kinds(True)), seed=12, exactly_once=True)
+    print(table(outcomes))
+    assert {o.point for o in outcomes} == set(kinds(True))
     not_reached = [o.point for o in outcomes if not o.reached]
     assert not not_reached, f"faults that did not fire: {not_reached}"
     bad = [(o.point, o.notes[:3]) for o in outcomes if not o.clean]

@@ -120,3 +120,26 @@ def test_spark_connect_sessions_are_stable_per_pipeline() -> None:
     assert a != session_url("sc://127.0.0.1:15002", "cdcflow-other")
     assert session_url("sc://h:1/;token=x", "p").startswith("sc://h:1/;token=x;session_id=")
     assert session_url("sc://h:1/;session_id=fixed", "p") == "sc://h:1/;session_id=fixed"
+
+
+@pytest.mark.parametrize(("store_sink", "extra_sink", "expected"), [
+    ("nope", "", "offset_store.sink: expected the name of one of this pipeline's sinks ['rows', 'docs'], got 'nope'"),
+    ("docs", "", "offset_store.sink: sink 'docs' is elasticsearch; the offsets can only be committed in a MySQL"),
+    ("rows", "{topic}", "offset_store.sink: sink 'rows' routes to one table per topic ('t_{topic}')"),
+])
+def test_exactly_once_names_a_mysql_sink_with_one_table(tmp_path: Path, store_sink: str, extra_sink: str,
+                                                         expected: str) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(f"""
+name: p
+source: {{topics: [a]}}
+sinks:
+  - {{type: mysql, name: rows, table: "t_{extra_sink}", primary_key: [id], columns: [{{name: id, type: BIGINT}}]}}
+  - {{type: elasticsearch, name: docs, index: d, id_fields: [id]}}
+offset_store: {{sink: {store_sink}}}
+""")
+    with pytest.raises(ConfigError) as exc:
+        load_pipeline(path)
+    assert str(path) in str(exc.value) and expected in str(exc.value)
+    path.write_text(path.read_text().replace(f"sink: {store_sink}", "sink: rows").replace("{topic}", ""))
+    assert load_pipeline(path).offset_store.sink == "rows"

@@ -1,0 +1,145 @@
+"""Exactly-once into MySQL (offset_store.sink): the window's rows and its offsets are committed in one
+MySQL transaction, so a window killed anywhere leaves both or neither, and a retried or next window
+does not write what is already there. Real broker, MariaDB, Elasticsearch and Spark."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdcflow import cdcgen, runner
+from cdcflow.config import load_pipeline
+from cdcflow.offsets import OffsetStore
+from connectors.mysql.offsets import SinkOffsets
+from tests.helpers import (
+    ES_SINK,
+    bootstrap,
+    es_docs,
+    expected,
+    mysql_engine,
+    read_topic,
+    subprocess_env,
+    table_rows,
+    unique,
+    write_pipeline,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _pipeline(config_dir: Path, es: bool = False) -> Any:
+    tag = unique("eo")
+    sinks = {"sinks": [{"type": "mysql", "name": "orders_mysql", "conn_id": "cdcflow_mysql", "create_table": True,
+                        "table": tag, "primary_key": ["id"], "batch_size": 100, "set_rows": 100,
+                        "columns": [{"name": "id", "type": "BIGINT"}, {"name": "customer", "type": "VARCHAR(32)"},
+                                    {"name": "status", "type": "VARCHAR(16)"},
+                                    {"name": "amount", "type": "DECIMAL(10,2)"},
+                                    {"name": "updated_at", "type": "BIGINT", "field": "updated_ms"}]},
+                       *([{**ES_SINK, "index": tag.replace("_", "-")}] if es else [])]}
+    path = write_pipeline(config_dir, tag, f"t.{tag}", tag, offset_store={"sink": "orders_mysql"}, **sinks)
+    return load_pipeline(path)
+
+
+def _sink_offsets(cfg: Any) -> dict[tuple[str, int], int]:
+    held = SinkOffsets(mysql_engine().url.render_as_string(hide_password=False))
+    try:
+        return {tp: o for tp, (o, _run) in held.load(cfg.name).items()}
+    finally:
+        held.close()
+
+
+def _committed_runs(cfg: Any) -> list[str]:
+    with mysql_engine().connect() as conn:
+        return [r[0] for r in conn.exec_driver_sql(
+            "SELECT run_id FROM cdcflow_sink_commits WHERE pipeline = %s ORDER BY committed_at", (cfg.name,))]
+
+
+def test_exactly_once_window_commits_rows_and_offsets_in_one_transaction(
+        config_dir: Path, store: OffsetStore, spark: Any) -> None:
+    cfg = _pipeline(config_dir, es=True)
+    stream = cdcgen.orders_stream(400, 60, seed=21)  # with poison: one row MySQL rejects (savepoint + row path)
+    cdcgen.produce(bootstrap(), cfg.source.topics[0], stream.events, partitions=3)
+
+    stats = runner.run_window(cfg, "eo-1", store=store, spark=spark)
+
+    assert table_rows(cfg.sinks[0].table) == expected(stream.state)
+    assert {int(k) for k in es_docs(cfg.sinks[1].index)} >= set(stream.state)
+    ends = {(w.topic, w.partition): w.end for w in store.get_window(cfg.name, "eo-1").partitions}
+    assert _sink_offsets(cfg) == ends == store.load(cfg.name)
+    assert sum(ends.values()) == len(stream.events)
+    assert stats["sink_offsets"]["advanced"] == {f"{t}:{p}": e for (t, p), e in ends.items()}
+    assert _committed_runs(cfg) == ["eo-1"]
+    # the row MySQL rejected went to the DLQ; its batch was rolled back to its savepoint and re-applied
+    sink_rejected = [e.value for e in stream.broken if e.expected_stage == "sink"]
+    assert sink_rejected and set(sink_rejected) <= {m.value() for m in read_topic(cfg.errors.dlq_topic)}
+    assert stats["sinks"]["orders_mysql"]["extra"].get("set_fallbacks", 0) >= 1
+
+    # an operator reset goes to the sink's offsets too: the next window replays from 0 (same versions: harmless)
+    runner.set_offsets(cfg, store, dict.fromkeys(ends, 0), "test-reset")
+    assert set(_sink_offsets(cfg).values()) == {0}
+    again = runner.run_window(cfg, "eo-2", store=store, spark=spark)
+    assert again["records"] == len(stream.events) and again["sinks"]["orders_mysql"]["upserted"] > 0
+    assert table_rows(cfg.sinks[0].table) == expected(stream.state)
+    assert _sink_offsets(cfg) == ends == store.load(cfg.name)
+
+
+def _run(cfg: Any, config_dir: Path, run_id: str, fault: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = subprocess_env(config_dir, **({"CDCFLOW_FAULTS": fault} if fault else {}))
+    env.pop("CDCFLOW_FAULTS", None) if fault is None else None
+    return subprocess.run([sys.executable, "-m", "cdcflow.cli", "run", cfg.name, "--run-id", run_id],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_killed_inside_the_sink_transaction_leaves_neither_rows_nor_offsets(config_dir: Path) -> None:
+    cfg = _pipeline(config_dir)
+    stream = cdcgen.orders_stream(300, 50, seed=22, broken=False)
+    cdcgen.produce(bootstrap(), cfg.source.topics[0], stream.events, partitions=3)
+
+    died = _run(cfg, config_dir, "eo-killed", "during_sink_commit")  # SIGKILLs the Spark task's worker
+    assert died.returncode == 1 and "Python worker died while the window ran" in died.stderr, died.stderr[-2000:]
+    assert table_rows(cfg.sinks[0].table) == []  # every batch was written, none committed
+    assert _sink_offsets(cfg) == {} and runner.offset_store(cfg).load(cfg.name) == {}
+
+    retry = _run(cfg, config_dir, "eo-killed")
+    assert retry.returncode == 0, retry.stderr[-2000:]
+    assert table_rows(cfg.sinks[0].table) == expected(stream.state)
+    assert sum(_sink_offsets(cfg).values()) == len(stream.events)
+
+
+def test_a_window_killed_after_its_sink_transaction_is_not_written_again(config_dir: Path) -> None:
+    """Killed after the sink's transaction and before the ledger commit: the next window starts where
+    the sink's offsets say, and the retried run writes nothing (it does not rely on re-application)."""
+    cfg = _pipeline(config_dir)
+    stream = cdcgen.orders_stream(300, 50, seed=23, broken=False)
+    cdcgen.produce(bootstrap(), cfg.source.topics[0], stream.events, partitions=3)
+
+    died = _run(cfg, config_dir, "eo-1", "after_sinks")
+    assert died.returncode == -signal.SIGKILL, died.stderr[-2000:]
+    store = runner.offset_store(cfg)
+    assert store.load(cfg.name) == {}  # the ledger commit did not happen
+    in_sink = _sink_offsets(cfg)
+    assert sum(in_sink.values()) == len(stream.events)  # ... but the sink's transaction did
+    assert table_rows(cfg.sinks[0].table) == expected(stream.state)
+    # mark a row by hand at its current version: a re-application would overwrite it
+    some = min(stream.state)
+    with mysql_engine().begin() as conn:
+        conn.exec_driver_sql(f"UPDATE `{cfg.sinks[0].table}` SET customer = 'untouched' WHERE id = %s", (some,))
+
+    nxt = _run(cfg, config_dir, "eo-2")  # a new run (Airflow's next one) starts at the sink's offsets
+    assert nxt.returncode == 0, nxt.stderr[-2000:]
+    assert '"records": 0' in nxt.stdout
+    assert store.load(cfg.name) == in_sink  # the store took the sink's offsets
+
+    retry = _run(cfg, config_dir, "eo-1")  # and the killed run's retry writes nothing again
+    assert retry.returncode == 0, retry.stderr[-2000:]
+    assert '"already": "eo-1"' in retry.stdout
+    rows = dict((r[0], r[1]) for r in table_rows(cfg.sinks[0].table))
+    assert rows[some] == "untouched"
+    assert _committed_runs(cfg) == ["eo-1"]  # eo-2 read nothing
+    assert store.get_window(cfg.name, "eo-1").status == "committed" and store.load(cfg.name) == in_sink
