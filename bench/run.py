@@ -254,19 +254,21 @@ def produce(topic: str, workload: Workload) -> float:
     return time.perf_counter() - start
 
 
-def pipeline_yaml(directory: Path, name: str, topic: str, sinks: list[dict[str, Any]]) -> None:
+def pipeline_yaml(directory: Path, name: str, topic: str, sinks: list[dict[str, Any]],
+                  extra: dict[str, Any] | None = None) -> None:
     cfg = {"name": name, "source": {"topics": [topic]},
            "window": {"max_records": WINDOW, "max_duration": "30m", "stop_on_empty": True},
-           "sinks": sinks, "errors": {"tolerance": "all", "dlq_topic": f"{topic}.dlq"}}
+           "sinks": sinks, "errors": {"tolerance": "all", "dlq_topic": f"{topic}.dlq"}, **(extra or {})}
     (directory / f"{name}.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
 
 
 # -- the measured paths ----------------------------------------------------------------------------
-def run_cdcflow(name: str, topic: str, sinks: list[dict[str, Any]], spark: Any, tmp: Path) -> dict[str, Any]:
+def run_cdcflow(name: str, topic: str, sinks: list[dict[str, Any]], spark: Any, tmp: Path,
+                extra: dict[str, Any] | None = None) -> dict[str, Any]:
     from cdcflow import runner
     from cdcflow.config import find_pipeline
 
-    pipeline_yaml(tmp, name, topic, sinks)
+    pipeline_yaml(tmp, name, topic, sinks, extra)
     cfg = find_pipeline(name)
     windows = []
     with PeakRss() as mem, timed() as t:
@@ -461,6 +463,9 @@ def main(argv: list[str] | None = None) -> int:
                              "report its ratio to the in-process run of the same data")
     parser.add_argument("--repeat", type=int, default=1,
                         help="measure every path N times on the same data; the ratios are the medians of the rounds")
+    parser.add_argument("--exactly-once", action="store_true",
+                        help="also run cdcflow -> MySQL with offset_store.sink (the window's rows and offsets in one "
+                             "MySQL transaction) after the default run of each round, and report its ratio to it")
     parser.add_argument("--scaling", action="store_true",
                         help="the memory scaling check: cdcflow alone at --events and at 3x --events, peak RSS ratio")
     args = parser.parse_args(argv)
@@ -572,6 +577,15 @@ def measure(rep: int, args: argparse.Namespace, topic: str, state: dict[int, tup
         checks[f"{key}{tag}"] = mysql_checksum(table) == expected
     cdc = out["cdcflow_mysql"]["events_per_s"]
     ratios: dict[str, Any] = {}
+    if args.exactly_once:
+        print("cdcflow end to end, Kafka -> Spark -> MySQL, exactly-once (offset_store.sink) ...")
+        drop_table("bench_cdcflow_eo")
+        out["cdcflow_mysql_exactly_once"] = run_cdcflow(
+            f"bench_eo{tag}", topic, [{**mysql_sink, "table": "bench_cdcflow_eo"}], spark, tmp,
+            {"offset_store": {"sink": "m"}})
+        checks[f"cdcflow_mysql_exactly_once{tag}"] = mysql_checksum("bench_cdcflow_eo") == expected
+        ratios["cdcflow_mysql_exactly_once_vs_offset_store"] = round(
+            out["cdcflow_mysql_exactly_once"]["events_per_s"] / cdc, 3)
     if args.only in ("sinks", "all"):
         print("cdcflow end to end, Kafka -> Spark -> MySQL + Elasticsearch ...")
         drop_table("bench_cdcflow_es")
@@ -663,6 +677,10 @@ def print_table(r: dict[str, Any]) -> None:
     if "cdcflow_mysql_rows" in r:
         k = r["cdcflow_mysql_rows"]
         line("cdcflow ... MySQL with apply: rows (the old path), events/s", f"{k['events_per_s']:,}  ({k['seconds']} s)")
+    if "cdcflow_mysql_exactly_once" in r:
+        k = r["cdcflow_mysql_exactly_once"]
+        line("cdcflow ... MySQL exactly-once (offset_store.sink), events/s", f"{k['events_per_s']:,}  ({k['seconds']} s, "
+             f"{len(k['windows'])} windows: {[w['seconds'] for w in k['windows']]} s)")
     if "cdcflow_mysql_connect" in r:
         k = r["cdcflow_mysql_connect"]
         line("cdcflow ... on the long-lived Spark (connect), events/s", f"{k['events_per_s']:,}  ({k['seconds']} s, "
@@ -689,7 +707,7 @@ def print_table(r: dict[str, Any]) -> None:
     for k, v in r["ratios"].items():
         if k != "median_of_rounds":
             line(f"ratio {k}" + (f" (median of {rounds})" if rounds and k in r["rounds"][0]["ratios"] else ""), str(v))
-    for name in ("cdcflow_mysql", "cdcflow_mysql_es", "provider_baseline"):
+    for name in ("cdcflow_mysql", "cdcflow_mysql_exactly_once", "cdcflow_mysql_es", "provider_baseline"):
         if name in r:
             line(f"peak RSS during {name}, MiB", json.dumps(r[name]["peak_rss_mib"]))
     for name in ("cdcflow_mysql", "cdcflow_mysql_rows", "cdcflow_mysql_es", "provider_baseline"):

@@ -17,12 +17,16 @@ it; a time-range replay never moves it.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import sqlalchemy as sa
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
+
+from cdcflow.errors import SinkUnavailable
 
 OFFSETS, COMMITS = "cdcflow_sink_offsets", "cdcflow_sink_commits"
 TopicPartition = tuple[str, int]
@@ -99,25 +103,33 @@ class SinkOffsets:
     def close(self) -> None:
         self.engine.dispose()
 
-    def _begin(self) -> Any:
-        conn = self.engine.connect()
-        create_tables(conn)
-        conn.commit()
-        return conn
+    @contextmanager
+    def _begin(self, doing: str) -> Iterator[sa.Connection]:
+        """A connection with the tables in place; a failure of MySQL is a clear SinkUnavailable."""
+        try:
+            with self.engine.connect() as conn:
+                create_tables(conn)
+                conn.commit()
+                yield conn
+        except DBAPIError as exc:
+            where = sa.make_url(self.url).render_as_string(hide_password=True)
+            orig = getattr(exc, "orig", exc)
+            raise SinkUnavailable(f"exactly-once offsets (offset_store.sink): MySQL at {where} failed while {doing}: "
+                                  f"{orig}; no offset moved") from exc
 
     def load(self, pipeline: str) -> dict[TopicPartition, tuple[int, str]]:
-        with self._begin() as conn:
+        with self._begin(f"reading the offsets of {pipeline!r}") as conn:
             return {(r[0], r[1]): (r[2], r[3]) for r in conn.exec_driver_sql(
                 f"SELECT topic, `partition`, next_offset, run_id FROM `{OFFSETS}` WHERE pipeline = %s", (pipeline,))}
 
     def committed(self, pipeline: str, run_id: str) -> bool:
-        with self._begin() as conn:
+        with self._begin(f"looking up run {run_id!r}") as conn:
             return conn.exec_driver_sql(f"SELECT 1 FROM `{COMMITS}` WHERE pipeline = %s AND run_id = %s",
                                         (pipeline, run_id)).first() is not None
 
     def set(self, pipeline: str, offsets: Mapping[TopicPartition, int], by: str) -> None:
         """Operator reset: the given partitions' offsets, as they are."""
-        with self._begin() as conn, conn.begin():
+        with self._begin(f"setting the offsets of {pipeline!r}") as conn, conn.begin():
             for (topic, partition), offset in offsets.items():
                 conn.exec_driver_sql(
                     f"INSERT INTO `{OFFSETS}` (pipeline, topic, `partition`, next_offset, run_id) "
@@ -126,7 +138,7 @@ class SinkOffsets:
 
     def forget(self, pipeline: str, tps: list[TopicPartition] | None = None) -> None:
         """Forget some partitions' offsets, or all of the pipeline's (``tps`` None)."""
-        with self._begin() as conn, conn.begin():
+        with self._begin(f"forgetting the offsets of {pipeline!r}") as conn, conn.begin():
             if tps is None:
                 conn.exec_driver_sql(f"DELETE FROM `{OFFSETS}` WHERE pipeline = %s", (pipeline,))
             for topic, partition in tps or []:
@@ -137,7 +149,7 @@ class SinkOffsets:
         """Forget the run records older than ``older_than_s`` (retention.ledger): a run that old is
         not retried any more."""
         total = 0
-        with self._begin() as conn:
+        with self._begin(f"pruning the run records of {pipeline!r}") as conn:
             while True:
                 with conn.begin():
                     n = conn.exec_driver_sql(

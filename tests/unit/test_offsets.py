@@ -50,3 +50,14 @@ def test_explicit_start_offsets_rewind(store: OffsetStore) -> None:
     assert store.load("p") == {("t", 0): 15}
     w = store.get_window("p", "replay")
     assert w is not None and w.status == "committed" and w.origin == "params"
+
+
+def test_exactly_once_offsets_in_an_unreachable_mysql_fail_with_a_clear_error() -> None:
+    from cdcflow.errors import SinkUnavailable
+    from connectors.mysql.offsets import SinkOffsets
+
+    held = SinkOffsets("mysql+pymysql://cdcflow:secret@127.0.0.1:1/cdcflow")
+    with pytest.raises(SinkUnavailable) as exc:
+        held.load("orders")
+    assert "offset_store.sink" in str(exc.value) and "127.0.0.1:1" in str(exc.value)
+    assert "secret" not in str(exc.value) and "no offset moved" in str(exc.value)
