@@ -190,13 +190,15 @@ class Control:
         from connectors.kafka.reader import discover  # noqa: PLC0415
 
         cfg = valid(name)
-        stored = store_for(cfg).load(cfg.name)
+        stored = runner.stored_offsets(cfg, store_for(cfg))  # exactly-once: the MySQL sink's (the authority)
         return [PartitionOffsets(s.topic, s.partition, stored.get((s.topic, s.partition)), s.low, s.end)
                 for s in discover(runner.consumer_conf(cfg), list(cfg.source.topics))]
 
     def stored_offsets(self, name: str) -> dict[tuple[str, int], int]:
+        from cdcflow import runner  # noqa: PLC0415
+
         cfg = valid(name)
-        return store_for(cfg).load(cfg.name)
+        return runner.stored_offsets(cfg, store_for(cfg))
 
     # -- lag -------------------------------------------------------------------------------------
     def sample(self, name: str) -> dict[tuple[str, int], tuple[int | None, int]]:

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -325,7 +326,8 @@ def _services(action: str, service: str, crash: bool = False) -> None:
                    capture_output=True, text=True, timeout=300)
 
 
-def run_campaign(faults: int, seed: int, directory: Path | None = None, exactly_once: bool = False) -> list[Outcome]:
+def run_campaign(faults: int, seed: int, directory: Path | None = None, exactly_once: bool = False,
+                 on_outcome: Callable[[int, Outcome], None] = lambda _i, _o: None) -> list[Outcome]:
     from tests.helpers import bootstrap  # noqa: PLC0415
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -333,7 +335,11 @@ def run_campaign(faults: int, seed: int, directory: Path | None = None, exactly_
         these = kinds(exactly_once)
         points = [these[i % len(these)] for i in range(faults)]
         random.Random(seed).shuffle(points)
-        return [campaign.fault(i, p) for i, p in enumerate(points)]
+        outcomes = []
+        for i, point in enumerate(points):
+            outcomes.append(campaign.fault(i, point))
+            on_outcome(i, outcomes[-1])
+        return outcomes
 
 
 def table(outcomes: list[Outcome]) -> str:
@@ -360,14 +366,18 @@ def main() -> None:
                     "sink's transaction (offset_store.sink); adds the during_sink_commit kill point")
     args = ap.parse_args()
     started = time.time()
-    outcomes = run_campaign(args.faults, args.seed, exactly_once=args.exactly_once)
+
+    def progress(i: int, o: Outcome) -> None:  # one line per fault as it ends (a long run takes hours)
+        state = "clean" if o.clean else f"DAMAGED {o.notes[:3]}"
+        print(f"[{i + 1}/{args.faults} {time.time() - started:.0f}s] {o.point}: {o.how}; {state}", flush=True)
+
+    outcomes = run_campaign(args.faults, args.seed, exactly_once=args.exactly_once, on_outcome=progress)
     print(table(outcomes))
     mode = "exactly-once (offset_store.sink)" if args.exactly_once else "offset store"
     print(f"{len(outcomes)} faults, seed {args.seed}, {mode}, {time.time() - started:.0f} s")
     for o in outcomes:
-        print(f"  {o.point}: {o.how}; {'clean' if o.clean else 'DAMAGED'}{'; ' + o.error[:200] if o.error else ''}")
-        for note in o.notes[:3]:
-            print(f"    {note}")
+        if o.error:
+            print(f"  {o.point}: {o.how}; the faulted attempt ended with: {o.error[:300]}")
     if args.json:
         args.json.write_text(json.dumps([vars(o) for o in outcomes], indent=1))
     sys.exit(0 if all(o.clean for o in outcomes) else 1)

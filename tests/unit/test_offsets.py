@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from cdcflow.errors import WindowFailed
@@ -61,3 +63,31 @@ def test_exactly_once_offsets_in_an_unreachable_mysql_fail_with_a_clear_error() 
         held.load("orders")
     assert "offset_store.sink" in str(exc.value) and "127.0.0.1:1" in str(exc.value)
     assert "secret" not in str(exc.value) and "no offset moved" in str(exc.value)
+
+
+def test_exactly_once_plans_from_the_sinks_offsets_and_the_store_takes_them(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sink's transaction committed, the ledger commit did not: the sink's offsets win and the
+    offset store is brought up to them; a partition the sink does not know keeps the store's."""
+    from cdcflow import runner
+    from cdcflow.config import PipelineConfig
+
+    cfg = PipelineConfig.model_validate({
+        "name": "p", "source": {"topics": ["t"]}, "offset_store": {"sink": "rows"},
+        "sinks": [{"type": "mysql", "name": "rows", "table": "t", "primary_key": ["id"],
+                   "columns": [{"name": "id", "type": "BIGINT"}]}]})
+    store = OffsetStore(f"sqlite:///{tmp_path / 'offsets.db'}")
+    store.set_offsets("p", {("t", 0): 5, ("t", 2): 7}, run_id="run-a")
+
+    class Held:
+        def load(self, pipeline: str) -> dict[tuple[str, int], tuple[int, str]]:
+            assert pipeline == "p"
+            return {("t", 0): (9, "run-b"), ("t", 1): (3, "run-b")}
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(runner, "sink_offsets", lambda _cfg: Held())
+    assert runner.stored_offsets(cfg, store) == {("t", 0): 9, ("t", 1): 3, ("t", 2): 7}
+    assert store.load("p") == {("t", 0): 9, ("t", 1): 3, ("t", 2): 7}
+    store.close()
