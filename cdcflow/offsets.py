@@ -634,6 +634,27 @@ class OffsetStore:
             conn.execute(sa.delete(writers_table).where(
                 (writers_table.c.pipeline == pipeline) & (writers_table.c.holder == holder)))
 
+    def uncommitted_overlapping(self, pipeline: str, window: WindowPlan, limit: int = 20) -> list[str]:
+        """The newest runs (up to ``limit``) of the pipeline, other than ``window``'s, that were
+        attempted, never committed, and planned records ``window`` reads too."""
+        with self.engine.connect() as conn:
+            ids = conn.execute(sa.select(runs_table.c.run_id).where(
+                (runs_table.c.pipeline == pipeline) & (runs_table.c.run_id != window.run_id)
+                & (runs_table.c.status != "committed") & (runs_table.c.attempt >= 1))
+                .order_by(runs_table.c.created_at.desc()).limit(limit)).scalars().all()
+
+        def span(p: PartitionWindow) -> tuple[int, int]:
+            return p.start, p.end if p.end is not None else p.start + max(p.max_records, 0)
+
+        mine = {p.tp: span(p) for p in window.partitions}
+        out = []
+        for other in (self.get_window(pipeline, i) for i in ids):
+            if other is not None and any(
+                    p.tp in mine and span(p)[0] < mine[p.tp][1] and mine[p.tp][0] < span(p)[1]
+                    for p in other.partitions):
+                out.append(other.run_id)
+        return out
+
     def history(self, pipeline: str, limit: int = 20) -> list[WindowPlan]:
         with self.engine.connect() as conn:
             ids = conn.execute(sa.select(runs_table.c.run_id).where(runs_table.c.pipeline == pipeline)

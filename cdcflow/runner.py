@@ -419,17 +419,22 @@ def writer_lease(store: OffsetStore, pipeline: str, run_id: str, wait: float = L
 
 
 def _sent_before(cfg: PipelineConfig, window: WindowPlan, store: OffsetStore) -> frozenset[tuple[str, int, int, str]]:
-    """On a retry: the dead letters the window's earlier attempts sent, so they are not sent twice."""
-    if window.attempt < 1 or not cfg.errors.dlq_topic or cfg.errors.tolerance != "all":
+    """The dead letters already in the DLQ for this window's records, so they are not sent twice:
+    those of this run's earlier attempts and those of earlier runs over the same records that never
+    committed (a run whose retries ran out, a window killed before its commit and then left)."""
+    if not cfg.errors.dlq_topic or cfg.errors.tolerance != "all":
+        return frozenset()
+    runs = ([window.run_id] if window.attempt >= 1 else []) + store.uncommitted_overlapping(cfg.name, window)
+    if not runs:
         return frozenset()
     from connectors.kafka.dlq import sent_dead_letters  # noqa: PLC0415
 
-    created, _updated = store.window_times(cfg.name, [window.run_id])[window.run_id]
+    created = min(c for c, _updated in store.window_times(cfg.name, runs).values())
     since_ms = int(created.replace(tzinfo=UTC).timestamp() * 1000) - 300_000  # producers' clocks may differ
-    sent = sent_dead_letters(consumer_conf(cfg), cfg.errors.dlq_topic, window.run_id, since_ms)
+    sent = sent_dead_letters(consumer_conf(cfg), cfg.errors.dlq_topic, frozenset(runs), since_ms)
     if sent:
-        log.info("run %s: %d dead letters were sent by an earlier attempt; not sending them again",
-                 window.run_id, len(sent))
+        log.info("run %s: %d dead letters for its records were sent by %s; not sending them again",
+                 window.run_id, len(sent), ", ".join(runs))
     return sent
 
 

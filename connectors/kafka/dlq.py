@@ -13,7 +13,7 @@ after its DLQ flush does not send its dead letters twice.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -132,10 +132,11 @@ ORIGIN_HEADER = CDCFLOW_ERROR_PREFIX + "origin"
 REDRIVE_HEADER = "__cdcflow.redrive"
 
 
-def sent_dead_letters(consumer_conf: dict[str, Any], dlq_topic: str, run_id: str,
+def sent_dead_letters(consumer_conf: dict[str, Any], dlq_topic: str, run_ids: Collection[str],
                       since_ms: int) -> frozenset[tuple[str, int, int, str]]:
-    """(topic, partition, offset, component) of the dead letters window ``run_id`` sent to
-    ``dlq_topic`` since ``since_ms`` (its earlier attempts), read back from the topic."""
+    """(topic, partition, offset, component) of the dead letters the windows ``run_ids`` sent to
+    ``dlq_topic`` since ``since_ms`` (earlier attempts of a window, and windows over the same
+    records that never committed), read back from the topic."""
     from cdcflow.errors import ConfigError  # noqa: PLC0415
     from connectors.kafka.reader import _messages, discover, offsets_for_time  # noqa: PLC0415
 
@@ -154,7 +155,7 @@ def sent_dead_letters(consumer_conf: dict[str, Any], dlq_topic: str, run_id: str
                 if not origin:
                     continue
                 o = json.loads(origin)
-                if o.get("run") == run_id:
+                if o.get("run") in run_ids:
                     sent.add((o["topic"], int(o["partition"]), int(o["offset"]), o["component"]))
     finally:
         consumer.close()

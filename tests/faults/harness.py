@@ -95,6 +95,7 @@ class Campaign:
     def __init__(self, directory: Path, seed: int, bootstrap: str, exactly_once: bool = False) -> None:
         self.rng = random.Random(seed)
         self.exactly_once = exactly_once
+        self.seen: set[Any] = set()  # findings already counted (each is counted at its first check)
         self.dir = directory
         self.bootstrap = bootstrap
         tag = f"{seed}_{int(time.time() * 1000) % 10**9}"
@@ -218,6 +219,8 @@ class Campaign:
 
     # -- checks ------------------------------------------------------------------------------------
     def check(self, out: Outcome) -> None:
+        """Compare with the model. Each check sees everything produced so far, so a finding is counted
+        at the fault where it first appears (self.seen), not again at every later check."""
         from tests.helpers import es_docs, mysql_engine, read_topic  # noqa: PLC0415
 
         want = state_of(self.events)
@@ -225,38 +228,39 @@ class Campaign:
             rows = {r[0]: r for r in conn.exec_driver_sql(
                 f"SELECT id, customer, status, amount, updated_at FROM `{self.table}`")}
         self._compare(out, want, {i: int(r[4]) for i, r in rows.items()},
-                      {i: (r[1], r[2], _money(r[3])) for i, r in rows.items()}, "mysql")
+                      {i: (r[1], r[2], _money(r[3])) for i, r in rows.items()}, "mysql", self.seen)
         docs = es_docs(self.index)
         es_want = {**want, **{json.loads(e.value)["after"]["id"]: json.loads(e.value)["after"]
                               for e in self.events if e.kind == "broken:long"}}  # ES takes the long one
         self._compare(out, es_want, {int(k): int(d["updated_ms"]) for k, d in docs.items()},
-                      {int(k): (d["customer"], d["status"], _money(d["amount"])) for k, d in docs.items()}, "es")
+                      {int(k): (d["customer"], d["status"], _money(d["amount"])) for k, d in docs.items()}, "es",
+                      self.seen)
         dead = collections.Counter(m.value() for m in read_topic(f"{self.topic}.dlq"))
         for e in self.events:
             if e.kind.startswith("broken"):
                 if dead[e.value] == 0:
-                    out.dlq_missing += 1
+                    _found(out, self.seen, "dlq_missing", ("dlq", e.value), f"DLQ: {e.value[:40]!r} missing")
                 elif dead[e.value] > 1:
-                    out.dlq_duplicated += 1
-        out.ledger_gaps += self._ledger_gaps()
+                    _found(out, self.seen, "dlq_duplicated", ("dlq", e.value),
+                           f"DLQ: {e.value[:40]!r} {dead[e.value]} times")
+        for gap in self._ledger_gaps():
+            _found(out, self.seen, "ledger_gaps", gap, f"ledger: {gap}")
 
-    def _compare(self, out: Outcome, want: dict[int, dict[str, Any]], versions: dict[int, int],
-                 values: dict[int, tuple[Any, ...]], where: str) -> None:
+    @staticmethod
+    def _compare(out: Outcome, want: dict[int, dict[str, Any]], versions: dict[int, int],
+                 values: dict[int, tuple[Any, ...]], where: str, seen: set[Any]) -> None:
         for i, row in want.items():
             if i not in versions:
-                out.lost += 1
-                out.notes.append(f"{where}: {i} lost")
+                _found(out, seen, "lost", (where, i, "lost"), f"{where}: {i} lost")
             elif versions[i] < row["updated_ms"]:
-                out.regressed += 1
-                out.notes.append(f"{where}: {i} at {versions[i]}, expected {row['updated_ms']}")
+                _found(out, seen, "regressed", (where, i, row["updated_ms"]),
+                       f"{where}: {i} at {versions[i]}, expected {row['updated_ms']}")
             elif values[i] != (row["customer"], row["status"], _money(row["amount"])):
-                out.regressed += 1
-                out.notes.append(f"{where}: {i} = {values[i]}, expected {row}")
+                _found(out, seen, "regressed", (where, i, row["updated_ms"]), f"{where}: {i} = {values[i]}, expected {row}")
         for i in versions.keys() - want.keys():
-            out.duplicated += 1
-            out.notes.append(f"{where}: {i} should not exist (a resurrected delete?)")
+            _found(out, seen, "duplicated", (where, i, "extra"), f"{where}: {i} should not exist (a resurrected delete?)")
 
-    def _ledger_gaps(self) -> int:
+    def _ledger_gaps(self) -> list[tuple[Any, ...]]:
         from cdcflow.offsets import OffsetStore  # noqa: PLC0415
 
         store = OffsetStore(self.env["CDCFLOW_OFFSET_STORE_URL"])
@@ -266,17 +270,17 @@ class Campaign:
                 for p in w.partitions:
                     if p.end is not None and p.end > p.start:
                         ranges[p.tp].append((p.start, p.end))
-        gaps = 0
+        gaps: list[tuple[Any, ...]] = []
         stored = store.load(self.name)
         for tp, spans in ranges.items():
             spans.sort()
             expect = 0
             for start, end in spans:
                 if start != expect:
-                    gaps += 1
+                    gaps.append((tp, "range starts at", start, "expected", expect))
                 expect = end
             if stored.get(tp) != expect:
-                gaps += 1
+                gaps.append((tp, "stored", stored.get(tp), "ranges end at", expect))
         store.close()
         if self.exactly_once:  # the sink's offsets (the authority) end where the ledger's ranges end
             from connectors.mysql.offsets import SinkOffsets  # noqa: PLC0415
@@ -285,9 +289,18 @@ class Campaign:
             held = SinkOffsets(mysql_engine().url.render_as_string(hide_password=False))
             in_sink = {tp: o for tp, (o, _run) in held.load(self.name).items()}
             held.close()
-            gaps += sum(1 for tp in ranges.keys() | in_sink.keys()
-                        if in_sink.get(tp) != (ranges[tp][-1][1] if ranges.get(tp) else None))
+            gaps += [(tp, "sink offset", in_sink.get(tp)) for tp in ranges.keys() | in_sink.keys()
+                     if in_sink.get(tp) != (ranges[tp][-1][1] if ranges.get(tp) else None)]
         return gaps
+
+
+def _found(out: Outcome, seen: set[Any], kind: str, key: Any, note: str) -> None:
+    """Count a finding of ``kind`` once, at the first check that sees it."""
+    if key in seen:
+        return
+    seen.add(key)
+    setattr(out, kind, getattr(out, kind) + 1)
+    out.notes.append(note)
 
 
 def _pid_of(pidfile: str) -> int:

@@ -44,9 +44,15 @@ def test_the_checks_see_lost_resurrected_and_older_rows() -> None:
     # 1 is right, 2 is at an older version, 3 is missing, 4 should not exist
     versions = {1: 10, 2: 15, 4: 40}
     values = {1: ("a", "new", "1.00"), 2: ("b", "new", "2.00"), 4: ("d", "new", "4.00")}
-    Campaign._compare(None, out, want, versions, values, "mysql")  # type: ignore[arg-type]
+    Campaign._compare(out, want, versions, values, "mysql", set())
     assert (out.lost, out.duplicated, out.regressed) == (1, 1, 1)
     assert not out.clean
     same_version = Outcome("after_sinks", reached=True)
-    Campaign._compare(None, same_version, {1: want[1]}, {1: 10}, {1: ("a", "old", "1.00")}, "es")  # type: ignore[arg-type]
+    Campaign._compare(same_version, {1: want[1]}, {1: 10}, {1: ("a", "old", "1.00")}, "es", set())
     assert same_version.regressed == 1
+    # a finding is counted once, at the first check that sees it
+    seen: set[object] = set()
+    first, later = Outcome("after_sinks", reached=True), Outcome("after_sinks", reached=True)
+    Campaign._compare(first, want, versions, values, "mysql", seen)
+    Campaign._compare(later, want, versions, values, "mysql", seen)
+    assert (first.lost, first.regressed, later.lost, later.regressed, later.clean) == (1, 1, 0, 0, True)

@@ -233,3 +233,27 @@ def test_killed_after_the_sink_write_and_before_the_commit(config_dir: Path, tmp
     # the killed attempt had already written its DLQ records; the retry reads them back and does not
     # send them again: every poison record is there exactly once
     assert sorted(m.value() for m in dead) == sorted(e.value for e in stream.broken)
+
+
+def test_a_window_left_after_its_dlq_flush_does_not_make_the_next_one_send_twice(config_dir: Path) -> None:
+    """Killed after its sinks and DLQ flush, and never retried (Airflow's retries ran out): the next
+    run reads the same records and finds their dead letters in the DLQ already."""
+    tag = unique("left")
+    path = write_pipeline(config_dir, tag, f"t.{tag}", tag)
+    cfg = load_pipeline(path)
+    stream = cdcgen.orders_stream(120, 30, seed=10)
+    _produce(cfg, stream)
+    env = subprocess_env(config_dir, CDCFLOW_FAULTS="after_sinks")
+    died = subprocess.run([sys.executable, "-m", "cdcflow.cli", "run", cfg.name, "--run-id", "run-left"],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert died.returncode == -signal.SIGKILL, died.stderr[-2000:]
+    runner.offset_store(cfg).mark(cfg.name, "run-left", "failed", "retries ran out")
+    assert len(read_topic(cfg.errors.dlq_topic)) == len(stream.broken)
+
+    env.pop("CDCFLOW_FAULTS")
+    nxt = subprocess.run([sys.executable, "-m", "cdcflow.cli", "run", cfg.name, "--run-id", "run-next"],
+                         env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert nxt.returncode == 0, nxt.stderr[-2000:]
+    assert "were sent by run-left" in nxt.stderr
+    assert table_rows(cfg.sinks[0].table) == expected(stream.state)
+    assert sorted(m.value() for m in read_topic(cfg.errors.dlq_topic)) == sorted(e.value for e in stream.broken)
