@@ -636,24 +636,25 @@ class OffsetStore:
 
     def uncommitted_overlapping(self, pipeline: str, window: WindowPlan, limit: int = 20) -> list[str]:
         """The newest runs (up to ``limit``) of the pipeline, other than ``window``'s, that were
-        attempted, never committed, and planned records ``window`` reads too."""
+        attempted, never committed, and planned records ``window`` reads too. One query: it runs
+        before every window."""
+        w = windows_table.c
+        other_end = sa.func.coalesce(w.end_offset, w.start_offset + w.max_records)  # read, else planned
+        overlaps = []
+        for p in window.partitions:
+            a, b = p.start, p.end if p.end is not None else p.start + max(p.max_records, 0)
+            overlaps.append((w.topic == p.topic) & (w.partition == p.partition) & (w.start_offset < b)
+                            & (other_end > a))
+        if not overlaps:
+            return []
         with self.engine.connect() as conn:
-            ids = conn.execute(sa.select(runs_table.c.run_id).where(
-                (runs_table.c.pipeline == pipeline) & (runs_table.c.run_id != window.run_id)
-                & (runs_table.c.status != "committed") & (runs_table.c.attempt >= 1))
-                .order_by(runs_table.c.created_at.desc()).limit(limit)).scalars().all()
-
-        def span(p: PartitionWindow) -> tuple[int, int]:
-            return p.start, p.end if p.end is not None else p.start + max(p.max_records, 0)
-
-        mine = {p.tp: span(p) for p in window.partitions}
-        out = []
-        for other in (self.get_window(pipeline, i) for i in ids):
-            if other is not None and any(
-                    p.tp in mine and span(p)[0] < mine[p.tp][1] and mine[p.tp][0] < span(p)[1]
-                    for p in other.partitions):
-                out.append(other.run_id)
-        return out
+            return list(conn.execute(
+                sa.select(runs_table.c.run_id).join(windows_table, (w.pipeline == runs_table.c.pipeline)
+                                                    & (w.run_id == runs_table.c.run_id))
+                .where((runs_table.c.pipeline == pipeline) & (runs_table.c.run_id != window.run_id)
+                       & (runs_table.c.status != "committed") & (runs_table.c.attempt >= 1) & sa.or_(*overlaps))
+                .group_by(runs_table.c.run_id).order_by(sa.func.max(runs_table.c.created_at).desc())
+                .limit(limit)).scalars())
 
     def history(self, pipeline: str, limit: int = 20) -> list[WindowPlan]:
         with self.engine.connect() as conn:

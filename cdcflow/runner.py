@@ -145,19 +145,27 @@ def sink_offsets(cfg: PipelineConfig) -> Any:
     return SinkOffsets(get_connection(sink.conn_id).sqlalchemy_url())
 
 
+@contextmanager
+def _held_offsets(cfg: PipelineConfig) -> Iterator[Any]:
+    """sink_offsets(cfg) for the block (None when the pipeline is not exactly-once), closed after."""
+    held = sink_offsets(cfg)
+    try:
+        yield held
+    finally:
+        if held is not None:
+            held.close()
+
+
 def stored_offsets(cfg: PipelineConfig, store: OffsetStore) -> dict[TopicPartition, int]:
     """Where the next window starts. Exactly-once: the sink's offsets are the authority; the offset
     store is brought up to them when a window's sink transaction committed and its ledger commit did
     not happen (the process died between the two). A partition the sink has no offset for yet (a
     pipeline switched to exactly-once) starts from the store's."""
     stored = store.load(cfg.name)
-    held = sink_offsets(cfg)
-    if held is None:
-        return stored
-    try:
+    with _held_offsets(cfg) as held:
+        if held is None:
+            return stored
         in_sink = held.load(cfg.name)
-    finally:
-        held.close()
     behind = {tp: (o, run) for tp, (o, run) in in_sink.items() if stored.get(tp) != o}
     if behind:
         log.warning("pipeline %s: the MySQL sink %r holds offsets the offset store does not (%s): taking them; the "
@@ -170,16 +178,13 @@ def stored_offsets(cfg: PipelineConfig, store: OffsetStore) -> dict[TopicPartiti
 
 def set_offsets(cfg: PipelineConfig, store: OffsetStore, offsets: Mapping[TopicPartition, int | None], by: str) -> None:
     """Operator reset of some partitions (None: forget), in the offset store and, exactly-once, in the sink."""
-    held = sink_offsets(cfg)
     values = {tp: o for tp, o in offsets.items() if o is not None}
     forget = [tp for tp, o in offsets.items() if o is None]
-    if held is not None:
-        try:
+    with _held_offsets(cfg) as held:
+        if held is not None:
             held.set(cfg.name, values, by)
             if forget:
                 held.forget(cfg.name, forget)
-        finally:
-            held.close()
     if values:
         store.set_offsets(cfg.name, values, run_id=by)
     if forget:
@@ -188,12 +193,9 @@ def set_offsets(cfg: PipelineConfig, store: OffsetStore, offsets: Mapping[TopicP
 
 def clear_offsets(cfg: PipelineConfig, store: OffsetStore) -> None:
     """Forget every stored offset of the pipeline (the next window starts from initial_offsets)."""
-    held = sink_offsets(cfg)
-    if held is not None:
-        try:
+    with _held_offsets(cfg) as held:
+        if held is not None:
             held.forget(cfg.name)
-        finally:
-            held.close()
     store.clear(cfg.name)
 
 
@@ -503,14 +505,12 @@ def apply_retention(cfg: PipelineConfig, store: OffsetStore) -> dict[str, Any]:
         out["ledger"] = store.prune(cfg.name, cfg.retention.ledger)
     except Exception as exc:  # noqa: BLE001
         log.warning("retention: pruning the ledger of %s failed: %s", cfg.name, exc)
-    held = sink_offsets(cfg)
-    if held is not None:
+    with _held_offsets(cfg) as held:
         try:
-            out["sink_commits"] = held.prune(cfg.name, cfg.retention.ledger)
+            if held is not None:
+                out["sink_commits"] = held.prune(cfg.name, cfg.retention.ledger)
         except Exception as exc:  # noqa: BLE001
             log.warning("retention: pruning the run records in the MySQL sink of %s failed: %s", cfg.name, exc)
-        finally:
-            held.close()
     if cfg.retention.tombstones is not None:
         from spark_jobs.sinks import SINK_TYPES  # noqa: PLC0415
 

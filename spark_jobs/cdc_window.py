@@ -311,21 +311,20 @@ def _run(spark: SparkSession, job: WindowJob,
     small = result.records <= SMALL_WINDOW
     commit = job.offset_commit(ends)
 
-    def write(target: SinkTarget, projected: DataFrame) -> tuple[list[Any], float]:
+    def write(target: SinkTarget, projected: DataFrame, holds_offsets: bool = False) -> tuple[list[Any], float]:
         """One sink target's Spark job: last change per key, then the writer tasks."""
         started = time.perf_counter()
         activate(spark)  # this thread's active session (see spark_jobs.session.activate)
         kind = SINK_TYPES[target.config.type]
         kind.prepare(target)
         keys = kind.key_columns(target.config)
-        holds_offsets = commit is not None and target.config.name == job.offsets_sink
         if small:  # one task: a single partition already satisfies the per-key window, so no shuffle
             projected = projected.coalesce(1)
         latest = latest_per_key(projected, keys) if keys else projected
         if holds_offsets:  # exactly-once: the window's one transaction is written by one task
             latest = latest.coalesce(1)
         rows = latest.mapInArrow(_writer(job, target, commit if holds_offsets else None), WRITE_SCHEMA).collect()
-        if holds_offsets and not any(SINK_OFFSETS_KEY in json.loads(r.extra) for r in rows):
+        if commit is not None and holds_offsets and not any(SINK_OFFSETS_KEY in json.loads(r.extra) for r in rows):
             rows.append(_commit_without_rows(job, target, commit))  # no task ran: no rows for this sink
         return rows, time.perf_counter() - started
 
@@ -342,7 +341,7 @@ def _run(spark: SparkSession, job: WindowJob,
                                 thread_name_prefix="cdcflow-sink") as pool:
             futures = [pool.submit(write, target, projected) for target, projected in first]
         outcomes = [f.result() for f in futures]
-    outcomes += [write(*pair) for pair in last]
+    outcomes += [write(*pair, holds_offsets=True) for pair in last]
     for (target, _projected), (rows, seconds) in zip(first + last, outcomes, strict=True):
         stats = result.sinks.setdefault(target.config.name, SinkStats())
         for row in rows:

@@ -94,6 +94,19 @@ def subprocess_env(config_dir: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+def run_cli_window(config_dir: Path, pipeline: str, run_id: str, fault: str | None = None) -> Any:
+    """``cdcflow run <pipeline> --run-id <run_id>`` in a fresh process (optionally with CDCFLOW_FAULTS)."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    env = subprocess_env(config_dir)
+    env.pop("CDCFLOW_FAULTS", None)
+    if fault:
+        env["CDCFLOW_FAULTS"] = fault
+    return subprocess.run([sys.executable, "-m", "cdcflow.cli", "run", pipeline, "--run-id", run_id], env=env,
+                          cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
+
+
 ES_SINK: dict[str, Any] = {
     "type": "elasticsearch", "name": "orders_es", "conn_id": "cdcflow_elasticsearch",
     "id_fields": ["id"], "bulk_max_actions": 200,

@@ -66,6 +66,13 @@ def lock(conn: sa.Connection, commit: OffsetCommit) -> bool:
                                 (commit.pipeline, commit.run_id)).first() is not None
 
 
+def _upsert(conn: sa.Connection, pipeline: str, topic: str, partition: int, offset: int, run_id: str) -> None:
+    conn.exec_driver_sql(
+        f"INSERT INTO `{OFFSETS}` (pipeline, topic, `partition`, next_offset, run_id) VALUES (%s, %s, %s, %s, %s) "
+        "ON DUPLICATE KEY UPDATE next_offset = VALUES(next_offset), run_id = VALUES(run_id), "
+        "updated_at = CURRENT_TIMESTAMP(6)", (pipeline, topic, partition, offset, run_id))
+
+
 def write(conn: sa.Connection, commit: OffsetCommit) -> dict[str, Any]:
     """Inside the window's transaction, last: move the offsets and record the run. Returns
     {advanced: {"topic:partition": offset}, left: {"topic:partition": why}}."""
@@ -83,10 +90,7 @@ def write(conn: sa.Connection, commit: OffsetCommit) -> dict[str, Any]:
             left[name] = (f"the sink's offset is {now[0]} (set by run {now[1]}), not this window's start {start}: "
                           "left unchanged")
             continue
-        conn.exec_driver_sql(
-            f"INSERT INTO `{OFFSETS}` (pipeline, topic, `partition`, next_offset, run_id) VALUES (%s, %s, %s, %s, %s) "
-            "ON DUPLICATE KEY UPDATE next_offset = VALUES(next_offset), run_id = VALUES(run_id), "
-            "updated_at = CURRENT_TIMESTAMP(6)", (commit.pipeline, topic, partition, end, commit.run_id))
+        _upsert(conn, commit.pipeline, topic, partition, end, commit.run_id)
         advanced[name] = end
     conn.exec_driver_sql(f"INSERT INTO `{COMMITS}` (pipeline, run_id, offsets) VALUES (%s, %s, %s)",
                          (commit.pipeline, commit.run_id, json.dumps(advanced, sort_keys=True)))
@@ -122,19 +126,11 @@ class SinkOffsets:
             return {(r[0], r[1]): (r[2], r[3]) for r in conn.exec_driver_sql(
                 f"SELECT topic, `partition`, next_offset, run_id FROM `{OFFSETS}` WHERE pipeline = %s", (pipeline,))}
 
-    def committed(self, pipeline: str, run_id: str) -> bool:
-        with self._begin(f"looking up run {run_id!r}") as conn:
-            return conn.exec_driver_sql(f"SELECT 1 FROM `{COMMITS}` WHERE pipeline = %s AND run_id = %s",
-                                        (pipeline, run_id)).first() is not None
-
     def set(self, pipeline: str, offsets: Mapping[TopicPartition, int], by: str) -> None:
         """Operator reset: the given partitions' offsets, as they are."""
         with self._begin(f"setting the offsets of {pipeline!r}") as conn, conn.begin():
             for (topic, partition), offset in offsets.items():
-                conn.exec_driver_sql(
-                    f"INSERT INTO `{OFFSETS}` (pipeline, topic, `partition`, next_offset, run_id) "
-                    "VALUES (%s, %s, %s, %s, %s) ON DUPLICATE KEY UPDATE next_offset = VALUES(next_offset), "
-                    "run_id = VALUES(run_id), updated_at = CURRENT_TIMESTAMP(6)", (pipeline, topic, partition, offset, by))
+                _upsert(conn, pipeline, topic, partition, offset, by)
 
     def forget(self, pipeline: str, tps: list[TopicPartition] | None = None) -> None:
         """Forget some partitions' offsets, or all of the pipeline's (``tps`` None)."""

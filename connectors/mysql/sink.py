@@ -308,19 +308,21 @@ class MySqlSink:
         """Exactly-once: from here to :meth:`commit_window` every write of this sink is one
         transaction. Returns False when this run's window committed already (nothing to write)."""
         assert self._engine is not None, "open() first"
+        conn: sa.Connection | None = None
         try:
             conn = self._engine.connect()
             sink_offsets.create_tables(conn)
             conn.commit()
             conn.begin()
-            if sink_offsets.lock(conn, commit):
-                conn.rollback()
-                conn.close()
-                return False
+            if not sink_offsets.lock(conn, commit):
+                self._window, conn = conn, None
+                return True
+            return False
         except DBAPIError as exc:
             raise self._infra_error("locking the offsets beside", exc) from exc
-        self._window = conn
-        return True
+        finally:
+            if conn is not None:  # committed already, or failed: this connection is done
+                conn.close()
 
     def commit_window(self, commit: sink_offsets.OffsetCommit,
                       before_commit: Callable[[], None] = lambda: None) -> dict[str, Any]:

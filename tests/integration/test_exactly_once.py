@@ -5,8 +5,6 @@ does not write what is already there. Real broker, MariaDB, Elasticsearch and Sp
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +21,13 @@ from tests.helpers import (
     expected,
     mysql_engine,
     read_topic,
-    subprocess_env,
+    run_cli_window,
     table_rows,
     unique,
     write_pipeline,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _pipeline(config_dir: Path, es: bool = False) -> Any:
@@ -89,24 +86,17 @@ def test_exactly_once_window_commits_rows_and_offsets_in_one_transaction(
     assert _sink_offsets(cfg) == ends == store.load(cfg.name)
 
 
-def _run(cfg: Any, config_dir: Path, run_id: str, fault: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = subprocess_env(config_dir, **({"CDCFLOW_FAULTS": fault} if fault else {}))
-    env.pop("CDCFLOW_FAULTS", None) if fault is None else None
-    return subprocess.run([sys.executable, "-m", "cdcflow.cli", "run", cfg.name, "--run-id", run_id],
-                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
-
-
 def test_killed_inside_the_sink_transaction_leaves_neither_rows_nor_offsets(config_dir: Path) -> None:
     cfg = _pipeline(config_dir)
     stream = cdcgen.orders_stream(300, 50, seed=22, broken=False)
     cdcgen.produce(bootstrap(), cfg.source.topics[0], stream.events, partitions=3)
 
-    died = _run(cfg, config_dir, "eo-killed", "during_sink_commit")  # SIGKILLs the Spark task's worker
+    died = run_cli_window(config_dir, cfg.name, "eo-killed", "during_sink_commit")  # SIGKILLs the Spark task's worker
     assert died.returncode == 1 and "Python worker died while the window ran" in died.stderr, died.stderr[-2000:]
     assert table_rows(cfg.sinks[0].table) == []  # every batch was written, none committed
     assert _sink_offsets(cfg) == {} and runner.offset_store(cfg).load(cfg.name) == {}
 
-    retry = _run(cfg, config_dir, "eo-killed")
+    retry = run_cli_window(config_dir, cfg.name, "eo-killed")
     assert retry.returncode == 0, retry.stderr[-2000:]
     assert table_rows(cfg.sinks[0].table) == expected(stream.state)
     assert sum(_sink_offsets(cfg).values()) == len(stream.events)
@@ -119,7 +109,7 @@ def test_a_window_killed_after_its_sink_transaction_is_not_written_again(config_
     stream = cdcgen.orders_stream(300, 50, seed=23, broken=False)
     cdcgen.produce(bootstrap(), cfg.source.topics[0], stream.events, partitions=3)
 
-    died = _run(cfg, config_dir, "eo-1", "after_sinks")
+    died = run_cli_window(config_dir, cfg.name, "eo-1", "after_sinks")
     assert died.returncode == -signal.SIGKILL, died.stderr[-2000:]
     store = runner.offset_store(cfg)
     assert store.load(cfg.name) == {}  # the ledger commit did not happen
@@ -131,12 +121,12 @@ def test_a_window_killed_after_its_sink_transaction_is_not_written_again(config_
     with mysql_engine().begin() as conn:
         conn.exec_driver_sql(f"UPDATE `{cfg.sinks[0].table}` SET customer = 'untouched' WHERE id = %s", (some,))
 
-    nxt = _run(cfg, config_dir, "eo-2")  # a new run (Airflow's next one) starts at the sink's offsets
+    nxt = run_cli_window(config_dir, cfg.name, "eo-2")  # a new run (Airflow's next one) starts at the sink's offsets
     assert nxt.returncode == 0, nxt.stderr[-2000:]
     assert '"records": 0' in nxt.stdout
     assert store.load(cfg.name) == in_sink  # the store took the sink's offsets
 
-    retry = _run(cfg, config_dir, "eo-1")  # and the killed run's retry writes nothing again
+    retry = run_cli_window(config_dir, cfg.name, "eo-1")  # and the killed run's retry writes nothing again
     assert retry.returncode == 0, retry.stderr[-2000:]
     assert '"already": "eo-1"' in retry.stdout
     rows = dict((r[0], r[1]) for r in table_rows(cfg.sinks[0].table))

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -22,14 +20,13 @@ from tests.helpers import (
     expected,
     make_pipeline,
     read_topic,
-    subprocess_env,
+    run_cli_window,
     table_rows,
     unique,
     write_pipeline,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _produce(cfg: Any, stream: cdcgen.Stream, partitions: int = 3) -> None:
@@ -212,9 +209,7 @@ def test_killed_after_the_sink_write_and_before_the_commit(config_dir: Path, tmp
     cfg = load_pipeline(path)
     stream = cdcgen.orders_stream(250, 40, seed=9)
     _produce(cfg, stream)
-    env = subprocess_env(config_dir, CDCFLOW_FAULTS="after_sinks")
-    cmd = [sys.executable, "-m", "cdcflow.cli", "run", cfg.name, "--run-id", "run-killed"]
-    died = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    died = run_cli_window(config_dir, cfg.name, "run-killed", "after_sinks")
     assert died.returncode == -signal.SIGKILL, died.stderr[-2000:]
 
     store = runner.offset_store(cfg)
@@ -224,8 +219,7 @@ def test_killed_after_the_sink_write_and_before_the_commit(config_dir: Path, tmp
     assert table_rows(cfg.sinks[0].table) == expected(stream.state)  # the sink write had happened
 
     # the retry (same run id) replays exactly the recorded range and commits it
-    env.pop("CDCFLOW_FAULTS")
-    retry = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    retry = run_cli_window(config_dir, cfg.name, "run-killed")
     assert retry.returncode == 0, retry.stderr[-2000:]
     assert table_rows(cfg.sinks[0].table) == expected(stream.state)
     assert sum(store.load(cfg.name).values()) == len(stream.events)
@@ -243,16 +237,12 @@ def test_a_window_left_after_its_dlq_flush_does_not_make_the_next_one_send_twice
     cfg = load_pipeline(path)
     stream = cdcgen.orders_stream(120, 30, seed=10)
     _produce(cfg, stream)
-    env = subprocess_env(config_dir, CDCFLOW_FAULTS="after_sinks")
-    died = subprocess.run([sys.executable, "-m", "cdcflow.cli", "run", cfg.name, "--run-id", "run-left"],
-                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    died = run_cli_window(config_dir, cfg.name, "run-left", "after_sinks")
     assert died.returncode == -signal.SIGKILL, died.stderr[-2000:]
     runner.offset_store(cfg).mark(cfg.name, "run-left", "failed", "retries ran out")
     assert len(read_topic(cfg.errors.dlq_topic)) == len(stream.broken)
 
-    env.pop("CDCFLOW_FAULTS")
-    nxt = subprocess.run([sys.executable, "-m", "cdcflow.cli", "run", cfg.name, "--run-id", "run-next"],
-                         env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    nxt = run_cli_window(config_dir, cfg.name, "run-next")
     assert nxt.returncode == 0, nxt.stderr[-2000:]
     assert "were sent by run-left" in nxt.stderr
     assert table_rows(cfg.sinks[0].table) == expected(stream.state)

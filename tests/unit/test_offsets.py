@@ -91,3 +91,20 @@ def test_exactly_once_plans_from_the_sinks_offsets_and_the_store_takes_them(tmp_
     assert runner.stored_offsets(cfg, store) == {("t", 0): 9, ("t", 1): 3, ("t", 2): 7}
     assert store.load("p") == {("t", 0): 9, ("t", 1): 3, ("t", 2): 7}
     store.close()
+
+
+def test_the_uncommitted_runs_over_a_windows_records(tmp_path: Path) -> None:
+    """The runs whose dead letters a window reads back: attempted, not committed, overlapping."""
+    store = OffsetStore(f"sqlite:///{tmp_path / 'offsets.db'}")
+    for run, start, n in (("left", 100, 50), ("elsewhere", 300, 50), ("done", 100, 50), ("never-tried", 100, 50)):
+        store.plan("p", run, "stored", [PartitionWindow("t", 0, start, n)])
+    for run in ("left", "elsewhere", "done"):
+        store.begin_attempt("p", run)
+    store.record_read("p", "left", {("t", 0): (130, 30)})  # read 100..130 of its 50
+    store.record_read("p", "done", {("t", 0): (150, 50)})
+    store.commit("p", "done")
+    window = store.plan("p", "next", "stored", [PartitionWindow("t", 0, 120, 100)])
+    assert store.uncommitted_overlapping("p", window) == ["left"]
+    later = store.plan("p", "later", "stored", [PartitionWindow("t", 0, 130, 100)])
+    assert store.uncommitted_overlapping("p", later) == []  # 'left' read up to 130 only
+    store.close()
