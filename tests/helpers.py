@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import json
 import os
+import subprocess
+import sys
 import uuid
 from decimal import Decimal
 from pathlib import Path
@@ -94,11 +96,9 @@ def subprocess_env(config_dir: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def run_cli_window(config_dir: Path, pipeline: str, run_id: str, fault: str | None = None) -> Any:
+def run_cli_window(config_dir: Path, pipeline: str, run_id: str,
+                   fault: str | None = None) -> subprocess.CompletedProcess[str]:
     """``cdcflow run <pipeline> --run-id <run_id>`` in a fresh process (optionally with CDCFLOW_FAULTS)."""
-    import subprocess  # noqa: PLC0415
-    import sys  # noqa: PLC0415
-
     env = subprocess_env(config_dir)
     env.pop("CDCFLOW_FAULTS", None)
     if fault:

@@ -202,15 +202,20 @@ def test_timeout_mid_partition_resumes_with_no_gap_and_no_overlap(config_dir: Pa
     assert seen == list(range(20_000))  # no gap, no overlap
 
 
+def _killed_after_sinks(config_dir: Path, run_id: str, stream: cdcgen.Stream) -> tuple[Any, cdcgen.Stream]:
+    """A fresh pipeline with ``stream`` produced, and its window ``run_id`` SIGKILLed after the
+    sinks and the DLQ flush, before the commit."""
+    tag = unique("killed")
+    cfg = load_pipeline(write_pipeline(config_dir, tag, f"t.{tag}", tag))
+    _produce(cfg, stream)
+    died = run_cli_window(config_dir, cfg.name, run_id, "after_sinks")
+    assert died.returncode == -signal.SIGKILL, died.stderr[-2000:]
+    return cfg, stream
+
+
 def test_killed_after_the_sink_write_and_before_the_commit(config_dir: Path, tmp_path: Path) -> None:
     """SIGKILL between the MySQL write and the offset commit, then rerun: nothing lost, nothing doubled."""
-    tag = unique("killed")
-    path = write_pipeline(config_dir, tag, f"t.{tag}", tag)
-    cfg = load_pipeline(path)
-    stream = cdcgen.orders_stream(250, 40, seed=9)
-    _produce(cfg, stream)
-    died = run_cli_window(config_dir, cfg.name, "run-killed", "after_sinks")
-    assert died.returncode == -signal.SIGKILL, died.stderr[-2000:]
+    cfg, stream = _killed_after_sinks(config_dir, "run-killed", cdcgen.orders_stream(250, 40, seed=9))
 
     store = runner.offset_store(cfg)
     assert store.load(cfg.name) == {}  # killed before the commit: no offset moved
@@ -232,13 +237,7 @@ def test_killed_after_the_sink_write_and_before_the_commit(config_dir: Path, tmp
 def test_a_window_left_after_its_dlq_flush_does_not_make_the_next_one_send_twice(config_dir: Path) -> None:
     """Killed after its sinks and DLQ flush, and never retried (Airflow's retries ran out): the next
     run reads the same records and finds their dead letters in the DLQ already."""
-    tag = unique("left")
-    path = write_pipeline(config_dir, tag, f"t.{tag}", tag)
-    cfg = load_pipeline(path)
-    stream = cdcgen.orders_stream(120, 30, seed=10)
-    _produce(cfg, stream)
-    died = run_cli_window(config_dir, cfg.name, "run-left", "after_sinks")
-    assert died.returncode == -signal.SIGKILL, died.stderr[-2000:]
+    cfg, stream = _killed_after_sinks(config_dir, "run-left", cdcgen.orders_stream(120, 30, seed=10))
     runner.offset_store(cfg).mark(cfg.name, "run-left", "failed", "retries ran out")
     assert len(read_topic(cfg.errors.dlq_topic)) == len(stream.broken)
 
