@@ -220,7 +220,7 @@ start_spark() {
     --conf spark.executorEnv.PYTHONPATH="$pypath" --conf spark.pyspark.python="$CDCFLOW_VENV/bin/python" \
     --conf spark.executor.memory="${CDCFLOW_SPARK_EXECUTOR_MEMORY:-512m}" --conf spark.executor.cores=1 \
     "${ui[@]}" --conf spark.sql.shuffle.partitions=4 --conf spark.sql.adaptive.enabled=true \
-    --conf spark.sql.session.timeZone=UTC --conf spark.sql.execution.arrow.pyspark.enabled=true \
+    --conf spark.sql.constraintPropagation.enabled=false --conf spark.sql.session.timeZone=UTC --conf spark.sql.execution.arrow.pyspark.enabled=true \
     --conf spark.task.maxFailures=1 --conf spark.python.worker.reuse=true \
     --conf spark.local.dir="$SPARK_DIR/tmp" --conf spark.sql.warehouse.dir="$SPARK_DIR/warehouse" \
     >"$SPARK_LOG" 2>&1 &

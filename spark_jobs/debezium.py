@@ -138,9 +138,13 @@ def _typed(raw: Column, sql_type: str) -> Column:
 
 def project_for_sink(changes: DataFrame, sink: MySqlSinkConfig) -> DataFrame:
     """Valid changes -> RAW_COLUMNS + change_op, version, one typed column per sink column (c_<i>),
-    and error_message for the rows whose values do not fit the column types."""
-    cols: list[Column] = []
-    errors: list[Column] = []
+    and error_message for the rows whose values do not fit the column types.
+
+    Three flat selects, each column's lookup and cast written once and referred to by name after:
+    the plan grows linearly with the column count (a 200-column table analyses in about the time of
+    a 5-column one, see docs/benchmarks.md). One select of nested expressions that repeat the
+    lookup per use grew the analysis exponentially past a dozen columns."""
+    raws: list[Column] = []
     for i, col in enumerate(sink.columns):
         raw = F.col("image")[col.source_field]
         if sink.pk_mode == "kafka" and col.name in KAFKA_PK_COLUMNS:
@@ -148,36 +152,51 @@ def project_for_sink(changes: DataFrame, sink: MySqlSinkConfig) -> DataFrame:
                    "__connect_offset": F.col("offset").cast("string")}[col.name]
         elif sink.pk_mode == "record_key" and col.name in sink.primary_key:
             raw = F.coalesce(F.col("key_image")[col.source_field], raw)
-        typed = _typed(raw, col.type)
-        cols.append(typed.alias(f"c_{i}"))
+        raws.append(raw.alias(f"r_{i}"))
+    if sink.pk_mode == "kafka":  # every record is its own row: there is nothing to delete
+        changes = changes.where(F.col("change_op") == "upsert")
+    base = [*RAW_COLUMNS, "route", "change_op", "version"]
+    looked_up = changes.select(*base, *raws)
+    typed = looked_up.select(*base, *[F.col(f"r_{i}") for i in range(len(sink.columns))],
+                             *[_typed(F.col(f"r_{i}"), c.type).alias(f"c_{i}") for i, c in enumerate(sink.columns)])
+    errors: list[Column] = []
+    for i, col in enumerate(sink.columns):
+        raw, value = F.col(f"r_{i}"), F.col(f"c_{i}")
         is_key = col.name in sink.primary_key
-        bad_value = raw.isNotNull() & typed.isNull()
+        bad_value = raw.isNotNull() & value.isNull()
         if is_key:
             errors.append(F.when(raw.isNull(), F.lit(f"primary key field '{col.source_field}' is missing or null")))
         check = bad_value if is_key else (bad_value & (F.col("change_op") == "upsert"))
         errors.append(F.when(check, F.concat(F.lit(f"field '{col.source_field}' = '"), raw,
                                              F.lit(f"' is not a valid {col.type}"))))
     message = F.concat_ws("; ", *errors)
-    if sink.pk_mode == "kafka":  # every record is its own row: there is nothing to delete
-        changes = changes.where(F.col("change_op") == "upsert")
-    return changes.select(*RAW_COLUMNS, "route", "change_op", "version", *cols,
-                          F.when(message != "", message).alias("error_message"))
+    cs = [f"c_{i}" for i in range(len(sink.columns))]
+    checked = typed.select(*base, *cs, message.alias("_message"))
+    return checked.select(*base, *cs, F.when(F.col("_message") != "", F.col("_message")).alias("error_message"))
 
 
 def latest_per_key(projected: DataFrame, key_columns: list[str]) -> DataFrame:
-    """The last change per key, by version and then offset (the log order)."""
+    """The last change per key, by version and then offset (the log order).
+
+    The window functions see the key, the log position and the version only; every other column
+    rides along in one struct, so the plan's size does not grow with the table's width."""
     keys = [F.col(c) for c in key_columns]
+    order = ["partition", "offset", "version"]
+    rest = [c for c in projected.columns if c not in key_columns and c not in order]
+    packed = projected.select(*key_columns, *order, F.struct(*rest).alias("_row"))
     # One shuffle and one sort, by key then log order; both window functions below use that order
     # (a second ordering by version would sort the window's rows again).
     log = Window.partitionBy(*keys).orderBy("partition", "offset")
     # Tombstones (version null) delete at the version of the previous change of their key in the
     # window; one whose delete was in an earlier window has nothing left to do and is dropped.
-    filled = projected.withColumn("version", F.coalesce(F.col("version"), F.last("version", ignorenulls=True).over(
+    filled = packed.withColumn("version", F.coalesce(F.col("version"), F.last("version", ignorenulls=True).over(
         log.rowsBetween(Window.unboundedPreceding, -1))))
     # the winner: highest version, then highest offset, then partition (a null version sorts lowest)
     rank = F.struct("version", "offset", "partition")
     best = F.max(rank).over(log.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing))
-    return filled.withColumn("_best", best).where((F.col("version").isNotNull()) & (rank == F.col("_best"))).drop("_best")
+    winners = filled.withColumn("_best", best).where((F.col("version").isNotNull()) & (rank == F.col("_best")))
+    return winners.select(*[F.col(c) if c in key_columns or c in order else F.col("_row")[c].alias(c)
+                            for c in projected.columns])
 
 
 def mysql_key_columns(sink: MySqlSinkConfig) -> list[str]:

@@ -13,7 +13,12 @@ if TYPE_CHECKING:
 
     from cdcflow.errors import SparkUnavailable
 
+# Session SQL settings every window needs, set on every session, the long-lived server's included:
+# constraint propagation infers every combination of a plan's aliased predicates, and on a sink of
+# more than a dozen columns that grew exponentially (16 columns ran the server out of heap).
+SESSION_CONF = {"spark.sql.constraintPropagation.enabled": "false"}
 DEFAULT_CONF = {
+    **SESSION_CONF,
     "spark.driver.memory": "1g",
     "spark.sql.shuffle.partitions": "4",
     "spark.sql.adaptive.enabled": "true",
@@ -73,7 +78,7 @@ def connect_spark(cfg: SparkConfig, app_name: str = "cdcflow") -> SparkSession:
         # clearly and Airflow's retries take over
         spark.client.set_retry_policies([DefaultPolicy(max_retries=6, backoff_multiplier=2.0, initial_backoff=250,
                                                        max_backoff=5000)])
-        for key, value in cfg.conf.items():
+        for key, value in {**SESSION_CONF, **cfg.conf}.items():
             spark.conf.set(key, value)
         # no probe job here (it cost ~0.06 s a window): the port was checked above, and a server that
         # goes away later fails the window's first job as SparkUnavailable (see spark_unavailable)
