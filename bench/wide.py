@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         stages = " ".join(f"{k}={v}" for k, v in r["stages"].items())
         print(f"{r['columns']:>8} {r['records']:>8} {r['window_s']:>9.2f} {r['window_s'] / base:>6.2f} "
-              f"{str(r['correct']):>8}  {r['heap']} | {stages}")
+              f"{r['correct']!s:>8}  {r['heap']} | {stages}")
     out = ROOT / "bench" / "results" / f"{time.strftime('%Y%m%dT%H%M%S')}-wide.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"command": "python -m bench.wide " + " ".join(argv or []), "results": results},

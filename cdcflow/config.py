@@ -28,6 +28,7 @@ from pydantic import (
 
 from cdcflow.errors import ConfigError
 from cdcflow.transforms import TransformConfig
+from connectors.mysql.types import ColumnType, TypeSyntaxError, parse_type
 
 DEFAULT_CONFIG_DIR = Path(__file__).resolve().parent.parent / "config" / "pipelines"
 
@@ -42,12 +43,6 @@ RESERVED_KAFKA_KEYS = frozenset(
      "enable.partition.eof", "auto.offset.reset", "isolation.level"}
 )
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_SQL_TYPE = re.compile(
-    r"^(TINYINT|SMALLINT|MEDIUMINT|INT|INTEGER|BIGINT|FLOAT|DOUBLE|BOOLEAN|BOOL"
-    r"|DECIMAL\(\d{1,2},\s*\d{1,2}\)|VARCHAR\(\d{1,5}\)|CHAR\(\d{1,3}\)"
-    r"|TEXT|MEDIUMTEXT|LONGTEXT|DATE|DATETIME(\([0-6]\))?|TIMESTAMP(\([0-6]\))?|JSON|BLOB)$",
-    re.IGNORECASE,
-)
 
 
 def parse_duration(value: Any) -> Any:
@@ -141,25 +136,61 @@ class WindowConfig(StrictModel):
         "its data interval's end, and a manual run (trigger, `airflow dags test`) replays its data interval.")
 
 
+# what a declared column's ``encoding`` may be, by the kind of column (for values without a schema)
+ENCODINGS = {"binary": ("base64", "hex", "text"), "decimal": ("base64", "text"), "date": ("days", "text"),
+             "time": ("ms", "us", "ns", "text")}
+
+
+def _encoding_kind(column_type: ColumnType) -> str | None:
+    if column_type.is_binary:
+        return "binary"
+    if column_type.base == "DECIMAL":
+        return "decimal"
+    if column_type.base == "DATE":
+        return "date"
+    if column_type.base in ("TIME", "DATETIME", "TIMESTAMP"):
+        return "time"
+    return None
+
+
 class MySqlColumn(StrictModel):
     name: Identifier
-    type: str = Field(description="MySQL column type, e.g. BIGINT, VARCHAR(64), DECIMAL(10,2)")
+    type: str = Field(description="MySQL column type, as MySQL's grammar has it: BIGINT UNSIGNED, TINYINT(1), "
+                                  "DECIMAL(10,2), DATETIME(6), ENUM('a','b'), VARBINARY(16), POINT …")
     field: str | None = Field(default=None, description="Field of the row image; default: name.")
     nullable: bool = True
+    encoding: Literal["base64", "hex", "text", "days", "ms", "us", "ns"] | None = Field(
+        default=None, description="How a value without a schema is written (streams with schemas.enable=false): "
+        "binary columns base64 (default), hex or text; DECIMAL base64 (Debezium's precise mode) or text (default); "
+        "DATE days or text; TIME/DATETIME/TIMESTAMP ms, us or ns since the epoch (midnight for TIME), or text.")
 
     @field_validator("type")
     @classmethod
     def _sql_type(cls, value: str) -> str:
-        if not _SQL_TYPE.match(value.strip()):
-            raise ValueError(
-                "expected a MySQL type such as BIGINT, INT, DOUBLE, DECIMAL(10,2), VARCHAR(255), "
-                f"TEXT, DATE, DATETIME, JSON; got {value!r}"
-            )
-        return value.strip().upper()
+        try:
+            return parse_type(value.strip()).sql
+        except TypeSyntaxError as exc:
+            raise ValueError(str(exc)) from None
+
+    @model_validator(mode="after")
+    def _encoding_fits(self) -> MySqlColumn:
+        if self.encoding is None:
+            return self
+        kind = _encoding_kind(parse_type(self.type))
+        allowed = ENCODINGS.get(kind or "", ())
+        if self.encoding not in allowed:
+            raise ValueError(f"encoding {self.encoding!r} does not apply to a {self.type} column"
+                             + (f" (expected one of {', '.join(allowed)})" if allowed else
+                                " (only binary, DECIMAL, DATE, TIME, DATETIME and TIMESTAMP columns take one)"))
+        return self
 
     @property
     def source_field(self) -> str:
         return self.field or self.name
+
+    @property
+    def column_type(self) -> ColumnType:
+        return parse_type(self.type)
 
 
 KAFKA_PK_COLUMNS = ("__connect_topic", "__connect_partition", "__connect_offset")

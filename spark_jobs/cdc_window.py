@@ -25,8 +25,10 @@ import pyarrow as pa
 
 from cdcflow import errors as cdc_errors
 from cdcflow import faults
+from cdcflow.config import MySqlSinkConfig
 from cdcflow.errors import CdcflowError, ConfigError, ToleranceExceeded, WindowFailed
 from connectors.base import SinkStats
+from connectors.debezium.envelope import DECODED_SPARK_COLUMNS, Decoder, hints_from_columns
 from connectors.kafka.dlq import DeadLetterReporter, FailedRecord
 from connectors.kafka.reader import RAW_SPARK_SCHEMA, KafkaRangeReader, ReadOutcome, ReadRange
 from connectors.mysql.offsets import OffsetCommit
@@ -105,15 +107,24 @@ class WindowResult:
 
 
 # -- executor side ---------------------------------------------------------------------------------
-def _reader(job: WindowJob, tasks: int) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def _reader(job: WindowJob, tasks: int,
+            decode: bool = False) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The read task; with ``decode``, it also decodes the Debezium envelopes of what it read
+    (connectors/debezium/envelope.py: values read by their Connect schema, or by the declared columns)."""
+    need_json = any(tg.config.type == "elasticsearch" for tg in job.sinks)
+    hints = hints_from_columns((c.source_field, c.type, c.encoding) for tg in job.sinks
+                               if isinstance(tg.config, MySqlSinkConfig) for c in tg.config.columns)
+
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         reader = KafkaRangeReader(job.consumer_conf)
+        decoder = Decoder(job.versioning, hints, need_json) if decode else None
         for batch in batches:
             for idx in batch.column("idx").to_pylist():
                 for i, rng in enumerate(job.ranges[idx::tasks]):
                     if i:
                         faults.checkpoint("during_read", job.faults)
-                    yield from reader.read_batches(rng, ReadOutcome(0, 0, ""))
+                    for raw in reader.read_batches(rng, ReadOutcome(0, 0, "")):
+                        yield decoder.decode_batch(raw) if decoder is not None else raw
     return read
 
 
@@ -254,8 +265,8 @@ def _run(spark: SparkSession, job: WindowJob,
     # task i reads ranges i, i+n, ...: range(0, n, 1, n) puts exactly one id in each of its n
     # partitions (works on a classic session and on Spark Connect, which has no sparkContext)
     ranges = spark.range(0, n, 1, n).select(F.col("id").cast("int").alias("idx"))
-    raw = ranges.mapInArrow(_reader(job, n), RAW_SPARK_SCHEMA)
     if job.transforms:
+        raw = ranges.mapInArrow(_reader(job, n), RAW_SPARK_SCHEMA)
         # converters and transforms infer one schema per topic from its records: read first
         raw = raw.localCheckpoint(eager=True)
         ends = _ends(job, _tally(raw, None))
@@ -264,10 +275,10 @@ def _run(spark: SparkSession, job: WindowJob,
             return WindowResult(ends=ends)
         frames = _change_frames(raw, job, ends)
     else:
-        # decoded in the reading stage and checkpointed there (the frame keeps the raw columns), so
-        # later stages never re-read Kafka: a recomputation could see a different range
-        need_json = any(tg.config.type == "elasticsearch" for tg in job.sinks)
-        frames = [_decode(raw, job, need_json).localCheckpoint(eager=True)]
+        # decoded in the read task and checkpointed there (the frame keeps the raw columns), so later
+        # stages never re-read Kafka: a recomputation could see a different range
+        decoded = ranges.mapInArrow(_reader(job, n, decode=True), f"{RAW_SPARK_SCHEMA}, {DECODED_SPARK_COLUMNS}")
+        frames = [decoded.localCheckpoint(eager=True)]
         ends = None
     per_sink = []
     bad = None
@@ -408,12 +419,6 @@ def _tally(read: DataFrame | None, bad: DataFrame | None) -> Tally:
 def _ends(job: WindowJob, tally: Tally) -> dict[tuple[str, int], tuple[int, int]]:
     """Per planned range, (end offset, records read); a range that read nothing ends at its start."""
     return {(r.topic, r.partition): tally.get((None, r.topic, r.partition), (r.start, 0)) for r in job.ranges}
-
-
-def _decode(raw: DataFrame, job: WindowJob, need_json: bool) -> DataFrame:
-    from spark_jobs.debezium import decode_changes  # noqa: PLC0415
-
-    return decode_changes(raw, job.versioning, need_json)
 
 
 def _union(a: DataFrame | None, b: DataFrame) -> DataFrame:

@@ -1,9 +1,7 @@
-"""Pure DataFrame functions: Debezium envelopes in, typed changes out.
-
-``decode_changes`` turns raw Kafka records into change rows (op, row image, version) and marks the
-records it cannot understand with an error stage and message. ``project_for_sink`` maps a row image
-to a sink's columns and types; ``latest_per_key`` keeps the last change per key. All are Spark
-column expressions: no Python runs per row.
+"""Pure DataFrame functions on the decoded change frame (connectors/debezium/envelope.py decodes
+the envelopes in the read task): ``project_for_sink`` maps a row image to a sink's columns and
+types; ``latest_per_key`` keeps the last change per key. All are Spark column expressions: no
+Python runs per row.
 """
 
 from __future__ import annotations
@@ -12,128 +10,37 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from cdcflow.config import KAFKA_PK_COLUMNS, ElasticsearchSinkConfig, MySqlSinkConfig
-
-# With need_json, before/after stay JSON text (the Elasticsearch sink sends the text as the document,
-# keeping JSON types) and are parsed again into a string map; without, they are parsed once, as maps.
-ENVELOPE_TEXT = "op:string,before:string,after:string,source:map<string,string>,ts_ms:bigint"
-ENVELOPE_MAP = "op:string,before:map<string,string>,after:map<string,string>,source:map<string,string>,ts_ms:bigint"
-
-
-def _value_schema(envelope: str) -> str:
-    return f"struct<schema:string,payload:struct<{envelope}>,{envelope},_corrupt:string>"
-
-
-KEY_SCHEMA = "struct<schema:string,payload:map<string,string>,_corrupt:string>"
-JSON_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt"}
-VERSION_SHIFT = 1 << 20  # source_ts_ms versions: ts_ms * 2^20 + (offset mod 2^20), see docs/semantics.md
+from connectors.mysql.types import parse_type
 
 RAW_COLUMNS = ["topic", "partition", "offset", "timestamp", "key", "value", "headers"]
 
 
-def _envelope_field(parsed: Column, name: str) -> Column:
-    """A field of the envelope, from the JsonConverter's {schema, payload} wrapper or unwrapped."""
-    return F.when(parsed["payload"].isNotNull(), parsed["payload"][name]).otherwise(parsed[name])
-
-
-def decode_changes(raw: DataFrame, versioning: str, need_json: bool = True) -> DataFrame:
-    """Raw records -> RAW_COLUMNS + change_op, image (string map), image_json (the row image as JSON
-    text; null for tombstones), version, error_stage, error_message.
-
-    Written as a few flat selects, each naming what the next one uses, rather than a chain of
-    withColumn over nested expressions: the plan is analysed on every window, and the flat form
-    analyses in less time (see docs/benchmarks.md)."""
-    schema = _value_schema(ENVELOPE_TEXT if need_json else ENVELOPE_MAP)
-    key_text = F.col("key").cast("string")
-    # one parse per key: the {schema, payload} form only when the text mentions a payload
-    key_wrapped = F.from_json(key_text, KEY_SCHEMA, JSON_OPTIONS)["payload"]
-    parsed = raw.select(
-        *RAW_COLUMNS,
-        F.from_json(F.col("value").cast("string"), schema, JSON_OPTIONS).alias("_v"),
-        F.when(key_text.contains('"payload"'), F.coalesce(key_wrapped, F.from_json(key_text, "map<string,string>")))
-        .otherwise(F.from_json(key_text, "map<string,string>")).alias("_key"))
-    v = F.col("_v")
-    fields = parsed.select(
-        *RAW_COLUMNS, "_key",
-        _envelope_field(v, "op").alias("_op"), _envelope_field(v, "before").alias("_before"),
-        _envelope_field(v, "after").alias("_after"), v["_corrupt"].isNotNull().alias("_corrupt"),
-        _envelope_field(v, "source")["ts_ms"].try_cast("bigint").alias("_source_ts"),
-        _envelope_field(v, "ts_ms").alias("_ts_ms"))
-    op, before, after, key = F.col("_op"), F.col("_before"), F.col("_after"), F.col("_key")
-    tombstone = F.col("value").isNull()
-    unversioned = (F.col("_source_ts").isNull() & F.col("_ts_ms").isNull()
-                   if versioning != "kafka_offset" else F.lit(False))
-
-    def fail(stage: str, message: Column | str) -> Column:
-        return F.struct(F.lit(stage).alias("stage"),
-                        (F.lit(message) if isinstance(message, str) else message).alias("message"))
-
-    error = (
-        F.when(tombstone & F.col("key").isNull(), fail("converter", "tombstone without a key: nothing to delete"))
-        .when(tombstone & key.isNull(), fail("converter", "tombstone key is not a JSON object (key.converter json)"))
-        .when(tombstone, F.lit(None))
-        .when(F.col("_corrupt"), fail("converter", "value is not a JSON object (value.converter json)"))
-        .when(op.isNull(), fail("transform", "not a Debezium change event: no 'op' field (expected an envelope "
-                                             "with op, before, after, source)"))
-        .when(~op.isin("c", "r", "u", "d"), fail("transform", F.concat(
-            F.lit("unknown Debezium op '"), op, F.lit("' (expected c, r, u or d)"))))
-        .when(unversioned, fail("transform", "no source.ts_ms nor ts_ms to version the change by "
-                                             "(versioning: source_ts_ms)"))
-        .when(op.isin("c", "r", "u") & after.isNull(), fail("transform", F.concat(
-            F.lit("op '"), op, F.lit("' without an 'after' row image"))))
-        .when((op == "d") & before.isNull() & key.isNull(), fail("transform", "delete without a 'before' row "
-                                                                             "image nor a JSON key"))
-    )
-    if versioning == "kafka_offset":
-        version = F.col("offset")
-    else:
-        # A tombstone has no source position of its own: it gets the version of the change before
-        # it (its delete) in latest_per_key. The Kafka timestamp is another clock and must not mix.
-        ts = F.coalesce(F.col("_source_ts"), F.col("_ts_ms"))
-        version = F.when(~tombstone, ts * F.lit(VERSION_SHIFT) + F.pmod(F.col("offset"), F.lit(VERSION_SHIFT)))
-    deleting = tombstone | (op == "d")
-    if need_json:
-        image_json = F.when(tombstone, F.lit(None)).when(op == "d", F.coalesce(before, F.to_json(key))).otherwise(after)
-    else:
-        image_json = F.lit(None).cast("string")
-    changes = fields.select(
-        *RAW_COLUMNS, "_key", error.alias("_err"),
-        F.when(deleting, F.lit("delete")).otherwise(F.lit("upsert")).alias("change_op"),
-        image_json.alias("image_json"),
-        (F.when(tombstone, key) if need_json else F.when(tombstone, key).when(op == "d", F.coalesce(before, key))
-         .otherwise(after)).alias("_image"),
-        version.cast("bigint").alias("version"))
-    image = (F.coalesce(F.col("_image"), F.from_json(F.col("image_json"), "map<string,string>")) if need_json
-             else F.col("_image"))
-    return changes.select(
-        *RAW_COLUMNS, "change_op", image.alias("image"), "image_json", "version",
-        F.col("_err")["stage"].alias("error_stage"), F.col("_err")["message"].alias("error_message"),
-        F.col("topic").alias("route"), F.lit(None).cast("map<string,string>").alias("key_image"))
-
-
-def _spark_type(sql_type: str) -> str | None:
-    """The Spark type a MySQL column's value is checked against; None: MySQL checks it."""
-    t = sql_type.upper()
-    if t.startswith(("TINYINT", "SMALLINT", "MEDIUMINT", "INT", "BIGINT", "BOOL")):
-        return "bigint"
-    if t.startswith(("FLOAT", "DOUBLE")):
-        return "double"
-    if t.startswith("DECIMAL"):
-        return "decimal" + t[len("DECIMAL"):].replace(" ", "")
-    return None
-
-
 def _typed(raw: Column, sql_type: str) -> Column:
-    if sql_type.upper().startswith(("DATETIME", "TIMESTAMP")):  # ISO strings (to_json) -> MySQL's format
+    """A row image's text (connectors/debezium/types.py: exact, canonical) as the value a MySQL column
+    of ``sql_type`` is given; null where it does not fit (the record goes to the DLQ). Types Spark
+    cannot check (TIME, YEAR, ENUM, SET, JSON, text, DECIMAL wider than 38 digits) go as text and
+    MySQL checks them, in strict mode."""
+    t = parse_type(sql_type)
+    if t.base in ("DATETIME", "TIMESTAMP"):  # ISO strings (to_json) -> MySQL's format
         ts = raw.try_cast("timestamp")
         return F.when(ts.isNotNull(), F.date_format(ts, "yyyy-MM-dd HH:mm:ss.SSSSSS")).otherwise(raw)
-    spark_type = _spark_type(sql_type)
-    if spark_type is None:
-        return raw
-    typed = raw.try_cast(spark_type)
-    if spark_type == "bigint":  # JSON booleans arrive as 'true'/'false'
-        typed = F.coalesce(typed, F.when(F.lower(raw) == "true", F.lit(1)).when(
-            F.lower(raw) == "false", F.lit(0)).cast("bigint"))
-    return typed
+    if t.is_binary or t.is_spatial:  # base64 in the image; spatial: MySQL's internal form (SRID + WKB)
+        return F.try_to_binary(raw, F.lit("base64"))
+    if t.base == "BIT":  # the bits as big-endian bytes: a quoted number would be stored as its characters
+        bits = t.args[0] if t.args else 1
+        digits = -(-bits // 8) * 2
+        unsigned = raw.try_cast("decimal(20,0)")
+        return F.when(unsigned.between(0, (1 << bits) - 1),
+                      F.unhex(F.lpad(F.conv(unsigned.cast("string"), 10, 16), digits, "0")))
+    if t.is_integer:
+        spark_type = "decimal(20,0)" if t.unsigned and t.base == "BIGINT" else "bigint"
+        boolean = F.when(F.lower(raw) == "true", F.lit(1)).when(F.lower(raw) == "false", F.lit(0))  # JSON booleans
+        return F.coalesce(raw.try_cast(spark_type), boolean.cast(spark_type))
+    if t.base in ("FLOAT", "DOUBLE"):
+        return raw.try_cast("double")
+    if t.base == "DECIMAL" and t.precision <= 38:
+        return raw.try_cast(f"decimal({t.precision},{t.scale})")
+    return raw
 
 
 def project_for_sink(changes: DataFrame, sink: MySqlSinkConfig) -> DataFrame:

@@ -1,6 +1,7 @@
 """Arrow columns -> the rows of an ``INSERT … VALUES (…), (…)``, column-wise with Arrow compute
 kernels (no Python object per row or per value): every value a quoted, escaped string literal
-(MySQL converts it to the column's type as it would a bound parameter), ``NULL`` for null.
+(MySQL converts it to the column's type as it would a bound parameter), ``NULL`` for null. Binary
+columns (BLOB, BINARY, BIT, spatial in MySQL's internal form) are hex literals ``X'…'``.
 ``LOAD DATA LOCAL INFILE`` is not used (see docs/semantics.md).
 
 Escaping follows MySQL's string-literal rules with backslash escapes on (the sink's session sets no
@@ -19,7 +20,7 @@ _SQL_ESCAPES = (("\\", "\\\\"), ("'", "\\'"), ("\x00", "\\0"), ("\x1a", "\\Z"))
 
 
 class NotBulkLoadable(TypeError):
-    """A column this encoder does not write as text (binary): the caller takes the row path."""
+    """A column this encoder does not write: the caller takes the row path."""
 
 
 def as_text(column: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -58,9 +59,19 @@ def _payload(lines: pa.Array) -> bytes:
     return memoryview(data)[start:end].tobytes()
 
 
+def _literals(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Each value as a SQL literal: 'text' or X'hex' (binary), NULL for null."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
+        hexed = pa.array([None if v is None else v.hex() for v in column.to_pylist()], pa.string())
+        return pc.fill_null(pc.binary_join_element_wise(pa.scalar("X'"), hexed, pa.scalar("'"), ""), "NULL")
+    return pc.fill_null(pc.binary_join_element_wise(pa.scalar("'"), _escape(as_text(column)), pa.scalar("'"), ""),
+                        "NULL")
+
+
 def values(columns: Sequence[pa.Array]) -> bytes:
     """Rows for ``INSERT … VALUES <rows>``: ``('a','1',NULL),('b','2',NULL)``."""
-    fields = [pc.fill_null(pc.binary_join_element_wise(pa.scalar("'"), _escape(as_text(c)),
-                                                       pa.scalar("'"), ""), "NULL") for c in columns]
+    fields = [_literals(c) for c in columns]
     row = pc.binary_join_element_wise(*fields, ",") if len(fields) > 1 else fields[0]
     return _payload(pc.binary_join_element_wise(pa.scalar("("), row, pa.scalar("),"), ""))[:-1]

@@ -1,12 +1,17 @@
-"""Debezium decoding, column projection and last-change-per-key, on real Spark (local) frames."""
+"""Debezium decoding (in the read task, no Spark), column projection and last-change-per-key (on
+real Spark frames built from the decoder's output)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+import pyarrow as pa
+
 from cdcflow.config import MySqlSinkConfig
-from spark_jobs.debezium import VERSION_SHIFT, decode_changes, latest_per_key, mysql_key_columns, project_for_sink
+from connectors.debezium.envelope import DECODED_SPARK_COLUMNS, VERSION_SHIFT, Decoder
+from connectors.kafka.reader import RAW_SCHEMA, RAW_SPARK_SCHEMA
+from spark_jobs.debezium import latest_per_key, mysql_key_columns, project_for_sink
 
 SINK = MySqlSinkConfig(type="mysql", table="t", primary_key=["id"], columns=[
     {"name": "id", "type": "BIGINT"}, {"name": "name", "type": "VARCHAR(10)"},
@@ -18,15 +23,28 @@ def env(op: str, before: Any, after: Any, ts: int, wrapped: bool = False) -> byt
     return json.dumps({"schema": {}, "payload": payload} if wrapped else payload).encode()
 
 
+def raw_batch(records: list[tuple[bytes | None, bytes | None]]) -> pa.RecordBatch:
+    n = len(records)
+    return pa.RecordBatch.from_pydict({
+        "topic": ["t"] * n, "partition": [0] * n, "offset": list(range(n)), "timestamp": [1000 + i for i in range(n)],
+        "key": [k for k, _v in records], "value": [v for _k, v in records], "headers": [[] for _ in range(n)]},
+        schema=RAW_SCHEMA)
+
+
+def decoded(records: list[tuple[bytes | None, bytes | None]], versioning: str = "source_ts_ms") -> list[dict[str, Any]]:
+    rows = Decoder(versioning).decode_batch(raw_batch(records)).to_pylist()
+    for r in rows:
+        r["image"] = dict(r["image"]) if r["image"] is not None else None
+    return rows
+
+
 def frame(spark: Any, records: list[tuple[bytes | None, bytes | None]]) -> Any:
-    rows = [("t", 0, i, 1000 + i, k, v, []) for i, (k, v) in enumerate(records)]
-    return spark.createDataFrame(rows, "topic string, partition int, offset bigint, timestamp bigint, key binary, "
-                                       "value binary, headers array<struct<key:string,value:binary>>")
+    return spark.createDataFrame(decoded(records), f"{RAW_SPARK_SCHEMA}, {DECODED_SPARK_COLUMNS}")
 
 
-def test_decode_envelopes_wrappers_tombstones_and_errors(spark: Any) -> None:
+def test_decode_envelopes_wrappers_tombstones_and_errors() -> None:
     k1 = b'{"id": 1}'
-    df = frame(spark, [
+    records = [
         (k1, env("c", None, {"id": 1, "name": "a"}, 10)),
         (k1, env("u", {"id": 1}, {"id": 1, "name": "b"}, 20, wrapped=True)),
         (k1, env("d", {"id": 1, "name": "b"}, None, 30)),
@@ -37,15 +55,16 @@ def test_decode_envelopes_wrappers_tombstones_and_errors(spark: Any) -> None:
         (k1, json.dumps({"op": "c", "after": None, "source": {"ts_ms": 1}}).encode()),
         (None, None),
         (k1, json.dumps({"op": "c", "after": {"id": 1}}).encode()),
-    ])
-    rows = decode_changes(df, "source_ts_ms").orderBy("offset").collect()
-    assert [(r.change_op, r.error_stage) for r in rows[:4]] == [
+    ]
+    rows = decoded(records)
+    assert [(r["change_op"], r["error_stage"]) for r in rows[:4]] == [
         ("upsert", None), ("upsert", None), ("delete", None), ("delete", None)]
-    assert rows[1].image == {"id": "1", "name": "b"}
-    assert rows[2].image == {"id": "1", "name": "b"}  # deletes use the before image
-    assert rows[3].image == {"id": "1"}  # tombstones use the key (unwrapped from {schema, payload})
-    assert rows[0].version == 10 * VERSION_SHIFT + 0 and rows[3].version is None
-    assert [(r.error_stage, r.error_message) for r in rows[4:]] == [
+    assert rows[1]["image"] == {"id": "1", "name": "b"}
+    assert rows[2]["image"] == {"id": "1", "name": "b"}  # deletes use the before image
+    assert rows[3]["image"] == {"id": "1"}  # tombstones use the key (unwrapped from {schema, payload})
+    assert rows[0]["version"] == 10 * VERSION_SHIFT + 0 and rows[3]["version"] is None
+    assert json.loads(rows[1]["image_json"]) == {"id": 1, "name": "b"} and rows[3]["image_json"] is None
+    assert [(r["error_stage"], r["error_message"]) for r in rows[4:]] == [
         ("converter", "value is not a JSON object (value.converter json)"),
         ("transform", "not a Debezium change event: no 'op' field (expected an envelope with op, before, after, source)"),
         ("transform", "unknown Debezium op 'z' (expected c, r, u or d)"),
@@ -53,7 +72,17 @@ def test_decode_envelopes_wrappers_tombstones_and_errors(spark: Any) -> None:
         ("converter", "tombstone without a key: nothing to delete"),
         ("transform", "no source.ts_ms nor ts_ms to version the change by (versioning: source_ts_ms)"),
     ]
-    assert decode_changes(df, "kafka_offset").orderBy("offset").collect()[3].version == 3
+    assert decoded(records, "kafka_offset")[3]["version"] == 3
+
+
+def test_numbers_keep_their_text_and_documents_their_json_types() -> None:
+    value = ('{"op":"c","source":{"ts_ms":1},"after":{"id":1,"amount":12.50,"big":18446744073709551615,'
+             '"flag":true,"tags":{"a": [1, 2]},"text":"Grüße 東京"}}').encode()
+    rows = decoded([(b'{"id": 1}', value)])
+    assert rows[0]["image"] == {"id": "1", "amount": "12.50", "big": "18446744073709551615", "flag": "true",
+                                "tags": '{"a":[1,2]}', "text": "Grüße 東京"}
+    assert rows[0]["image_json"] == ('{"id":1,"amount":12.50,"big":18446744073709551615,"flag":true,'
+                                     '"tags":{"a":[1,2]},"text":"Grüße 東京"}')
 
 
 def test_projection_types_and_errors(spark: Any) -> None:
@@ -63,7 +92,7 @@ def test_projection_types_and_errors(spark: Any) -> None:
         (b'{"id":3}', env("c", None, {"name": "no id"}, 3)),
         (b'{"id":4}', env("d", {"id": 4, "amount": "junk"}, None, 4)),
     ])
-    rows = project_for_sink(decode_changes(df, "source_ts_ms"), SINK).orderBy("offset").collect()
+    rows = project_for_sink(df, SINK).orderBy("offset").collect()
     assert (rows[0].c_0, rows[0].c_1, str(rows[0].c_2), rows[0].c_3, rows[0].error_message) == (1, "x", "12.50", 1, None)
     assert rows[1].error_message == "field 'amount' = '12,5' is not a valid DECIMAL(6,2)"
     assert rows[2].error_message == "primary key field 'id' is missing or null"
@@ -81,7 +110,7 @@ def test_latest_change_per_key_wins_and_tombstones_take_their_delete_version(spa
         (k2, None),  # tombstone after the delete
         (b'{"id": 3}', None),  # tombstone whose delete was in an earlier window: nothing to do
     ])
-    latest = latest_per_key(project_for_sink(decode_changes(df, "source_ts_ms"), SINK), mysql_key_columns(SINK))
+    latest = latest_per_key(project_for_sink(df, SINK), mysql_key_columns(SINK))
     rows = {r.c_0: r for r in latest.collect()}
     assert set(rows) == {1, 2}
     assert (rows[1].change_op, rows[1].c_1) == ("upsert", "second")

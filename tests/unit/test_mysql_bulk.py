@@ -8,7 +8,6 @@ import re
 from decimal import Decimal
 
 import pyarrow as pa
-import pytest
 
 from connectors.mysql import bulk
 
@@ -60,6 +59,6 @@ def test_values_of_a_slice_are_the_slice() -> None:
     assert read_values(bulk.values([column.slice(1, 2)])) == [["b'"], [None]]
 
 
-def test_binary_columns_take_the_row_path() -> None:
-    with pytest.raises(bulk.NotBulkLoadable):
-        bulk.values([pa.array([b"\x00\xff"], pa.binary())])
+def test_binary_columns_are_hex_literals() -> None:
+    assert bulk.values([pa.array([b"\x00\xff'", None], pa.binary()), pa.array(["a", "b"])]) == (
+        b"(X'00ff27','a'),(NULL,'b')")

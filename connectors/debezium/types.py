@@ -1,0 +1,404 @@
+"""Kafka Connect schemas and Debezium's logical types: how to read each value of a change event.
+
+A Connect schema (the JsonConverter's ``schema``) says, per field, a physical type (int32, int64,
+bytes, string, struct …) and maybe a logical name (``org.apache.kafka.connect.data.Decimal``,
+``io.debezium.time.MicroTimestamp`` …) with parameters (``scale``). :func:`compile_row` turns a
+struct schema into one converter per field, once per distinct schema; each converter takes the
+JSON value and returns
+
+* the **text** MySQL is given (exact: a Decimal's digits and scale, a DATETIME's microseconds, a
+  TIMESTAMP's instant in UTC, binary data as base64), and
+* the **document value** Elasticsearch is given (decimals as exact JSON numbers, dates and times as
+  ISO-8601 strings, binary as base64).
+
+The mappings follow the data type tables of Debezium's MySQL connector documentation (``docs/types.md``
+lists each one with the MySQL column and Elasticsearch field it becomes). Streams without schemas
+carry no types: there the declared sink column (:class:`ColumnHint`) decides how a value is read.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta, timezone
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+import msgspec
+
+EPOCH_DATE = date(1970, 1, 1)
+EPOCH = datetime(1970, 1, 1)
+
+# logical names (Kafka Connect's and Debezium's)
+DECIMAL = "org.apache.kafka.connect.data.Decimal"
+CONNECT_DATE = "org.apache.kafka.connect.data.Date"
+CONNECT_TIME = "org.apache.kafka.connect.data.Time"
+CONNECT_TIMESTAMP = "org.apache.kafka.connect.data.Timestamp"
+VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
+DATE = "io.debezium.time.Date"
+TIME, MICRO_TIME, NANO_TIME = "io.debezium.time.Time", "io.debezium.time.MicroTime", "io.debezium.time.NanoTime"
+TIMESTAMP = "io.debezium.time.Timestamp"
+MICRO_TIMESTAMP, NANO_TIMESTAMP = "io.debezium.time.MicroTimestamp", "io.debezium.time.NanoTimestamp"
+ZONED_TIMESTAMP, ZONED_TIME = "io.debezium.time.ZonedTimestamp", "io.debezium.time.ZonedTime"
+YEAR = "io.debezium.time.Year"
+JSON, ENUM, ENUM_SET = "io.debezium.data.Json", "io.debezium.data.Enum", "io.debezium.data.EnumSet"
+BITS = "io.debezium.data.Bits"
+GEOMETRY, POINT = "io.debezium.data.geometry.Geometry", "io.debezium.data.geometry.Point"
+
+_ENCODE = msgspec.json.Encoder(decimal_format="number")
+_DECIMAL_TEXT = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
+
+
+class BadValue(ValueError):
+    """A value its schema (or its declared column) cannot read; the record goes to the DLQ."""
+
+
+@dataclass(frozen=True)
+class FieldSchema:
+    """One node of a Connect schema (JsonConverter form)."""
+
+    type: str
+    name: str | None = None
+    parameters: Mapping[str, str] = field(default_factory=dict)
+    optional: bool = True
+    fields: tuple[tuple[str, FieldSchema], ...] = ()  # struct
+    items: FieldSchema | None = None  # array; map values
+
+    @staticmethod
+    def parse(schema: Mapping[str, Any]) -> FieldSchema:
+        kind = schema.get("type")
+        if not isinstance(kind, str):
+            raise BadValue(f"a Connect schema without a type: {str(dict(schema))[:120]}")
+        fields = tuple((f["field"], FieldSchema.parse(f)) for f in schema.get("fields") or ()
+                       if isinstance(f, Mapping) and isinstance(f.get("field"), str))
+        items = schema.get("items") or schema.get("values")
+        return FieldSchema(kind, schema.get("name"), {k: str(v) for k, v in (schema.get("parameters") or {}).items()},
+                           bool(schema.get("optional", True)), fields,
+                           FieldSchema.parse(items) if isinstance(items, Mapping) else None)
+
+    def field(self, name: str) -> FieldSchema | None:
+        return next((s for n, s in self.fields if n == name), None)
+
+
+@dataclass(frozen=True)
+class ColumnHint:
+    """What a declared sink column says about a schemaless value: its MySQL type and encoding."""
+
+    type: str  # upper-case MySQL type, e.g. DECIMAL(10,2)
+    encoding: str | None = None  # base64/hex/text (binary, DECIMAL), days/text (DATE), ms/us/ns/text (time)
+
+    @property
+    def base(self) -> str:
+        return re.split(r"[\s(]", self.type, maxsplit=1)[0]
+
+    @property
+    def scale(self) -> int:
+        m = re.match(r"^\w+\s*\(\s*\d+\s*,\s*(\d+)\s*\)", self.type)
+        return int(m.group(1)) if m else 0
+
+
+Converter = Callable[[Any], tuple[str | None, Any]]  # JSON value -> (text for MySQL, value for documents)
+
+
+# -- value readers ------------------------------------------------------------------------------------
+def decimal_from_bytes(b64: str, scale: int) -> Decimal:
+    """Kafka Connect's Decimal: the unscaled value as big-endian two's-complement bytes (base64 in
+    JSON), with the ``scale`` parameter."""
+    try:
+        raw = base64.b64decode(b64, validate=True)
+    except (binascii.Error, ValueError, TypeError) as exc:
+        raise BadValue(f"{b64!r} is not the base64 bytes of a Connect Decimal") from exc
+    return Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-scale)
+
+
+def decimal_text(value: Decimal) -> str:
+    """Digits and scale kept: 19.90 stays 19.90, never 1.99E+1."""
+    return format(value, "f")
+
+
+def date_from_days(days: int) -> date:
+    try:
+        return EPOCH_DATE + timedelta(days=int(days))
+    except OverflowError as exc:
+        raise BadValue(f"{days} days since 1970-01-01 is outside the years 1-9999") from exc
+
+
+def datetime_from_micros(micros: int) -> datetime:
+    try:
+        return EPOCH + timedelta(microseconds=int(micros))
+    except OverflowError as exc:
+        raise BadValue(f"{micros} µs since 1970-01-01 is outside the years 1-9999") from exc
+
+
+def datetime_text(value: datetime) -> str:
+    return value.isoformat(sep=" ", timespec="microseconds")
+
+
+def time_text(micros: int) -> str:
+    """A duration since midnight as MySQL TIME text; MySQL's TIME runs from -838:59:59 to 838:59:59."""
+    sign = "-" if micros < 0 else ""
+    micros = abs(micros)
+    seconds, frac = divmod(micros, 1_000_000)
+    minutes, sec = divmod(seconds, 60)
+    hours, minute = divmod(minutes, 60)
+    return f"{sign}{hours:02d}:{minute:02d}:{sec:02d}.{frac:06d}"
+
+
+def zoned_to_utc(text: str) -> datetime:
+    """io.debezium.time.ZonedTimestamp: ISO-8601 with an offset -> the instant in UTC (naive)."""
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise BadValue(f"{text!r} is not an ISO-8601 timestamp") from exc
+    if value.tzinfo is None:
+        return value
+    return value.astimezone(UTC).replace(tzinfo=None)
+
+
+def zoned_time_to_utc(text: str) -> int:
+    """io.debezium.time.ZonedTime (e.g. 13:37:03.125Z) -> µs since midnight in UTC."""
+    m = re.match(r"^(\d{2}):(\d{2}):(\d{2})(\.\d+)?(Z|[+-]\d{2}:\d{2})?$", text)
+    if not m:
+        raise BadValue(f"{text!r} is not an ISO-8601 time")
+    hours, minutes, seconds = int(m.group(1)), int(m.group(2)), int(m.group(3))
+    micros = int(((m.group(4) or ".0")[1:] + "000000")[:6])
+    offset = 0
+    if m.group(5) and m.group(5) != "Z":
+        sign = -1 if m.group(5)[0] == "-" else 1
+        offset = sign * (int(m.group(5)[1:3]) * 60 + int(m.group(5)[4:6])) * 60_000_000
+    return ((hours * 3600 + minutes * 60 + seconds) * 1_000_000 + micros - offset) % 86_400_000_000
+
+
+def bits_value(b64: str) -> int:
+    """io.debezium.data.Bits: BIT(n) as bytes, least significant byte first (Debezium's
+    ``BitSet.toByteArray()``)."""
+    try:
+        return int.from_bytes(base64.b64decode(b64, validate=True), "little")
+    except (binascii.Error, ValueError, TypeError) as exc:
+        raise BadValue(f"{b64!r} is not the base64 bytes of io.debezium.data.Bits") from exc
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | str | Decimal):
+        raise BadValue(f"{value!r} is not an integer")
+    try:
+        return int(value)
+    except (ValueError, ArithmeticError) as exc:
+        raise BadValue(f"{value!r} is not an integer") from exc
+
+
+def plain_text(value: Any) -> str | None:
+    """A schemaless JSON value as text: numbers as written, booleans true/false, objects and
+    arrays as compact JSON."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | Decimal):
+        return str(value)
+    return _ENCODE.encode(value).decode("utf-8")
+
+
+def _plain(value: Any) -> tuple[str | None, Any]:
+    return plain_text(value), value
+
+
+def _with(read: Callable[[Any], tuple[str, Any]]) -> Converter:
+    def convert(value: Any) -> tuple[str | None, Any]:
+        return (None, None) if value is None else read(value)
+    return convert
+
+
+def _scaled_micros(unit: int) -> Callable[[Any], int]:
+    """ms (1000), µs (1) or ns (-1000) since an origin -> µs (ns truncated toward the past)."""
+    if unit > 0:
+        return lambda v: _int(v) * unit
+    return lambda v: _int(v) // -unit
+
+
+def _datetime_converter(to_micros: Callable[[Any], int]) -> Converter:
+    def read(v: Any) -> tuple[str, Any]:
+        dt = datetime_from_micros(to_micros(v))
+        return datetime_text(dt), dt.isoformat(timespec="microseconds")
+    return _with(read)
+
+
+def _time_converter(to_micros: Callable[[Any], int]) -> Converter:
+    def read(v: Any) -> tuple[str, Any]:
+        text = time_text(to_micros(v))
+        return text, text
+    return _with(read)
+
+
+def _date_read(v: Any) -> tuple[str, Any]:
+    text = date_from_days(_int(v)).isoformat()
+    return text, text
+
+
+def _decimal_converter(scale: int) -> Converter:
+    def read(v: Any) -> tuple[str, Any]:
+        if isinstance(v, str):
+            d = decimal_from_bytes(v, scale)
+        elif isinstance(v, int | Decimal) and not isinstance(v, bool):  # a Decimal written as a number
+            d = Decimal(v)
+        else:
+            raise BadValue(f"{v!r} is not a Connect Decimal")
+        return decimal_text(d), d
+    return _with(read)
+
+
+def _variable_scale_read(v: Any) -> tuple[str, Any]:
+    if not isinstance(v, Mapping) or "value" not in v:
+        raise BadValue(f"{str(v)[:80]!r} is not an io.debezium.data.VariableScaleDecimal {{scale, value}}")
+    d = decimal_from_bytes(v["value"], _int(v.get("scale", 0)))
+    return decimal_text(d), d
+
+
+def _zoned_read(v: Any) -> tuple[str, Any]:
+    if not isinstance(v, str):
+        raise BadValue(f"{v!r} is not an io.debezium.time.ZonedTimestamp string")
+    dt = zoned_to_utc(v)
+    return datetime_text(dt), dt.isoformat(timespec="microseconds") + "Z"
+
+
+def _zoned_time_read(v: Any) -> tuple[str, Any]:
+    if not isinstance(v, str):
+        raise BadValue(f"{v!r} is not an io.debezium.time.ZonedTime string")
+    text = time_text(zoned_time_to_utc(v))
+    return text, text + "Z"
+
+
+def _bits_read(v: Any) -> tuple[str, Any]:
+    n = bits_value(v) if isinstance(v, str) else int(bool(v)) if isinstance(v, bool) else _int(v)
+    return str(n), n
+
+
+def _geometry_read(v: Any) -> tuple[str, Any]:
+    """Geometry and Point: {wkb (base64), srid}. MySQL gets its internal form, the SRID (4 bytes,
+    little-endian) before the WKB, as base64; Elasticsearch gets the struct as it came."""
+    if not isinstance(v, Mapping) or not isinstance(v.get("wkb"), str):
+        raise BadValue(f"{str(v)[:80]!r} is not an io.debezium.data.geometry value {{wkb, srid}}")
+    try:
+        wkb = base64.b64decode(v["wkb"], validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise BadValue(f"{v['wkb'][:80]!r} is not base64 WKB") from exc
+    srid = _int(v.get("srid") or 0)
+    return base64.b64encode(srid.to_bytes(4, "little") + wkb).decode("ascii"), dict(v)
+
+
+def _struct_read(v: Any) -> tuple[str, Any]:
+    return _ENCODE.encode(v).decode("utf-8"), v
+
+
+BY_NAME: dict[str, Converter] = {
+    DATE: _with(_date_read), CONNECT_DATE: _with(_date_read),
+    TIME: _time_converter(_scaled_micros(1000)), CONNECT_TIME: _time_converter(_scaled_micros(1000)),
+    MICRO_TIME: _time_converter(_scaled_micros(1)), NANO_TIME: _time_converter(_scaled_micros(-1000)),
+    TIMESTAMP: _datetime_converter(_scaled_micros(1000)), CONNECT_TIMESTAMP: _datetime_converter(_scaled_micros(1000)),
+    MICRO_TIMESTAMP: _datetime_converter(_scaled_micros(1)), NANO_TIMESTAMP: _datetime_converter(_scaled_micros(-1000)),
+    ZONED_TIMESTAMP: _with(_zoned_read), ZONED_TIME: _with(_zoned_time_read),
+    VARIABLE_SCALE_DECIMAL: _with(_variable_scale_read),
+    BITS: _with(_bits_read), GEOMETRY: _with(_geometry_read), POINT: _with(_geometry_read),
+}
+
+
+def converter(schema: FieldSchema, hint: ColumnHint | None = None) -> Converter:
+    """How to read one field's values, from its Connect schema (and its declared column, for the
+    encodings a schema cannot say: binary.handling.mode hex or base64 arrive as plain strings)."""
+    if schema.name == DECIMAL:
+        return _decimal_converter(int(schema.parameters.get("scale", "0")))
+    if schema.name in BY_NAME:
+        return BY_NAME[schema.name]
+    if schema.type in ("struct", "array", "map"):
+        return _with(_struct_read)
+    if schema.type == "bytes":  # base64 in JSON, already the form MySQL's binary columns are given
+        return _plain
+    if hint is not None:
+        return hinted(hint)
+    return _plain
+
+
+# -- schemaless values, read by their declared column --------------------------------------------------
+def hinted(hint: ColumnHint) -> Converter:
+    """A schemaless value read by its declared column type and ``encoding``."""
+    base, enc = hint.base, hint.encoding
+    if base in ("DECIMAL", "DEC", "NUMERIC", "FIXED") and enc == "base64":
+        return _decimal_converter(hint.scale)
+    if base == "DATE" and enc != "text":
+        def date_read(v: Any) -> tuple[str | None, Any]:
+            return _date_read(v) if isinstance(v, int) and not isinstance(v, bool) else _plain(v)
+        return _with(date_read)
+    if base in ("DATETIME", "TIMESTAMP") and enc in ("ms", "us", "ns"):
+        return _numbers_only(_datetime_converter(_scaled_micros({"ms": 1000, "us": 1, "ns": -1000}[enc])))
+    if base == "TIME" and enc in ("ms", "us", "ns"):
+        return _numbers_only(_time_converter(_scaled_micros({"ms": 1000, "us": 1, "ns": -1000}[enc])))
+    if base in BINARY_TYPES:
+        return _binary(enc or "base64")
+    if base == "BIT":
+        return _with(_bits_read)
+    return _plain
+
+
+def _numbers_only(numbers: Converter) -> Converter:
+    def read(v: Any) -> tuple[str | None, Any]:
+        return numbers(v) if isinstance(v, int) and not isinstance(v, bool) else _plain(v)
+    return read
+
+
+BINARY_TYPES = frozenset({"BINARY", "VARBINARY", "TINYBLOB", "BLOB", "MEDIUMBLOB", "LONGBLOB"})
+
+
+def _binary(encoding: str) -> Converter:
+    """Binary values as base64 text (the form MySQL's binary columns are given)."""
+    def read(v: Any) -> tuple[str | None, Any]:
+        if not isinstance(v, str):
+            return _plain(v)
+        if encoding == "hex":
+            try:
+                text = base64.b64encode(bytes.fromhex(v)).decode("ascii")
+            except ValueError as exc:
+                raise BadValue(f"{v[:80]!r} is not hex (encoding: hex)") from exc
+        elif encoding == "text":
+            text = base64.b64encode(v.encode("utf-8")).decode("ascii")
+        else:
+            text = v
+        return text, text
+    return _with(read)
+
+
+def is_decimal_text(text: str) -> bool:
+    if not _DECIMAL_TEXT.match(text):
+        return False
+    try:
+        Decimal(text)
+    except InvalidOperation:
+        return False
+    return True
+
+
+@dataclass
+class RowReader:
+    """The converters of one row schema (a struct), compiled once per distinct schema."""
+
+    converters: dict[str, Converter]
+    fallback: Converter = _plain
+
+    def read(self, row: Mapping[str, Any]) -> tuple[dict[str, str | None], dict[str, Any]]:
+        texts: dict[str, str | None] = {}
+        docs: dict[str, Any] = {}
+        for name, value in row.items():
+            text, doc = self.converters.get(name, self.fallback)(value)
+            texts[name] = text
+            docs[name] = doc
+        return texts, docs
+
+
+def compile_row(schema: FieldSchema | None, hints: Mapping[str, ColumnHint]) -> RowReader:
+    if schema is None:  # schemaless: the declared columns decide
+        return RowReader({name: hinted(h) for name, h in hints.items()})
+    return RowReader({name: converter(s, hints.get(name)) for name, s in schema.fields})
