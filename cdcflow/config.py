@@ -28,6 +28,7 @@ from pydantic import (
 
 from cdcflow.errors import ConfigError
 from cdcflow.transforms import TransformConfig
+from connectors.mysql.types import EXPECTED as MYSQL_TYPES
 from connectors.mysql.types import ColumnType, TypeSyntaxError, parse_type
 
 DEFAULT_CONFIG_DIR = Path(__file__).resolve().parent.parent / "config" / "pipelines"
@@ -170,7 +171,7 @@ class MySqlColumn(StrictModel):
         try:
             return parse_type(value.strip()).sql
         except TypeSyntaxError as exc:
-            raise ValueError(str(exc)) from None
+            raise ValueError(f"expected a MySQL type ({exc}); the column types are {MYSQL_TYPES}") from None
 
     @model_validator(mode="after")
     def _encoding_fits(self) -> MySqlColumn:

@@ -43,6 +43,23 @@ def _typed(raw: Column, sql_type: str) -> Column:
     return raw
 
 
+def _what_to_declare(raw: Column, sql_type: str) -> Column:
+    """For the columns whose values a stream without schemas can write in several forms: what the
+    column's ``encoding`` must say, when the value that did not fit looks like one of those forms."""
+    t = parse_type(sql_type)
+    if t.base in ("DATETIME", "TIMESTAMP", "TIME"):
+        return F.when(raw.rlike("^-?[0-9]+$"), F.lit(
+            " (a number is time since the epoch, or since midnight for TIME: declare the column's encoding: "
+            "ms, us or ns, as the connector's time.precision.mode writes it)")).otherwise(F.lit(""))
+    if t.base == "DECIMAL":
+        return F.when(raw.rlike("^[A-Za-z0-9+/]+={0,2}$") & (F.length(raw) % 4 == 0), F.lit(
+            " (this looks like the base64 Decimal of Debezium's decimal.handling.mode=precise, which needs the "
+            "schema: declare encoding: base64)")).otherwise(F.lit(""))
+    if t.is_binary:
+        return F.lit(" (binary values are read as base64; declare encoding: hex or text if the stream writes those)")
+    return F.lit("")
+
+
 def project_for_sink(changes: DataFrame, sink: MySqlSinkConfig) -> DataFrame:
     """Valid changes -> RAW_COLUMNS + change_op, version, one typed column per sink column (c_<i>),
     and error_message for the rows whose values do not fit the column types.
@@ -75,7 +92,7 @@ def project_for_sink(changes: DataFrame, sink: MySqlSinkConfig) -> DataFrame:
             errors.append(F.when(raw.isNull(), F.lit(f"primary key field '{col.source_field}' is missing or null")))
         check = bad_value if is_key else (bad_value & (F.col("change_op") == "upsert"))
         errors.append(F.when(check, F.concat(F.lit(f"field '{col.source_field}' = '"), raw,
-                                             F.lit(f"' is not a valid {col.type}"))))
+                                             F.lit(f"' is not a valid {col.type}"), _what_to_declare(raw, col.type))))
     message = F.concat_ws("; ", *errors)
     cs = [f"c_{i}" for i in range(len(sink.columns))]
     checked = typed.select(*base, *cs, message.alias("_message"))

@@ -111,7 +111,13 @@ def decimal_from_bytes(b64: str, scale: int) -> Decimal:
         raw = base64.b64decode(b64, validate=True)
     except (binascii.Error, ValueError, TypeError) as exc:
         raise BadValue(f"{b64!r} is not the base64 bytes of a Connect Decimal") from exc
-    return Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-scale)
+    return scaled(int.from_bytes(raw, "big", signed=True), scale)
+
+
+def scaled(unscaled: int, scale: int) -> Decimal:
+    """unscaled × 10^-scale, exactly (Decimal arithmetic would round to the context's 28 digits, and
+    DECIMAL(65,30) has 65)."""
+    return Decimal((int(unscaled < 0), tuple(int(d) for d in str(abs(unscaled))), -scale))
 
 
 def decimal_text(value: Decimal) -> str:
@@ -327,21 +333,63 @@ def converter(schema: FieldSchema, hint: ColumnHint | None = None) -> Converter:
 def hinted(hint: ColumnHint) -> Converter:
     """A schemaless value read by its declared column type and ``encoding``."""
     base, enc = hint.base, hint.encoding
-    if base in ("DECIMAL", "DEC", "NUMERIC", "FIXED") and enc == "base64":
-        return _decimal_converter(hint.scale)
+    if base in ("DECIMAL", "DEC", "NUMERIC", "FIXED"):
+        return _decimal_converter(hint.scale) if enc == "base64" else _with(_decimal_text_read)
     if base == "DATE" and enc != "text":
         def date_read(v: Any) -> tuple[str | None, Any]:
             return _date_read(v) if isinstance(v, int) and not isinstance(v, bool) else _plain(v)
         return _with(date_read)
-    if base in ("DATETIME", "TIMESTAMP") and enc in ("ms", "us", "ns"):
-        return _numbers_only(_datetime_converter(_scaled_micros({"ms": 1000, "us": 1, "ns": -1000}[enc])))
+    if base in ("DATETIME", "TIMESTAMP"):
+        if enc in ("ms", "us", "ns"):
+            return _numbers_only(_datetime_converter(_scaled_micros({"ms": 1000, "us": 1, "ns": -1000}[enc])))
+        return _with(_temporal_text_read)
     if base == "TIME" and enc in ("ms", "us", "ns"):
         return _numbers_only(_time_converter(_scaled_micros({"ms": 1000, "us": 1, "ns": -1000}[enc])))
     if base in BINARY_TYPES:
         return _binary(enc or "base64")
     if base == "BIT":
         return _with(_bits_read)
+    if base in SPATIAL_TYPES:
+        return _with(_geometry_read)
+    if base == "BIGINT" and "UNSIGNED" in hint.type:
+        return _with(_unsigned_read)
     return _plain
+
+
+def _unsigned_read(v: Any) -> tuple[str, Any]:
+    """BIGINT UNSIGNED under bigint.unsigned.handling.mode=long: values above 2^63-1 arrive as the
+    negative long of the same 64 bits; the column gets the unsigned value back."""
+    n = _int(v)
+    if n < 0:
+        n += 1 << 64
+    return str(n), n
+
+
+SPATIAL_TYPES = frozenset({"GEOMETRY", "POINT", "LINESTRING", "POLYGON", "MULTIPOINT", "MULTILINESTRING",
+                           "MULTIPOLYGON", "GEOMETRYCOLLECTION"})
+
+
+def _temporal_text_read(v: Any) -> tuple[str | None, Any]:
+    """An ISO-8601 datetime written as text: with an offset (a ZonedTimestamp), the instant in UTC;
+    without one, the wall-clock value as it is. Anything else is left for the column's check."""
+    if not isinstance(v, str):
+        return _plain(v)
+    try:
+        parsed = datetime.fromisoformat(v.strip())
+    except ValueError:
+        return _plain(v)
+    utc = zoned_to_utc(v.strip())
+    doc = utc.isoformat(timespec="microseconds") + ("Z" if parsed.tzinfo is not None else "")
+    return datetime_text(utc), doc
+
+
+def _decimal_text_read(v: Any) -> tuple[str | None, Any]:
+    """A DECIMAL written as text (decimal.handling.mode=string) or as a JSON number: the text for
+    MySQL, an exact number for documents. Anything else is left for the column's check."""
+    if isinstance(v, str) and is_decimal_text(v.strip()):
+        d = Decimal(v.strip())
+        return decimal_text(d), d
+    return _plain(v)
 
 
 def _numbers_only(numbers: Converter) -> Converter:

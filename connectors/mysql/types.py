@@ -26,7 +26,7 @@ SPATIAL = ("GEOMETRY", "POINT", "LINESTRING", "POLYGON", "MULTIPOINT", "MULTILIN
 BINARIES = frozenset({"BINARY", "VARBINARY", "TINYBLOB", "BLOB", "MEDIUMBLOB", "LONGBLOB"})
 TEXTS = frozenset({"CHAR", "VARCHAR", "TINYTEXT", "TEXT", "MEDIUMTEXT", "LONGTEXT", "ENUM", "SET"})
 
-EXPECTED = ("expected a MySQL column type: an integer type (TINYINT … BIGINT, optionally (M), UNSIGNED, ZEROFILL), "
+EXPECTED = ("an integer type (TINYINT … BIGINT, optionally (M), UNSIGNED, ZEROFILL), "
             "BOOLEAN, DECIMAL(M,D) with M ≤ 65 and D ≤ 30, FLOAT, DOUBLE, BIT(1-64), DATE, TIME/DATETIME/TIMESTAMP(0-6), "
             "YEAR, CHAR(M), VARCHAR(M), BINARY(M), VARBINARY(M), TINY/MEDIUM/LONG TEXT or BLOB, ENUM('a',…), "
             "SET('a',…), JSON or a spatial type (GEOMETRY, POINT, …)")
@@ -97,7 +97,7 @@ def _tokens(text: str) -> list[tuple[str, str]]:
     while pos < len(text):
         m = _TOKEN.match(text, pos)
         if not m or m.end() == pos:
-            raise TypeSyntaxError(f"unexpected {text[pos:pos + 10]!r}")
+            raise TypeSyntaxError(f"{text!r}: unexpected {text[pos:pos + 10]!r}")
         kind = m.lastgroup or ""
         value = m.group(kind)
         out.append((kind, value.upper() if kind == "word" else value))
@@ -114,7 +114,7 @@ def parse_type(text: str) -> ColumnType:
     """A column type's text -> ColumnType; raises TypeSyntaxError (a ValueError) saying what is wrong."""
     toks = _tokens(text)
     if not toks or toks[0][0] != "word":
-        raise TypeSyntaxError(EXPECTED)
+        raise TypeSyntaxError(f"{text!r} does not start with a type name")
     i = 0
 
     def peek(k: int = 0) -> tuple[str, str] | None:
@@ -193,7 +193,7 @@ def parse_type(text: str) -> ColumnType:
                 raise TypeSyntaxError(f"{text!r}: expected a collation name")
             collate, i = name[1].lower(), i + 2
         else:
-            raise TypeSyntaxError(f"{text!r}: unexpected {tok[1]!r} after the type; {EXPECTED}")
+            raise TypeSyntaxError(f"{text!r}: unexpected {tok[1]!r} after the type")
     return ColumnType(base, args, values, unsigned, zerofill, charset, collate)
 
 
@@ -231,4 +231,4 @@ def _check(text: str, base: str, args: tuple[int, ...]) -> None:
         if n:
             raise bad(f"{base} takes no length")
     else:
-        raise TypeSyntaxError(f"{text!r} is not a MySQL column type; {EXPECTED}")
+        raise TypeSyntaxError(f"{text!r} is not a MySQL column type")
