@@ -111,7 +111,7 @@ def cmd_offsets(args: argparse.Namespace) -> int:
 
     stored = store.load(cfg.name)
     print(f"{'topic':40} {'part':>4} {'stored':>10} {'log end':>10} {'lag':>8}")
-    for state in discover(runner.consumer_conf(cfg), list(cfg.source.topics)):
+    for state in discover(runner.consumer_conf(cfg), runner.source_topics(cfg)):
         pos = stored.get((state.topic, state.partition))
         lag = state.end - pos if pos is not None else state.end - state.low
         print(f"{state.topic:40} {state.partition:>4} {pos if pos is not None else '-':>10} {state.end:>10} {lag:>8}")

@@ -90,7 +90,11 @@ class StrictModel(BaseModel):
 class SourceConfig(StrictModel):
     """Where the change events come from."""
 
-    topics: list[TopicName] = Field(min_length=1)
+    topics: list[TopicName] = Field(default_factory=list, description="The topics to read; or topics_regex.")
+    topics_regex: str | None = Field(
+        default=None, description="Read every topic whose whole name matches this regex (Kafka Connect's "
+        "topics.regex), e.g. 'dbserver1\\.inventory\\..*'; topics that appear later are picked up at the next "
+        "window and start from initial_offsets. Topics starting with '__' are never read.")
     kafka_conn_id: ConnId = "cdcflow_kafka"
     group_id: str | None = Field(
         default=None, description="Consumer group the offsets are mirrored to; default cdcflow-<name>."
@@ -108,9 +112,38 @@ class SourceConfig(StrictModel):
     @field_validator("topics")
     @classmethod
     def _unique_topics(cls, topics: list[str]) -> list[str]:
+        if not topics:
+            raise ValueError("expected at least 1 topic (or topics_regex instead of topics)")
         if len(set(topics)) != len(topics):
             raise ValueError("topics must be unique")
         return topics
+
+    @field_validator("topics_regex")
+    @classmethod
+    def _a_regex(cls, pattern: str | None) -> str | None:
+        if pattern is not None:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"expected a regular expression (Python's re, as Java's for these): {exc}") from None
+        return pattern
+
+    @model_validator(mode="after")
+    def _topics_or_regex(self) -> SourceConfig:
+        if bool(self.topics) == bool(self.topics_regex):
+            raise ValueError("expected either topics (a list) or topics_regex, not " +
+                             ("both" if self.topics else "neither"))
+        return self
+
+    def covers(self, topic: str) -> bool:
+        """Whether the pipeline reads ``topic``."""
+        if self.topics_regex is not None:
+            return not topic.startswith("__") and re.fullmatch(self.topics_regex, topic) is not None
+        return topic in self.topics
+
+    @property
+    def described(self) -> str:
+        return ", ".join(self.topics) if self.topics else f"/{self.topics_regex}/"
 
     @field_validator("consumer_config")
     @classmethod
@@ -195,6 +228,8 @@ class MySqlColumn(StrictModel):
 
 
 KAFKA_PK_COLUMNS = ("__connect_topic", "__connect_partition", "__connect_offset")
+# what a MySQL sink's table name may route by, as the Debezium JDBC sink's collection.name.format
+TABLE_PLACEHOLDERS = ("{topic}", "{source.table}", "{source.db}")
 
 
 class MySqlSinkConfig(StrictModel):
@@ -203,14 +238,16 @@ class MySqlSinkConfig(StrictModel):
     type: Literal["mysql"]
     name: str = "mysql"
     conn_id: ConnId = "cdcflow_mysql"
-    table: Identifier = Field(description="Table name; '{topic}' is replaced by the record's topic "
-                                          "(after the transforms), so one sink can feed several tables.")
+    table: Identifier = Field(description="Table name, or a template: '{topic}' is replaced by the record's topic "
+                                          "(after the transforms), '{source.table}' and '{source.db}' by the "
+                                          "change's source table and database; one sink can feed many tables.")
     pk_mode: Literal["record_value", "record_key", "kafka"] = Field(
         default="record_value", description="Where the primary key comes from (Kafka Connect's pk.mode).")
     primary_key: list[Identifier] = Field(
         default_factory=list, description="Key fields; record_key: default all fields of the key; kafka: unused.")
     columns: list[MySqlColumn] = Field(
-        default_factory=list, description="Explicit column mapping; empty: from the record schema (needs transforms).")
+        default_factory=list, description="Explicit column mapping; empty: from the record schema (Debezium's "
+        "Connect schema, schemas.enable=true, or the schema the transforms leave), with create_table: true.")
     create_table: bool = Field(default=False, description="Create missing tables (Kafka Connect's auto.create).")
     auto_evolve: bool = Field(default=False, description="Add nullable columns for new fields; never drops any.")
     batch_size: int = Field(default=500, ge=1, le=10_000, description="Rows per statement on the row path.")
@@ -227,8 +264,13 @@ class MySqlSinkConfig(StrictModel):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"column names must be unique, repeated: {dupes}")
-        if self.pk_mode == "record_value" and not self.primary_key:
-            raise ValueError("primary_key is required with pk_mode record_value")
+        if self.pk_mode == "record_value" and not self.primary_key and self.columns:
+            raise ValueError("primary_key is required with pk_mode record_value and declared columns (without "
+                             "columns the key comes from the record key's schema)")
+        unknown = sorted(set(re.findall(r"\{[^}]*\}", self.table)) - set(TABLE_PLACEHOLDERS))
+        if unknown:
+            raise ValueError(f"table {self.table!r}: unknown placeholder(s) {unknown}; expected "
+                             f"{', '.join(TABLE_PLACEHOLDERS)}")
         missing = [k for k in self.primary_key if k not in names]
         if self.columns and self.pk_mode != "kafka" and missing:
             raise ValueError(f"primary_key {missing} must be listed in columns {names}")
@@ -387,19 +429,21 @@ class PipelineConfig(StrictModel):
             if held.type != "mysql":
                 raise ValueError(f"offset_store.sink: sink {held.name!r} is {held.type}; the offsets can only be "
                                  "committed in a MySQL sink's transaction")
-            if "{topic}" in held.table:
+            if any(p in held.table for p in TABLE_PLACEHOLDERS):
                 raise ValueError(f"offset_store.sink: sink {held.name!r} routes to one table per topic ({held.table!r}); "
                                  "exactly-once writes the window's rows and offsets in one transaction into one table")
-        if self.errors.dlq_topic and self.errors.dlq_topic in self.source.topics:
-            raise ValueError("errors.dlq_topic must differ from the source topics")
+        if self.errors.dlq_topic and self.source.covers(self.errors.dlq_topic):
+            raise ValueError("errors.dlq_topic must differ from the source topics" +
+                             (" (source.topics_regex matches it)" if self.source.topics_regex else ""))
         if not self.transforms:
             if (self.source.key_converter, self.source.value_converter) != ("json", "json"):
                 raise ValueError("without transforms the values are decoded as Debezium envelopes and need the json "
                                  "converters; add transforms (e.g. HoistField) to use string, bytes or json_schema")
-            bare = [s.name for s in self.sinks if s.type == "mysql" and not s.columns]
+            bare = [s.name for s in self.sinks if s.type == "mysql" and not s.columns and not s.create_table]
             if bare:
-                raise ValueError(f"mysql sinks {bare} need columns: without transforms there is no record schema "
-                                 "to create the table from")
+                raise ValueError(f"mysql sinks {bare} need columns, or create_table: true to create each table from "
+                                 "the Connect schema of its records (the connector's JsonConverter with "
+                                 "schemas.enable=true)")
         elif self.versioning == "source_ts_ms" and not any(t.type == "ExtractNewRecordState" for t in self.transforms):
             raise ValueError("versioning source_ts_ms needs an ExtractNewRecordState transform (Debezium topics); "
                              "for other records set versioning: kafka_offset")

@@ -192,7 +192,7 @@ class Control:
         cfg = valid(name)
         stored = runner.stored_offsets(cfg, store_for(cfg))  # exactly-once: the MySQL sink's (the authority)
         return [PartitionOffsets(s.topic, s.partition, stored.get((s.topic, s.partition)), s.low, s.end)
-                for s in discover(runner.consumer_conf(cfg), list(cfg.source.topics))]
+                for s in discover(runner.consumer_conf(cfg), runner.source_topics(cfg))]
 
     def stored_offsets(self, name: str) -> dict[tuple[str, int], int]:
         from cdcflow import runner  # noqa: PLC0415
@@ -211,7 +211,7 @@ class Control:
         store = store_for(cfg)
         stored = store.load(cfg.name)
         rows = {(s.topic, s.partition): (stored.get((s.topic, s.partition)), s.end)
-                for s in discover(runner.consumer_conf(cfg), list(cfg.source.topics), timeout=10)}
+                for s in discover(runner.consumer_conf(cfg), runner.source_topics(cfg), timeout=10)}
         store.record_lag(cfg.name, "sample", rows)
         return rows
 
@@ -308,7 +308,7 @@ class Control:
             state = parts.get((topic, partition))
             if state is None:
                 problems.append(f"{topic}[{partition}] is not a partition of this pipeline's topics "
-                                f"{list(cfg.source.topics)}")
+                                f"({cfg.source.described})")
             elif off is not None and not state.log_start <= off <= state.log_end:
                 problems.append(f"{topic}[{partition}]: offset {off} is outside the log "
                                 f"[{state.log_start}, {state.log_end}]")

@@ -79,8 +79,8 @@ class RunParams:
             else:
                 starts = {}
                 for topic, parts in so.items():
-                    if topic not in cfg.source.topics:
-                        problems.append(f"start_offsets.{topic}: not a topic of this pipeline {cfg.source.topics}")
+                    if not cfg.source.covers(topic):
+                        problems.append(f"start_offsets.{topic}: not a topic of this pipeline ({cfg.source.described})")
                         continue
                     if not isinstance(parts, Mapping) or not parts:
                         problems.append(f"start_offsets.{topic}: expected {{partition: offset}}, got {parts!r}")
@@ -203,6 +203,14 @@ def kafka_client(cfg: PipelineConfig) -> dict[str, Any]:
     return get_connection(cfg.source.kafka_conn_id).kafka_config()
 
 
+def source_topics(cfg: PipelineConfig) -> Any:
+    """The topics to discover: the list, or the pattern of source.topics_regex (matched anew at every
+    plan, so topics created later are read from initial_offsets)."""
+    from connectors.kafka.reader import TopicPattern  # noqa: PLC0415
+
+    return list(cfg.source.topics) if cfg.source.topics else TopicPattern(cfg.source.topics_regex or "")
+
+
 def consumer_conf(cfg: PipelineConfig) -> dict[str, Any]:
     from connectors.kafka.client import consumer_config  # noqa: PLC0415 - confluent-kafka import
 
@@ -282,7 +290,7 @@ def plan(cfg: PipelineConfig, run_id: str, params: Mapping[str, Any] | None = No
     from connectors.kafka.reader import discover, offsets_for_time  # noqa: PLC0415
 
     conf = consumer_conf(cfg)
-    parts = {(s.topic, s.partition): s for s in discover(conf, list(cfg.source.topics))}
+    parts = {(s.topic, s.partition): s for s in discover(conf, source_topics(cfg))}
     stored = stored_offsets(cfg, store)
 
     def at_time(moment: datetime, froms: Mapping[TopicPartition, int] | None = None) -> dict[TopicPartition, int]:

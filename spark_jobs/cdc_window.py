@@ -33,7 +33,7 @@ from connectors.kafka.dlq import DeadLetterReporter, FailedRecord
 from connectors.kafka.reader import RAW_SPARK_SCHEMA, KafkaRangeReader, ReadOutcome, ReadRange
 from connectors.mysql.offsets import OffsetCommit
 from spark_jobs.session import activate
-from spark_jobs.sinks import SINK_TYPES, SinkTarget
+from spark_jobs.sinks import SINK_TYPES, SinkTarget, unroutable
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -285,6 +285,10 @@ def _run(spark: SparkSession, job: WindowJob,
     for target in job.sinks:
         kind = SINK_TYPES[target.config.type]
         for frame in frames:
+            lost = unroutable(target, frame.where("error_stage IS NULL"))
+            if lost is not None:
+                bad = _union(bad, lost.select(*RAW_COLUMNS, F.lit("transform").alias("error_stage"), "error_message",
+                                              F.lit(target.component).alias("component")))
             for concrete, subset in kind.expand(target, frame.where("error_stage IS NULL")):
                 projected = kind.project(subset, concrete.config)
                 per_sink.append((concrete, projected.where("error_message IS NULL")))

@@ -8,6 +8,8 @@ same row" means, for last-change-per-key), ``to_changes`` (an Arrow batch -> Cha
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -15,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from pydantic import ValidationError
 
-from cdcflow.config import KAFKA_PK_COLUMNS, ElasticsearchSinkConfig, MySqlSinkConfig
+from cdcflow.config import KAFKA_PK_COLUMNS, TABLE_PLACEHOLDERS, ElasticsearchSinkConfig, MySqlSinkConfig
 from cdcflow.errors import ConfigError
 from connectors.base import ArrowRecords, Change, Sink
 from connectors.mysql.sink import arrow_changes
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
     from pyspark.sql import types as T
 
 
@@ -142,22 +144,119 @@ def derive_mysql(cfg: MySqlSinkConfig, table: str, schema: T.StructType) -> MySq
         raise ConfigError(f"sink {cfg.name!r}: cannot derive table {table!r} from the record schema: {problems}") from None
 
 
+def table_name(template: str) -> Column:
+    """The table a change goes to: the template with {topic}, {source.table} and {source.db} filled
+    from the change (null when the change lacks a field the template needs)."""
+    from pyspark.sql import functions as F  # noqa: PLC0415
+
+    columns = {"{topic}": "route", "{source.table}": "source_table", "{source.db}": "source_db"}
+    parts = re.split(r"(\{[^}]*\})", template)
+    return F.concat(*[F.col(columns[p]) if p in columns else F.lit(p) for p in parts if p])
+
+
+def is_routed(cfg: MySqlSinkConfig) -> bool:
+    return any(p in cfg.table for p in TABLE_PLACEHOLDERS)
+
+
+def unroutable(target: SinkTarget, frame: DataFrame) -> DataFrame | None:
+    """The valid changes a routed MySQL sink cannot name a table for (the source field its template
+    needs is missing, or the name is not a table name a topic could give), with why; None when the
+    sink is not routed."""
+    from pyspark.sql import functions as F  # noqa: PLC0415
+
+    from spark_jobs.records import bad_route_reason  # noqa: PLC0415
+
+    cfg = target.config
+    if not isinstance(cfg, MySqlSinkConfig) or not is_routed(cfg) or "source_table" not in frame.columns:
+        return None
+    name = table_name(cfg.table)
+    reason = F.when(name.isNull(), F.lit(f"the change has no source field for table {cfg.table!r} "
+                                         "(source.table / source.db)")).otherwise(bad_route_reason(name))
+    return frame.where(reason.isNotNull()).withColumn("error_message", reason)
+
+
 def _mysql_expand(target: SinkTarget, frame: DataFrame) -> list[tuple[SinkTarget, DataFrame]]:
     from pyspark.sql import functions as F  # noqa: PLC0415
 
     cfg = target.config
     assert isinstance(cfg, MySqlSinkConfig)
-    routed, derived = "{topic}" in cfg.table, not cfg.columns
+    routed, derived = is_routed(cfg), not cfg.columns
     if not routed and not derived:
         return [(target, frame)]
-    routes = [r.route for r in frame.select("route").distinct().collect()] if routed else [None]
+    debezium = "row_schema" in frame.columns  # decoded envelopes: the Connect schema rides in row_schema
+    name = table_name(cfg.table) if routed else F.lit(cfg.table)
+    if routed:  # the others are dead letters (unroutable)
+        from spark_jobs.records import bad_route_reason  # noqa: PLC0415
+
+        frame = frame.where(name.isNotNull() & bad_route_reason(name).isNull())
+    tagged = frame.withColumn("_table", name)
+    if debezium:
+        described: dict[str, list[str]] = {}
+        tables: list[str] = []
+        for r in tagged.groupBy("_table").agg(F.collect_set("row_schema").alias("s")).collect():
+            tables.append(r["_table"])
+            described[r["_table"]] = r["s"]
+    else:
+        tables = [r["_table"] for r in tagged.select("_table").distinct().collect()]
     out = []
-    for route in sorted(r for r in routes if r is not None) if routed else routes:
-        table = cfg.table.replace("{topic}", route) if route is not None else cfg.table
-        subset = frame.where(F.col("route") == route) if route is not None else frame
-        eff = derive_mysql(cfg, table, frame.schema) if derived else cfg.model_copy(update={"table": table})
+    for table in sorted(tables):
+        subset = tagged.where(F.col("_table") == table).drop("_table")
+        if not derived:
+            eff = cfg.model_copy(update={"table": table})
+        elif debezium:
+            eff = derive_from_connect(target, table, described[table])
+        else:
+            eff = derive_mysql(cfg, table, frame.schema)
         out.append((replace(target, config=eff), subset))
     return out
+
+
+def derive_from_connect(target: SinkTarget, table: str, descriptions: list[str]) -> MySqlSinkConfig:
+    """A table's columns and key from the Connect schemas of its changes in this window (the
+    decoder's row_schema: connectors/debezium/types.mysql_columns). Several schemas (the source
+    table changed within the window): their columns together, the first one's types where they
+    overlap (auto_evolve adds the later ones' new columns). No schema in this window (only
+    deletes by key): the table as it is in MySQL."""
+    cfg = target.config
+    assert isinstance(cfg, MySqlSinkConfig)
+    columns: dict[str, dict[str, Any]] = {}
+    key: list[str] = []
+    for text in descriptions:
+        description = json.loads(text)
+        for column in description["columns"]:
+            columns.setdefault(column["name"], column)
+        key = key or description["key"]
+    if not columns:
+        columns, key = _existing_table(target, table)
+    pk = cfg.primary_key or key
+    if not pk:
+        raise ConfigError(f"sink {cfg.name!r}: table {table!r} has no primary key: the record key carries no schema "
+                          "(key.converter schemas.enable=false) and the sink declares no primary_key; declare "
+                          "primary_key")
+    missing = [k for k in pk if k not in columns]
+    if missing:
+        raise ConfigError(f"sink {cfg.name!r}: primary_key {missing} is not a field of table {table!r}'s records "
+                          f"({list(columns)})")
+    data = {**cfg.model_dump(), "table": table, "primary_key": pk,
+            "columns": [{**c, "nullable": c["nullable"] and c["name"] not in pk} for c in columns.values()]}
+    try:
+        return MySqlSinkConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"sink {cfg.name!r}: cannot create table {table!r} from the record schema: {problems}") from None
+
+
+def _existing_table(target: SinkTarget, table: str) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    from connectors.mysql.sink import existing_columns  # noqa: PLC0415
+
+    cfg = target.config
+    found = existing_columns(target.url, table)
+    if found is None:
+        raise ConfigError(f"sink {cfg.name!r}: table {table!r} does not exist and this window's changes of it carry "
+                          "no Connect schema to create it from (schemas.enable=false, or only deletes): declare the "
+                          "sink's columns")
+    columns, key = found
+    return {c["name"]: c for c in columns}, key
 
 
 def _mysql_prepare(target: SinkTarget) -> None:

@@ -26,7 +26,8 @@ def params_schema(cfg: PipelineConfig) -> dict[str, Any]:
             None, type=["null", "object"], title="Start offsets",
             description="Replay or rewind: {topic: {partition: offset}}. Only the listed partitions are "
                         "read; after the run, their stored offsets continue from the window's end.",
-            propertyNames={"enum": list(cfg.source.topics)},
+            propertyNames=({"enum": list(cfg.source.topics)} if cfg.source.topics else
+                           {"pattern": f"^(?:{cfg.source.topics_regex})$"}),
             additionalProperties={"type": "object", "minProperties": 1,
                                   "propertyNames": {"pattern": "^[0-9]+$"},
                                   "additionalProperties": {"type": "integer", "minimum": 0}},
@@ -60,7 +61,7 @@ def timetable(schedule: str | None) -> Any:
 def _doc(cfg: PipelineConfig, path: Path) -> str:
     sinks = ", ".join(f"{s.type}:{s.name}" for s in cfg.sinks)
     return (f"### cdcflow pipeline `{cfg.name}`\n\n{cfg.description}\n\n"
-            f"* config: `{path}`\n* topics: {', '.join(cfg.source.topics)}\n* sinks: {sinks}\n"
+            f"* config: `{path}`\n* topics: {cfg.source.described}\n* sinks: {sinks}\n"
             f"* window: {cfg.window.max_records} records / {cfg.window.max_duration:g}s, "
             f"stop_on_empty={cfg.window.stop_on_empty}\n* errors: tolerance={cfg.errors.tolerance}, "
             f"dlq={cfg.errors.dlq_topic}\n\nTrigger with `start_offsets` to replay from given offsets, with "

@@ -152,7 +152,9 @@ def create_app(service: ctl.Control | None = None) -> FastAPI:
     @app.get("/connectors/{name}/topics")
     def get_topics(name: str, user: Any = user_dep) -> Any:
         authorize(user, name, "GET")
-        return {name: {"topics": list(ctl.valid(name).source.topics)}}
+        source = ctl.valid(name).source
+        return {name: {"topics": list(source.topics) if source.topics else
+                       [s.topic for s in ctl.offsets(name) if s.partition == 0]}}
 
     @app.put("/connectors/{name}/pause", status_code=202)
     def pause(name: str, user: Any = user_dep) -> Response:

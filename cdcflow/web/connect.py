@@ -29,7 +29,8 @@ def _union_names(annotated: Any) -> list[str]:
 def flat_config(cfg: PipelineConfig) -> dict[str, str]:
     """A Connect-style flat string map: dotted paths, non-strings as JSON."""
     out = {"name": cfg.name, "connector.class": CONNECTOR_CLASS, "tasks.max": "1",
-           "topics": ",".join(cfg.source.topics)}
+           **({"topics": ",".join(cfg.source.topics)} if cfg.source.topics
+              else {"topics.regex": cfg.source.topics_regex or ""})}
 
     def walk(prefix: str, value: Any) -> None:
         if isinstance(value, dict) and value:

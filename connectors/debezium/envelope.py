@@ -13,6 +13,7 @@ only a key, and snapshot reads (``op: r``) are all changes.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -21,7 +22,15 @@ from typing import Any
 import msgspec
 import pyarrow as pa
 
-from connectors.debezium.types import BadValue, ColumnHint, FieldSchema, RowReader, compile_row, plain_text
+from connectors.debezium.types import (
+    BadValue,
+    ColumnHint,
+    FieldSchema,
+    RowReader,
+    compile_row,
+    mysql_columns,
+    plain_text,
+)
 
 VERSION_SHIFT = 1 << 20  # source_ts_ms versions: ts_ms * 2^20 + (offset mod 2^20), see docs/semantics.md
 MAX_SCHEMAS = 256  # compiled row readers kept per task (a window has few distinct schemas)
@@ -30,9 +39,16 @@ _STRING_MAP = pa.map_(pa.string(), pa.string())
 DECODED_FIELDS = [
     ("change_op", pa.string()), ("image", _STRING_MAP), ("image_json", pa.string()), ("version", pa.int64()),
     ("error_stage", pa.string()), ("error_message", pa.string()), ("route", pa.string()), ("key_image", _STRING_MAP),
+    ("source_db", pa.string()), ("source_table", pa.string()), ("schema_id", pa.string()), ("row_schema", pa.string()),
 ]
+# source_db/source_table: the change's source.db and source.table (table name templates route by them);
+# schema_id: the row's Connect schema (null without one); row_schema: the MySQL table it describes, as
+# JSON (types.mysql_columns), on the first record of each schema_id in a task (null on the others)
 DECODED_SPARK_COLUMNS = ("change_op string, image map<string,string>, image_json string, version bigint, "
-                         "error_stage string, error_message string, route string, key_image map<string,string>")
+                         "error_stage string, error_message string, route string, key_image map<string,string>, "
+                         "source_db string, source_table string, schema_id string, row_schema string")
+# fields ExtractNewRecordState adds to an unwrapped row (add.fields, delete.handling.mode=rewrite)
+UNWRAPPED_MARKERS = ("__op", "__deleted", "__source_ts_ms")
 
 _DECODE = msgspec.json.Decoder(float_hook=Decimal)
 _ENCODE = msgspec.json.Encoder(decimal_format="number")
@@ -65,6 +81,8 @@ class _Wrapped(msgspec.Struct):
 
 class _Source(msgspec.Struct):
     ts_ms: Any = None
+    db: Any = None
+    table: Any = None
 
 
 _TOP = msgspec.json.Decoder(_Top)
@@ -88,6 +106,10 @@ class Change:
     version: int | None = None
     error_stage: str | None = None
     error_message: str | None = None
+    source_db: str | None = None
+    source_table: str | None = None
+    schema_id: str | None = None
+    row_schema: str | None = None
 
 
 def _bigint(value: Any) -> int | None:
@@ -104,6 +126,10 @@ def _bigint(value: Any) -> int | None:
     return None
 
 
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 def _is_null(raw: msgspec.Raw | None) -> bool:
     """An absent part (empty Raw) or a JSON null."""
     return raw is None or len(raw) == 0 or bytes(raw).strip() == _RAW_NULL
@@ -117,11 +143,13 @@ class Decoder:
         self.hints = dict(hints or {})
         self.need_json = need_json
         self._readers: dict[bytes, RowReader] = {}
+        self._described: set[str] = set()
         self._schemaless = compile_row(None, self.hints)
 
     # -- schemas --------------------------------------------------------------------------------------
     def _reader(self, schema: msgspec.Raw | None, field: str) -> RowReader:
-        """The reader of the envelope field (before/after) under ``schema`` (the value's schema)."""
+        """The reader of the envelope field (before/after; "" for a schema that is the row itself)
+        under ``schema`` (the value's schema)."""
         if _is_null(schema):
             return self._schemaless
         cache_key = field.encode() + b"\x00" + bytes(schema)  # type: ignore[arg-type]
@@ -141,7 +169,30 @@ class Decoder:
         except (msgspec.DecodeError, BadValue, TypeError, AttributeError, KeyError, RecursionError):
             return self._schemaless
         row = parsed.field(field) if field else parsed
-        return compile_row(row, self.hints) if row is not None and row.type == "struct" else self._schemaless
+        if row is None or row.type != "struct":
+            return self._schemaless
+        reader = compile_row(row, self.hints)
+        reader.schema = row
+        reader.schema_id = hashlib.blake2b(bytes(schema), digest_size=8).hexdigest()
+        return reader
+
+    def _describe(self, reader: RowReader, key: bytes | None) -> str | None:
+        """The MySQL table of a row schema, the first time this task sees it (with the key's schema
+        for the primary key)."""
+        if reader.schema is None or reader.schema_id in self._described:
+            return None
+        self._described.add(reader.schema_id)
+        key_schema = None
+        if key is not None:
+            try:
+                wrapped = _WRAPPED.decode(key)
+                if not _is_null(wrapped.schema):
+                    key_schema = FieldSchema.parse(_DECODE.decode(wrapped.schema))
+            except (msgspec.DecodeError, msgspec.ValidationError, BadValue, TypeError, AttributeError, KeyError):
+                key_schema = None
+        row = FieldSchema(reader.schema.type, reader.schema.name, reader.schema.parameters, reader.schema.optional,
+                          tuple((n, f) for n, f in reader.schema.fields if not n.startswith("__")))
+        return _ENCODE.encode(mysql_columns(row, key_schema)).decode("utf-8")
 
     def _key(self, key: bytes | None) -> dict[str, str | None] | None:
         """The key as a row image (unwrapped from {schema, payload}); None when it is not an object."""
@@ -195,48 +246,87 @@ class Decoder:
             raise RecordError("converter", "value is not a JSON object (value.converter json)") from None
         schema = top.schema
         env: _Top | _Envelope = top
+        row_raw: msgspec.Raw | bytes = value  # the whole value, for a row unwrapped by ExtractNewRecordState
         if not _is_null(top.payload):
+            row_raw = top.payload
             try:
-                env = _ENVELOPE.decode(top.payload)  # type: ignore[arg-type]
+                env = _ENVELOPE.decode(top.payload)
             except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
                 raise RecordError("converter", "the {schema, payload} wrapper's payload is not a JSON object "
                                                "(value.converter json)") from None
         else:
             schema = None
-        op = env.op
-        if op is None:
-            raise RecordError("transform", "not a Debezium change event: no 'op' field (expected an envelope "
-                                           "with op, before, after, source)")
-        op = op if isinstance(op, str) else plain_text(op)
+        if env.op is None:
+            return self._unwrapped(offset, key, row_raw, schema)
+        op = env.op if isinstance(env.op, str) else plain_text(env.op)
         if op not in ("c", "r", "u", "d"):
             raise RecordError("transform", f"unknown Debezium op '{op}' (expected c, r, u or d)")
-        source_ts = None
+        source = _Source()
         if not _is_null(env.source):
             try:
-                source_ts = _bigint(_SOURCE.decode(env.source).ts_ms)  # type: ignore[arg-type]
+                source = _SOURCE.decode(env.source)
             except (msgspec.DecodeError, msgspec.ValidationError):
-                source_ts = None
-        ts = source_ts if source_ts is not None else _bigint(env.ts_ms)
-        if self.versioning == "kafka_offset":
-            version = offset
-        elif ts is None:
-            raise RecordError("transform", "no source.ts_ms nor ts_ms to version the change by "
-                                           "(versioning: source_ts_ms)")
-        else:
-            version = ts * VERSION_SHIFT + offset % VERSION_SHIFT
+                source = _Source()
+        source_ts = _bigint(source.ts_ms)
+        version = self._version(offset, source_ts if source_ts is not None else _bigint(env.ts_ms),
+                                "no source.ts_ms nor ts_ms to version the change by (versioning: source_ts_ms)")
+        origin = {"source_db": _text(source.db), "source_table": _text(source.table)}
         if op == "d":
             if not _is_null(env.before):
-                image, doc = self._image(env.before, self._reader(schema, "before"))  # type: ignore[arg-type]
-                return Change("delete", image, doc, version)
+                reader = self._reader(schema, "before")
+                image, doc = self._image(env.before, reader)
+                return Change("delete", image, doc, version, **origin, **self._schema_of(reader, key))
             key_image = self._key(key)
             if key_image is None:
                 raise RecordError("transform", "delete without a 'before' row image nor a JSON key")
             return Change("delete", key_image, _ENCODE.encode(key_image).decode("utf-8") if self.need_json else None,
-                          version)
+                          version, **origin)
         if _is_null(env.after):
             raise RecordError("transform", f"op '{op}' without an 'after' row image")
-        image, doc = self._image(env.after, self._reader(schema, "after"))  # type: ignore[arg-type]
-        return Change("upsert", image, doc, version)
+        reader = self._reader(schema, "after")
+        image, doc = self._image(env.after, reader)
+        return Change("upsert", image, doc, version, **origin, **self._schema_of(reader, key))
+
+    def _version(self, offset: int, ts: int | None, missing: str) -> int:
+        if self.versioning == "kafka_offset":
+            return offset
+        if ts is None:
+            raise RecordError("transform", missing)
+        return ts * VERSION_SHIFT + offset % VERSION_SHIFT
+
+    def _schema_of(self, reader: RowReader, key: bytes | None) -> dict[str, str | None]:
+        return {"schema_id": reader.schema_id, "row_schema": self._describe(reader, key)}
+
+    def _unwrapped(self, offset: int, key: bytes | None, row_raw: msgspec.Raw | bytes,
+                   schema: msgspec.Raw | None) -> Change:
+        """A row unwrapped by Debezium's ExtractNewRecordState (``add.fields`` gives ``__op``,
+        ``__source_ts_ms``, ``__table``, ``__db``; ``delete.handling.mode=rewrite`` gives ``__deleted``):
+        an upsert, or a delete when ``__deleted`` is true or ``__op`` is d. The added fields are not
+        part of the row."""
+        not_envelope = RecordError("transform", "not a Debezium change event: no 'op' field (expected an envelope "
+                                                "with op, before, after, source)")
+        try:
+            probe = _DECODE.decode(row_raw)
+        except (msgspec.DecodeError, RecursionError):
+            raise not_envelope from None
+        if not isinstance(probe, dict) or not any(m in probe for m in UNWRAPPED_MARKERS):
+            raise not_envelope
+        op = plain_text(probe.get("__op"))
+        deleted = plain_text(probe.get("__deleted")) == "true" or op == "d"
+        if op is not None and op not in ("c", "r", "u", "d"):
+            raise RecordError("transform", f"unknown Debezium op '{op}' in __op (expected c, r, u or d)")
+        version = self._version(offset, _bigint(probe.get("__source_ts_ms")),
+                                "no __source_ts_ms to version the change by (add source.ts_ms to the "
+                                "ExtractNewRecordState's add.fields, or set versioning: kafka_offset)")
+        reader = self._reader(schema, "")
+        row = {k: v for k, v in probe.items() if not k.startswith("__")}
+        try:
+            texts, docs = reader.read(row)
+        except BadValue as exc:
+            raise RecordError("converter", f"{exc}") from None
+        doc = _ENCODE.encode(docs).decode("utf-8") if self.need_json else None
+        return Change("delete" if deleted else "upsert", texts, doc, version, _text(probe.get("__db")),
+                      _text(probe.get("__table")), **self._schema_of(reader, key))
 
     # -- a batch --------------------------------------------------------------------------------------
     def decode_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -245,9 +335,20 @@ class Decoder:
         keys = batch.column("key").to_pylist()
         values = batch.column("value").to_pylist()
         changes = [self.decode(o, k, v) for o, k, v in zip(offsets, keys, values, strict=True)]
+        topics = batch.column("topic").to_pylist()
+        for change, topic in zip(changes, topics, strict=True):
+            if change.change_op == "delete" and change.source_table is None:
+                change.source_db, change.source_table = table_of_topic(topic)
         return pa.RecordBatch.from_arrays(
             [*batch.columns, *_change_arrays(changes, batch.column("topic"))],
             schema=pa.schema([*batch.schema, *[pa.field(n, t) for n, t in DECODED_FIELDS]]))
+
+
+def table_of_topic(topic: str) -> tuple[str | None, str | None]:
+    """(database, table) from a Debezium topic name, <topic.prefix>.<db>.<table> (mysql.adoc, "Topic
+    names"): where a tombstone, which has no source block, is routed by {source.table}."""
+    parts = topic.split(".")
+    return (parts[-2], parts[-1]) if len(parts) >= 3 else (None, None)
 
 
 def _change_arrays(changes: list[Change], topics: pa.Array) -> list[pa.Array]:
@@ -260,6 +361,10 @@ def _change_arrays(changes: list[Change], topics: pa.Array) -> list[pa.Array]:
         pa.array([c.error_message for c in changes], pa.string()),
         topics,
         pa.nulls(len(changes), _STRING_MAP),
+        pa.array([c.source_db for c in changes], pa.string()),
+        pa.array([c.source_table for c in changes], pa.string()),
+        pa.array([c.schema_id for c in changes], pa.string()),
+        pa.array([c.row_schema for c in changes], pa.string()),
     ]
 
 

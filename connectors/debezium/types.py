@@ -435,6 +435,8 @@ class RowReader:
 
     converters: dict[str, Converter]
     fallback: Converter = _plain
+    schema: FieldSchema | None = None  # the row's struct schema (None: schemaless)
+    schema_id: str | None = None
 
     def read(self, row: Mapping[str, Any]) -> tuple[dict[str, str | None], dict[str, Any]]:
         texts: dict[str, str | None] = {}
@@ -450,3 +452,54 @@ def compile_row(schema: FieldSchema | None, hints: Mapping[str, ColumnHint]) -> 
     if schema is None:  # schemaless: the declared columns decide
         return RowReader({name: hinted(h) for name, h in hints.items()})
     return RowReader({name: converter(s, hints.get(name)) for name, s in schema.fields})
+
+
+# -- MySQL columns from a Connect schema (create_table without declared columns) ----------------------
+_SIMPLE_MYSQL = {"int8": "TINYINT", "int16": "SMALLINT", "int32": "INT", "int64": "BIGINT", "float": "FLOAT",
+                 "float32": "FLOAT", "double": "DOUBLE", "float64": "DOUBLE", "boolean": "TINYINT(1)"}
+_NAMED_MYSQL = {DATE: "DATE", CONNECT_DATE: "DATE", TIME: "TIME(3)", CONNECT_TIME: "TIME(3)", MICRO_TIME: "TIME(6)",
+                NANO_TIME: "TIME(6)", TIMESTAMP: "DATETIME(3)", CONNECT_TIMESTAMP: "DATETIME(3)",
+                MICRO_TIMESTAMP: "DATETIME(6)", NANO_TIMESTAMP: "DATETIME(6)", ZONED_TIMESTAMP: "TIMESTAMP(6)",
+                ZONED_TIME: "TIME(6)", YEAR: "YEAR", JSON: "JSON", GEOMETRY: "GEOMETRY", POINT: "POINT",
+                VARIABLE_SCALE_DECIMAL: "DECIMAL(65,30)"}
+
+
+def _quoted_members(allowed: str) -> str:
+    return ",".join("'" + m.replace("\\", "\\\\").replace("'", "''") + "'" for m in allowed.split(",")) if allowed \
+        else "''"
+
+
+def mysql_type(schema: FieldSchema, is_key: bool = False) -> str:
+    """The MySQL column type for a field of this Connect schema (docs/types.md, "Tables from the
+    record schema"): the logical type decides where there is one (DECIMAL(p,s) from
+    connect.decimal.precision and scale, DATETIME(6) for MicroTimestamp, ENUM/SET with their values,
+    BIT(n) …); a key's text and bytes get bounded types (a primary key cannot be TEXT or BLOB)."""
+    p = schema.parameters
+    if schema.name == DECIMAL:
+        scale = int(p.get("scale", "0"))
+        precision = int(p.get("connect.decimal.precision", "65"))
+        return f"DECIMAL({min(max(precision, scale, 1), 65)},{min(scale, 30)})"
+    if schema.name in _NAMED_MYSQL:
+        return _NAMED_MYSQL[schema.name]
+    if schema.name == ENUM:
+        return f"ENUM({_quoted_members(p.get('allowed', ''))})"
+    if schema.name == ENUM_SET:
+        return f"SET({_quoted_members(p.get('allowed', ''))})"
+    if schema.name == BITS:
+        return f"BIT({min(max(int(p.get('length', '64')), 1), 64)})"
+    if schema.type in _SIMPLE_MYSQL:
+        return _SIMPLE_MYSQL[schema.type]
+    if schema.type == "string":
+        return "VARCHAR(255)" if is_key else "LONGTEXT"
+    if schema.type == "bytes":
+        return "VARBINARY(255)" if is_key else "LONGBLOB"
+    return "JSON"  # struct, array, map
+
+
+def mysql_columns(row: FieldSchema, key: FieldSchema | None) -> dict[str, Any]:
+    """The table a row schema (the envelope's after/before struct) and key schema describe:
+    {"columns": [{name, type, nullable}], "key": [field names]}."""
+    keys = [n for n, _s in key.fields] if key is not None and key.type == "struct" else []
+    return {"columns": [{"name": n, "type": mysql_type(s, n in keys), "nullable": s.optional and n not in keys}
+                        for n, s in row.fields],
+            "key": keys}

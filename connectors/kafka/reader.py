@@ -9,8 +9,9 @@ Arrow record batches, so the records go to the JVM without per-row pickling.
 from __future__ import annotations
 
 import json
+import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,8 +70,19 @@ def _error_collector(errors: list[KafkaError]) -> Any:
     return on_error
 
 
-def discover(conf: dict[str, Any], topics: list[str], timeout: float = 15.0) -> list[PartitionState]:
-    """List the topics' partitions with their first offset and true end offset."""
+@dataclass(frozen=True)
+class TopicPattern:
+    """Every topic whose whole name matches ``regex`` (never the internal '__' topics)."""
+
+    regex: str
+
+    def select(self, names: Iterable[str]) -> list[str]:
+        return sorted(n for n in names if not n.startswith("__") and re.fullmatch(self.regex, n))
+
+
+def discover(conf: dict[str, Any], topics: list[str] | TopicPattern, timeout: float = 15.0) -> list[PartitionState]:
+    """List the topics' partitions (a list, or the topics a pattern matches now) with their first
+    offset and true end offset."""
     servers = str(conf.get("bootstrap.servers"))
     errors: list[KafkaError] = []
     consumer = Consumer({**conf, "error_cb": _error_collector(errors), "fetch.wait.max.ms": 10})
@@ -80,6 +92,8 @@ def discover(conf: dict[str, Any], topics: list[str], timeout: float = 15.0) -> 
         except KafkaException as exc:
             raise convert_error(exc, "listing topics", servers) from exc
         tps: list[TopicPartition] = []
+        if isinstance(topics, TopicPattern):
+            topics = topics.select(meta.topics)
         for topic in topics:
             tmeta = meta.topics.get(topic)
             if tmeta is None or (tmeta.error is not None and tmeta.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):

@@ -113,6 +113,29 @@ def arrow_changes(batch: pa.RecordBatch, cfg: MySqlSinkConfig) -> list[Change]:
             for i, values in enumerate(zip(*cols, strict=True))]
 
 
+def existing_columns(url: str, table: str) -> tuple[list[dict[str, Any]], list[str]] | None:
+    """A table's columns ({name, type, nullable}, without cdcflow's own) and primary key, as MySQL
+    has them; None when the table does not exist."""
+    engine = sa.create_engine(url, poolclass=NullPool, connect_args={"connect_timeout": 10})
+    try:
+        with engine.connect() as conn:
+            rows = conn.exec_driver_sql(
+                "SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE FROM information_schema.COLUMNS "
+                "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION", (table,)).all()
+            key = [r[0] for r in conn.exec_driver_sql(  # in the key's order (a tombstone hashes the key in it)
+                "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = DATABASE() "
+                "AND TABLE_NAME = %s AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION", (table,))]
+    except DBAPIError as exc:
+        where = sa.make_url(url).render_as_string(hide_password=True)
+        raise SinkUnavailable(f"MySQL at {where} failed while reading the columns of table {table!r}: {exc.orig}") from exc
+    finally:
+        engine.dispose()
+    if not rows:
+        return None
+    columns = [{"name": r[0], "type": r[1], "nullable": r[2] == "YES"} for r in rows if r[0] != VERSION_COLUMN]
+    return columns, key
+
+
 class MySqlSink:
     """Writes changes to one table; see the module docstring for the guarantees."""
 
@@ -213,8 +236,8 @@ class MySqlSink:
         """Delete the tombstones of this sink's table(s) written more than ``older_than_s`` ago
         (retention.tombstones), in transactions of ``batch`` rows. Returns how many."""
         engine = self._make_engine()
-        # a routed table ('{topic}'): every table the template can produce
-        pattern = re.sub(r"([%_\\])", r"\\\1", self.cfg.table).replace("{topic}", "%")
+        # a routed table ('{topic}', '{source.table}' …): every table the template can produce
+        pattern = re.sub(r"\{[^}]*\}", "%", re.sub(r"([%_\\])", r"\\\1", self.cfg.table))
         total = 0
         try:
             with engine.begin() as conn:

@@ -97,8 +97,9 @@ def read_mysql(table: str) -> dict[int, dict[str, Any]]:
             point = tuple(values[-3:]) if values[-3] is not None else None
             row = dict(zip(names[:-1], values[:-3], strict=True))
             row["c_point"] = point
-            row["c_bit1"] = int.from_bytes(row["c_bit1"], "big") if row["c_bit1"] is not None else None
-            row["c_bit10"] = int.from_bytes(row["c_bit10"], "big") if row["c_bit10"] is not None else None
+            for bits in ("c_bit1", "c_bit10"):  # BIT(n) reads back as bytes (a table from the schema: BIT(1) is TINYINT(1))
+                if isinstance(row[bits], bytes):
+                    row[bits] = int.from_bytes(row[bits], "big")
             row["c_json"] = json.loads(row["c_json"]) if row["c_json"] is not None else None
             if isinstance(row["c_set"], set):
                 row["c_set"] = ",".join(m for m in ("red", "green", "blue") if m in row["c_set"])

@@ -42,7 +42,7 @@ def test_every_error_is_reported_with_file_line_path_and_value(tmp_path: Path) -
     for expected in [
         "line 1, name: expected string should match pattern",
         "'bad pipeline'",
-        "line 3, source.topics: expected list should have at least 1 item",
+        "line 3, source.topics: expected at least 1 topic (or topics_regex instead of topics)",
         "line 4, source.consumer_config: ['sasl.password']: credentials are not allowed in YAML",
         "line 6, window.max_records: expected input should be greater than or equal to 1; got -5",
         "line 7, window.max_duration: expected a duration such as 30, '30s', '5m' or '1h', got '10 minutes'",
