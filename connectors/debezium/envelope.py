@@ -325,8 +325,8 @@ class Decoder:
         except BadValue as exc:
             raise RecordError("converter", f"{exc}") from None
         doc = _ENCODE.encode(docs).decode("utf-8") if self.need_json else None
-        return Change("delete" if deleted else "upsert", texts, doc, version, _text(probe.get("__db")),
-                      _text(probe.get("__table")), **self._schema_of(reader, key))
+        return Change("delete" if deleted else "upsert", texts, doc, version, source_db=_text(probe.get("__db")),
+                      source_table=_text(probe.get("__table")), **self._schema_of(reader, key))
 
     # -- a batch --------------------------------------------------------------------------------------
     def decode_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:

@@ -116,3 +116,31 @@ def test_latest_change_per_key_wins_and_tombstones_take_their_delete_version(spa
     assert (rows[1].change_op, rows[1].c_1) == ("upsert", "second")
     assert rows[2].change_op == "delete" and rows[2].offset == 5
     assert rows[2].version == 14 * VERSION_SHIFT + 4  # the version of its delete event
+
+
+def test_rows_unwrapped_by_extract_new_record_state_are_changes() -> None:
+    """ExtractNewRecordState with add.fields=op,source.ts_ms,table and delete.handling.mode=rewrite
+    (Debezium's "New Record State Extraction" page): the row plus __op, __source_ts_ms, __table,
+    __deleted; with schemas the wrapper's schema is the row's struct."""
+    row_schema = {"type": "struct", "name": "dbserver1.inventory.products.Value", "optional": False, "fields": [
+        {"field": "id", "type": "int32", "optional": False},
+        {"field": "price", "type": "bytes", "optional": True, "name": "org.apache.kafka.connect.data.Decimal",
+         "parameters": {"scale": "2", "connect.decimal.precision": "10"}},
+        {"field": "__op", "type": "string", "optional": True},
+        {"field": "__source_ts_ms", "type": "int64", "optional": True},
+        {"field": "__table", "type": "string", "optional": True},
+        {"field": "__deleted", "type": "string", "optional": True}]}
+    upsert = {"id": 1, "price": "B88=", "__op": "u", "__source_ts_ms": 20, "__table": "products", "__deleted": "false"}
+    deleted = {**upsert, "__op": "d", "__source_ts_ms": 30, "__deleted": "true"}
+    rows = decoded([(b'{"id": 1}', json.dumps({"schema": row_schema, "payload": upsert}).encode()),
+                    (b'{"id": 1}', json.dumps(deleted).encode()),
+                    (b'{"id": 2}', json.dumps({"id": 2, "__deleted": "false"}).encode())])
+    assert (rows[0]["change_op"], rows[0]["image"], rows[0]["version"]) == (
+        "upsert", {"id": "1", "price": "19.99"}, 20 * VERSION_SHIFT)
+    assert json.loads(rows[0]["row_schema"])["columns"][1] == {"name": "price", "type": "DECIMAL(10,2)",
+                                                               "nullable": True}
+    assert rows[0]["source_table"] == "products"
+    assert (rows[1]["change_op"], rows[1]["version"]) == ("delete", 30 * VERSION_SHIFT + 1)
+    assert (rows[2]["error_stage"], rows[2]["error_message"]) == (
+        "transform", "no __source_ts_ms to version the change by (add source.ts_ms to the ExtractNewRecordState's "
+                     "add.fields, or set versioning: kafka_offset)")
