@@ -8,9 +8,12 @@ created again as op=c (the re-snapshot problem), and some values use the JsonCon
 
 from __future__ import annotations
 
+import base64
 import json
 import random
 from dataclasses import dataclass, field, replace
+from datetime import date, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 STATUSES = ("new", "paid", "shipped", "delivered", "cancelled")
@@ -36,6 +39,65 @@ class Stream:
         return [e for e in self.events if e.kind.startswith("broken")]
 
 
+# The orders table as Debezium's MySQL connector describes it, with the JsonConverter's schemas
+# (mysql.adoc "Data type mappings", defaults decimal.handling.mode=precise and
+# time.precision.mode=adaptive_time_microseconds): amount DECIMAL(10,2) is a Connect Decimal (base64
+# bytes of the unscaled value), ordered_on DATE an io.debezium.time.Date (days since 1970),
+# shipped_at DATETIME(6) an io.debezium.time.MicroTimestamp (µs since 1970).
+def _orders_row_schema(table: str) -> dict[str, Any]:
+    return {"type": "struct", "optional": True, "name": f"demo.inventory.{table}.Value", "fields": [
+        {"type": "int64", "optional": False, "field": "id"},
+        {"type": "string", "optional": True, "field": "customer"},
+        {"type": "string", "optional": True, "field": "status"},
+        {"type": "bytes", "optional": True, "name": "org.apache.kafka.connect.data.Decimal", "version": 1,
+         "parameters": {"scale": "2", "connect.decimal.precision": "10"}, "field": "amount"},
+        {"type": "int64", "optional": True, "field": "updated_ms"},
+        {"type": "int32", "optional": True, "name": "io.debezium.time.Date", "version": 1, "field": "ordered_on"},
+        {"type": "int64", "optional": True, "name": "io.debezium.time.MicroTimestamp", "version": 1,
+         "field": "shipped_at"}]}
+
+
+def _orders_envelope_schema(table: str) -> dict[str, Any]:
+    row = _orders_row_schema(table)
+    return {"type": "struct", "optional": False, "name": f"demo.inventory.{table}.Envelope", "version": 2, "fields": [
+        {**row, "field": "before"}, {**row, "field": "after"},
+        {"type": "struct", "optional": False, "name": "io.debezium.connector.mysql.Source", "field": "source",
+         "fields": [{"type": "string", "optional": False, "field": "connector"},
+                    {"type": "string", "optional": False, "field": "db"},
+                    {"type": "string", "optional": True, "field": "table"},
+                    {"type": "int64", "optional": False, "field": "ts_ms"}]},
+        {"type": "string", "optional": False, "field": "op"},
+        {"type": "int64", "optional": True, "field": "ts_ms"}]}
+
+
+EPOCH_DATE, EPOCH = date(1970, 1, 1), datetime(1970, 1, 1)
+
+
+def _debezium_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A row as the connector encodes it: the Decimal as base64 bytes, the date as days, the
+    datetime as µs."""
+    unscaled = int(Decimal(row["amount"]).scaleb(2))
+    length = max(1, (unscaled.bit_length() + 8) // 8)
+    return {**row, "amount": base64.b64encode(unscaled.to_bytes(length, "big", signed=True)).decode("ascii"),
+            "ordered_on": (row["ordered_on"] - EPOCH_DATE).days,
+            "shipped_at": None if row["shipped_at"] is None else (row["shipped_at"] - EPOCH) // timedelta(microseconds=1)}
+
+
+def _typed_key(i: int, table: str) -> bytes:
+    return json.dumps({"schema": {"type": "struct", "optional": False, "name": f"demo.inventory.{table}.Key",
+                                  "fields": [{"type": "int64", "optional": False, "field": "id"}]},
+                       "payload": {"id": i}}, separators=(",", ":")).encode()
+
+
+def _typed_envelope(op: str, before: dict[str, Any] | None, after: dict[str, Any] | None, ts: int,
+                    table: str) -> bytes:
+    payload = {"before": None if before is None else _debezium_row(before),
+               "after": None if after is None else _debezium_row(after), "op": op, "ts_ms": ts + 5,
+               "source": {"connector": "mysql", "db": "inventory", "table": table, "ts_ms": ts}}
+    return json.dumps({"schema": _orders_envelope_schema(table), "payload": payload}, separators=(",", ":"),
+                      ensure_ascii=False).encode()
+
+
 def _key(i: int, wrapped: bool) -> bytes:
     payload = {"id": i}
     if wrapped:
@@ -54,32 +116,49 @@ def _envelope(op: str, before: dict[str, Any] | None, after: dict[str, Any] | No
     return json.dumps(payload).encode()
 
 
-def _row(rng: random.Random, i: int, ts: int) -> dict[str, Any]:
-    return {"id": i, "customer": f"customer-{rng.randrange(1000):04d}", "status": rng.choice(STATUSES),
-            "amount": f"{rng.randrange(100, 100000) / 100:.2f}", "updated_ms": ts}
+def _row(rng: random.Random, i: int, ts: int, typed: bool = False) -> dict[str, Any]:
+    row = {"id": i, "customer": f"customer-{rng.randrange(1000):04d}", "status": rng.choice(STATUSES),
+           "amount": f"{rng.randrange(100, 100000) / 100:.2f}", "updated_ms": ts}
+    if typed:  # dates before 1970 too; shipped_at with microseconds, or not shipped yet
+        row["ordered_on"] = EPOCH_DATE + timedelta(days=rng.randrange(-4000, 20000))
+        row["shipped_at"] = (None if rng.random() < 0.2 else
+                             EPOCH + timedelta(microseconds=rng.randrange(-10**14, 2 * 10**15)))
+    return row
 
 
 def orders_stream(n: int = 200, keys: int = 40, seed: int = 7, broken: bool = True,
                   start_ts: int = 1_767_225_600_000, table: str = "orders", wrapped: float = 0.2,
-                  step_ms: int = 10, record_timestamps: bool = False) -> Stream:
+                  step_ms: int = 10, record_timestamps: bool = False, debezium_types: bool = False) -> Stream:
     """``n`` change events over ``keys`` order ids; with ``broken``, six poison records too.
     ``wrapped`` is the share of events written with the JsonConverter's {schema, payload} wrapper.
     Events are ``step_ms`` apart in source.ts_ms; with ``record_timestamps`` their Kafka record
-    timestamps are the same times (a tombstone gets its delete's)."""
+    timestamps are the same times (a tombstone gets its delete's). With ``debezium_types`` the rows also
+    have ordered_on (DATE) and shipped_at (DATETIME(6)), and every change is encoded as Debezium's MySQL
+    connector writes it, schemas included (Decimal bytes, days, µs; see _orders_row_schema)."""
     rng = random.Random(seed)
     out = Stream()
     ts = start_ts
     step = step_ms
+
+    def key(i: int, is_wrapped: bool) -> bytes:
+        return _typed_key(i, table) if debezium_types else _key(i, is_wrapped)
+
+    def envelope(op: str, before: dict[str, Any] | None, after: dict[str, Any] | None, ts: int,
+                 is_wrapped: bool) -> bytes:
+        if debezium_types:
+            return _typed_envelope(op, before, after, ts, table)
+        return _envelope(op, before, after, ts, is_wrapped, table)
+
     # the re-snapshot problem: a few rows arrive as op=r, then again as op=c
     for i in range(1, min(keys, 4) + 1):
         ts += step
-        row = _row(rng, i, ts)
-        out.events.append(Event(_key(i, False), _envelope("r", None, row, ts, False, table)))
+        row = _row(rng, i, ts, debezium_types)
+        out.events.append(Event(key(i, False), envelope("r", None, row, ts, False)))
         out.state[i] = row
     for i in range(1, min(keys, 4) + 1):
         ts += step
-        row = _row(rng, i, ts)
-        out.events.append(Event(_key(i, False), _envelope("c", None, row, ts, False, table)))
+        row = _row(rng, i, ts, debezium_types)
+        out.events.append(Event(key(i, False), envelope("c", None, row, ts, False)))
         out.state[i] = row
     while len(out.events) < n:
         ts += step
@@ -87,19 +166,19 @@ def orders_stream(n: int = 200, keys: int = 40, seed: int = 7, broken: bool = Tr
         is_wrapped = rng.random() < wrapped
         current = out.state.get(i)
         if current is None:
-            row = _row(rng, i, ts)
-            out.events.append(Event(_key(i, is_wrapped), _envelope("c", None, row, ts, is_wrapped, table)))
+            row = _row(rng, i, ts, debezium_types)
+            out.events.append(Event(key(i, is_wrapped), envelope("c", None, row, ts, is_wrapped)))
             out.state[i] = row
         elif rng.random() < 0.8:
             row = {**current, "status": rng.choice(STATUSES), "amount": f"{rng.randrange(100, 100000) / 100:.2f}",
                    "updated_ms": ts}
-            out.events.append(Event(_key(i, is_wrapped), _envelope("u", current, row, ts, is_wrapped, table)))
+            out.events.append(Event(key(i, is_wrapped), envelope("u", current, row, ts, is_wrapped)))
             out.state[i] = row
         else:
-            out.events.append(Event(_key(i, is_wrapped), _envelope("d", current, None, ts, is_wrapped, table)))
+            out.events.append(Event(key(i, is_wrapped), envelope("d", current, None, ts, is_wrapped)))
             del out.state[i]
             if rng.random() < 0.5:
-                out.events.append(Event(_key(i, is_wrapped), None, kind="tombstone"))
+                out.events.append(Event(key(i, is_wrapped), None, kind="tombstone"))
     if broken:
         out.events.extend(poison_records(rng, keys, ts, table))
     if record_timestamps:

@@ -54,7 +54,7 @@ def prepare() -> None:
             es = Elasticsearch(get_connection(sink.conn_id).http_url())
             es.options(ignore_status=404).indices.delete(index=sink.index.replace("{topic}", topic.lower()))
             es.close()
-    stream = cdcgen.orders_stream(EVENTS, KEYS, seed=SEED)
+    stream = cdcgen.orders_stream(EVENTS, KEYS, seed=SEED, debezium_types=True)
     cdcgen.produce(_bootstrap(), topic, stream.events, partitions=3)
     print(f"demo topic {topic!r}: {len(stream.events)} Debezium change events for {KEYS} orders "
           f"(inserts, updates, deletes, tombstones, op=r/op=c duplicates, {len(stream.broken)} broken records)")
@@ -77,20 +77,28 @@ def _report_elasticsearch(cfg: object, stream: cdcgen.Stream) -> bool:
     es.indices.refresh(index=index)
     hits = es.search(index=index, size=1000, sort=[{"id": "asc"}], version=True)["hits"]["hits"]
     print(f"\n== Elasticsearch index {index!r}: {len(hits)} documents (read back from 127.0.0.1) ==")
-    print(f"{'_id':>5}  {'customer':14} {'status':10} {'amount':>9}  {'updated_ms':>14}  _version")
+    print(f"{'_id':>5}  {'customer':14} {'status':10} {'amount':>9}  {'ordered_on':10}  {'shipped_at':26}  _version")
     for h in hits[:8]:
         d = h["_source"]
-        print(f"{h['_id']:>5}  {d['customer'][:14]:14} {d['status']:10} {d['amount']:>9}  {d['updated_ms']:>14}  {h['_version']}")
+        print(f"{h['_id']:>5}  {d['customer'][:14]:14} {d['status']:10} {d['amount']!s:>9}  {d.get('ordered_on')!s:10}  "
+              f"{d.get('shipped_at')!s:26}  {h['_version']}")
     if len(hits) > 8:
         print(f"  ... {len(hits) - 8} more")
     # Elasticsearch also holds the record whose customer is too long for MySQL's VARCHAR(32)
     accepted = {json_id(e) for e in stream.broken if e.kind == "broken:too-long"}
-    want = {str(i): r for i, r in stream.state.items()}
-    got = {h["_id"]: h["_source"] for h in hits}
+    want = {str(i): document(r) for i, r in stream.state.items()}
+    got = {h["_id"]: {**h["_source"], "amount": Decimal(str(h["_source"]["amount"]))} for h in hits}
     same = set(got) == set(want) | accepted and all(got[i] == want[i] for i in want)
     print(f"matches the state computed from the events: {'yes' if same else 'NO'}")
     es.close()
     return same
+
+
+def document(row: dict[str, object]) -> dict[str, object]:
+    """The document a row's change leaves: decimals exact, the date and the datetime in ISO-8601."""
+    shipped = row["shipped_at"]
+    return {**row, "amount": Decimal(str(row["amount"])), "ordered_on": row["ordered_on"].isoformat(),  # type: ignore[attr-defined]
+            "shipped_at": None if shipped is None else shipped.isoformat(timespec="microseconds")}  # type: ignore[attr-defined]
 
 
 def json_id(event: cdcgen.Event) -> str:
@@ -102,19 +110,23 @@ def json_id(event: cdcgen.Event) -> str:
 def report() -> int:
     cfg = find_pipeline(PIPELINE)
     sink = cfg.sinks[0]
-    stream = cdcgen.orders_stream(EVENTS, KEYS, seed=SEED)
+    stream = cdcgen.orders_stream(EVENTS, KEYS, seed=SEED, debezium_types=True)
     engine = sa.create_engine(get_connection(sink.conn_id).sqlalchemy_url())
     with engine.connect() as conn:
         rows = [tuple(r) for r in conn.exec_driver_sql(
-            f"SELECT id, customer, status, amount, updated_at, `__cdc_version` FROM `{sink.table}` ORDER BY id")]
+            f"SELECT id, customer, status, amount, updated_at, ordered_on, shipped_at, `__cdc_version` "
+            f"FROM `{sink.table}` ORDER BY id")]
     print(f"\n== MariaDB table {sink.table!r}: {len(rows)} rows (read back from 127.0.0.1) ==")
-    print(f"{'id':>5}  {'customer':14} {'status':10} {'amount':>9}  {'updated_at':>14}  version")
+    print("DECIMAL(10,2), DATE and DATETIME(6) arrived as Debezium writes them: Decimal bytes, days, microseconds")
+    print(f"{'id':>5}  {'customer':14} {'status':10} {'amount':>9}  {'updated_at':>14}  {'ordered_on':10}  "
+          f"{'shipped_at':26}  version")
     for r in rows[:12]:
-        print(f"{r[0]:>5}  {r[1]:14} {r[2]:10} {r[3]!s:>9}  {r[4]:>14}  {r[5]}")
+        print(f"{r[0]:>5}  {r[1]:14} {r[2]:10} {r[3]!s:>9}  {r[4]:>14}  {r[5]!s:10}  {r[6]!s:26}  {r[7]}")
     if len(rows) > 12:
         print(f"  ... {len(rows) - 12} more")
-    want = [(i, c, s, Decimal(a), u) for i, c, s, a, u in cdcgen.expected_rows(stream.state)]
-    same = [r[:5] for r in rows] == want
+    want = [(r["id"], r["customer"], r["status"], Decimal(r["amount"]), r["updated_ms"], r["ordered_on"],
+             r["shipped_at"]) for _i, r in sorted(stream.state.items())]
+    same = [r[:7] for r in rows] == want
     print(f"matches the state computed from the events: {'yes' if same else 'NO'}")
 
     es_ok = _report_elasticsearch(cfg, stream)
