@@ -9,6 +9,7 @@
 #   ./scripts/bench.sh --cluster-read                       read throughput on a standalone cluster,
 #                                                           1 worker vs 2 workers, 6 partitions
 #   ./scripts/bench.sh --wide [--columns 5,50,200]          a window against the table's width
+#   ./scripts/bench.sh --tables [--tables 1,50]             a window against the number of tables
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -17,5 +18,6 @@ source scripts/env.sh
 export PYTHONPATH="$CDCFLOW_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 if [ "${1:-}" = "--fixed-cost" ]; then shift; exec python -m bench.fixed_cost "$@"; fi
 if [ "${1:-}" = "--wide" ]; then shift; exec python -m bench.wide "$@"; fi
+if [ "${1:-}" = "--tables" ]; then shift; exec python -m bench.tables "$@"; fi
 if [ "${1:-}" = "--cluster-read" ]; then shift; exec python -m bench.cluster_read "$@"; fi
 python -m bench.run "$@"

@@ -29,7 +29,8 @@ def _typed(raw: Column, sql_type: str) -> Column:
     if t.base == "BIT":  # the bits as big-endian bytes: a quoted number would be stored as its characters
         bits = t.args[0] if t.args else 1
         digits = -(-bits // 8) * 2
-        unsigned = raw.try_cast("decimal(20,0)")
+        unsigned = F.coalesce(raw.try_cast("decimal(20,0)"), F.when(F.lower(raw) == "true", F.lit(1)).when(
+            F.lower(raw) == "false", F.lit(0)).cast("decimal(20,0)"))  # BIT(1) from a Connect boolean
         return F.when(unsigned.between(0, (1 << bits) - 1),
                       F.unhex(F.lpad(F.conv(unsigned.cast("string"), 10, 16), digits, "0")))
     if t.is_integer:

@@ -266,8 +266,35 @@ def _mysql_prepare(target: SinkTarget) -> None:
     sink.close()
 
 
+def _es_expand(target: SinkTarget, frame: DataFrame) -> list[tuple[SinkTarget, DataFrame]]:
+    """An index without a declared mapping gets one from the Connect schema of its changes
+    (connectors/debezium/types.es_property), one target per index the template routes to; changes
+    without a schema leave it to Elasticsearch's dynamic mapping, as before."""
+    from pyspark.sql import functions as F  # noqa: PLC0415
+
+    cfg = target.config
+    assert isinstance(cfg, ElasticsearchSinkConfig)
+    if cfg.mapping is not None or "row_schema" not in frame.columns:
+        return [(target, frame)]
+    routed = "{topic}" in cfg.index
+    by_route = {r["route"]: r["s"] for r in (frame.groupBy("route") if routed else frame.groupBy(F.lit(None).alias(
+        "route"))).agg(F.collect_set("row_schema").alias("s")).collect()}
+    if not any(by_route.values()):
+        return [(target, frame)]
+    out = []
+    for route, descriptions in sorted(by_route.items(), key=lambda kv: kv[0] or ""):
+        properties: dict[str, Any] = {}
+        for text in descriptions:
+            for name, prop in json.loads(text).get("properties", {}).items():
+                properties.setdefault(name, prop)
+        index = cfg.index.replace("{topic}", route.lower()) if routed else cfg.index
+        eff = cfg.model_copy(update={"index": index, "mapping": {"properties": properties} if properties else None})
+        out.append((replace(target, config=eff), frame.where(F.col("route") == route) if routed else frame))
+    return out
+
+
 SINK_TYPES: dict[str, SinkType] = {
     "mysql": SinkType(_mysql_project, _mysql_keys, arrow_changes, _mysql_open, _mysql_expand, _mysql_prepare),
     "elasticsearch": SinkType(_es_project, lambda cfg: None if cfg.key_ignore else ["c_0", "c_1"],
-                              _es_changes, _es_open),
+                              _es_changes, _es_open, _es_expand),
 }

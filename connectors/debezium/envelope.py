@@ -192,7 +192,11 @@ class Decoder:
                 key_schema = None
         row = FieldSchema(reader.schema.type, reader.schema.name, reader.schema.parameters, reader.schema.optional,
                           tuple((n, f) for n, f in reader.schema.fields if not n.startswith("__")))
-        return _ENCODE.encode(mysql_columns(row, key_schema)).decode("utf-8")
+        described = mysql_columns(row, key_schema)
+        for name, hint in self.hints.items():  # a declared BIGINT UNSIGNED gets its value back (long mode)
+            if hint.base == "BIGINT" and "UNSIGNED" in hint.type and name in described["properties"]:
+                described["properties"][name] = {"type": "unsigned_long"}
+        return _ENCODE.encode(described).decode("utf-8")
 
     def _key(self, key: bytes | None) -> dict[str, str | None] | None:
         """The key as a row image (unwrapped from {schema, payload}); None when it is not an object."""

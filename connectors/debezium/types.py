@@ -24,7 +24,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta, timezone
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 import msgspec
@@ -49,7 +49,6 @@ BITS = "io.debezium.data.Bits"
 GEOMETRY, POINT = "io.debezium.data.geometry.Geometry", "io.debezium.data.geometry.Point"
 
 _ENCODE = msgspec.json.Encoder(decimal_format="number")
-_DECIMAL_TEXT = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 
 
 class BadValue(ValueError):
@@ -322,7 +321,7 @@ def converter(schema: FieldSchema, hint: ColumnHint | None = None) -> Converter:
         return BY_NAME[schema.name]
     if schema.type in ("struct", "array", "map"):
         return _with(_struct_read)
-    if schema.type == "bytes":  # base64 in JSON, already the form MySQL's binary columns are given
+    if schema.type in ("bytes", "boolean"):  # bytes: base64 in JSON, the form binary columns are given
         return _plain
     if hint is not None:
         return hinted(hint)
@@ -370,26 +369,23 @@ SPATIAL_TYPES = frozenset({"GEOMETRY", "POINT", "LINESTRING", "POLYGON", "MULTIP
 
 
 def _temporal_text_read(v: Any) -> tuple[str | None, Any]:
-    """An ISO-8601 datetime written as text: with an offset (a ZonedTimestamp), the instant in UTC;
-    without one, the wall-clock value as it is. Anything else is left for the column's check."""
+    """An ISO-8601 datetime written as text: MySQL gets, with an offset (a ZonedTimestamp), the
+    instant in UTC, without one the wall-clock value. Anything else is left for the column's check."""
     if not isinstance(v, str):
         return _plain(v)
     try:
-        parsed = datetime.fromisoformat(v.strip())
+        datetime.fromisoformat(v.strip())
     except ValueError:
         return _plain(v)
-    utc = zoned_to_utc(v.strip())
-    doc = utc.isoformat(timespec="microseconds") + ("Z" if parsed.tzinfo is not None else "")
-    return datetime_text(utc), doc
+    return datetime_text(zoned_to_utc(v.strip())), v  # a string stays as sent in documents
 
 
 def _decimal_text_read(v: Any) -> tuple[str | None, Any]:
-    """A DECIMAL written as text (decimal.handling.mode=string) or as a JSON number: the text for
-    MySQL, an exact number for documents. Anything else is left for the column's check."""
-    if isinstance(v, str) and is_decimal_text(v.strip()):
-        d = Decimal(v.strip())
-        return decimal_text(d), d
-    return _plain(v)
+    """A DECIMAL written as text (decimal.handling.mode=string) or as a JSON number: its digits for
+    MySQL (a number in plain notation, never 1E+5); documents keep the value as sent."""
+    if isinstance(v, Decimal | int) and not isinstance(v, bool):
+        return decimal_text(Decimal(v)), v
+    return _plain(v)  # text: MySQL's DECIMAL (and the projection's check) read the digits as they are
 
 
 def _numbers_only(numbers: Converter) -> Converter:
@@ -417,16 +413,6 @@ def _binary(encoding: str) -> Converter:
             text = v
         return text, text
     return _with(read)
-
-
-def is_decimal_text(text: str) -> bool:
-    if not _DECIMAL_TEXT.match(text):
-        return False
-    try:
-        Decimal(text)
-    except InvalidOperation:
-        return False
-    return True
 
 
 @dataclass
@@ -498,8 +484,50 @@ def mysql_type(schema: FieldSchema, is_key: bool = False) -> str:
 
 def mysql_columns(row: FieldSchema, key: FieldSchema | None) -> dict[str, Any]:
     """The table a row schema (the envelope's after/before struct) and key schema describe:
-    {"columns": [{name, type, nullable}], "key": [field names]}."""
+    {"columns": [{name, type, nullable}], "key": [field names], "properties": the Elasticsearch
+    mapping's properties}."""
     keys = [n for n, _s in key.fields] if key is not None and key.type == "struct" else []
     return {"columns": [{"name": n, "type": mysql_type(s, n in keys), "nullable": s.optional and n not in keys}
                         for n, s in row.fields],
-            "key": keys}
+            "key": keys,
+            "properties": {n: p for n, s in row.fields if (p := es_property(s, n in keys)) is not None}}
+
+
+# -- Elasticsearch fields from a Connect schema (an index without a declared mapping) -----------------
+_SIMPLE_ES = {"int8": "byte", "int16": "short", "int32": "integer", "int64": "long", "float": "float",
+              "float32": "float", "double": "double", "float64": "double", "boolean": "boolean", "bytes": "binary"}
+_DATE = {"type": "date", "format": "strict_date_optional_time||epoch_millis"}
+_NAMED_ES: dict[str, dict[str, Any]] = {
+    **{n: _DATE for n in (DATE, CONNECT_DATE, TIMESTAMP, CONNECT_TIMESTAMP, MICRO_TIMESTAMP, NANO_TIMESTAMP,
+                          ZONED_TIMESTAMP)},
+    **{n: {"type": "keyword"} for n in (TIME, CONNECT_TIME, MICRO_TIME, NANO_TIME, ZONED_TIME, ENUM, ENUM_SET,
+                                        VARIABLE_SCALE_DECIMAL)},
+    YEAR: {"type": "short"}, JSON: {"type": "text"},
+    GEOMETRY: {"properties": {"wkb": {"type": "binary"}, "srid": {"type": "integer"}}},
+    POINT: {"properties": {"x": {"type": "double"}, "y": {"type": "double"}, "wkb": {"type": "binary"},
+                           "srid": {"type": "integer"}}},
+}
+
+
+def es_property(schema: FieldSchema, is_key: bool = False) -> dict[str, Any] | None:
+    """The Elasticsearch field for a Connect field (docs/types.md). Decimals stay exact: a
+    scaled_float up to 15 digits, unsigned_long for BIGINT UNSIGNED, else keyword (the document keeps
+    the exact number either way). Datetimes are ``date`` (searches see milliseconds; ``_source``
+    keeps the microseconds; ``date_nanos`` cannot hold dates before 1970). None: left to dynamic
+    mapping (structs, arrays, maps)."""
+    p = schema.parameters
+    if schema.name == DECIMAL:
+        scale, precision = int(p.get("scale", "0")), int(p.get("connect.decimal.precision", "65"))
+        if scale == 0 and precision == 20:  # BIGINT UNSIGNED, bigint.unsigned.handling.mode=precise
+            return {"type": "unsigned_long"}
+        return {"type": "scaled_float", "scaling_factor": 10 ** scale} if precision <= 15 else {"type": "keyword"}
+    if schema.name in _NAMED_ES:
+        return _NAMED_ES[schema.name]
+    if schema.name == BITS:
+        return {"type": "unsigned_long" if int(p.get("length", "64")) > 63 else "long"}
+    if schema.type in _SIMPLE_ES:
+        return {"type": _SIMPLE_ES[schema.type]}
+    if schema.type == "string":
+        return {"type": "keyword"} if is_key else {"type": "text", "fields": {"keyword": {"type": "keyword",
+                                                                                           "ignore_above": 256}}}
+    return None

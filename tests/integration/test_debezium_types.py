@@ -107,10 +107,16 @@ def read_mysql(table: str) -> dict[int, dict[str, Any]]:
     return out
 
 
-def doc_value(name: str, value: Any) -> Any:
-    """The JSON value Elasticsearch keeps for the source value (_source as sent)."""
+def doc_value(name: str, value: Any, modes: dict[str, Any]) -> Any:
+    """The JSON value Elasticsearch keeps for the source value (_source as sent). Where the
+    connector writes a value as a string (decimal.handling.mode=string, a ZonedTimestamp without the
+    schema to say so), the document keeps the string."""
     if value is None:
         return None
+    if name == "c_decimal" and modes.get("decimal_mode") == "string":
+        return fx._decimal_value(value, 2, "string")
+    if name.startswith("c_timestamp") and modes.get("schemas") is False:
+        return fx._zoned_timestamp(value, 3 if name == "c_timestamp3" else 0)
     if isinstance(value, bytes):
         return base64.b64encode(value).decode()
     if isinstance(value, dt.timedelta):
@@ -123,8 +129,6 @@ def doc_value(name: str, value: Any) -> Any:
         return value.isoformat(timespec="microseconds")
     if isinstance(value, dt.date):
         return value.isoformat()
-    if name in ("c_bit1",):
-        return int(value)
     if name == "c_json":
         return json.loads(value)
     if name == "c_point":
@@ -150,7 +154,7 @@ def read_es(index: str) -> dict[int, dict[str, Any]]:
 
 
 def run(config_dir: Path, store: OffsetStore, spark: Any, encodings: dict[str, str] | None = None,
-        **modes: Any) -> tuple[str, str, dict[str, Any]]:
+        mapping: dict[str, Any] | None = ES_MAPPING, **modes: Any) -> tuple[str, str, dict[str, Any]]:
     table, index = unique("all_types"), unique("all-types").replace("_", "-")
     columns = [{**c, **({"encoding": encodings[c["name"]]} if encodings and c["name"] in encodings else {})}
                for c in COLUMNS]
@@ -158,14 +162,14 @@ def run(config_dir: Path, store: OffsetStore, spark: Any, encodings: dict[str, s
         {"type": "mysql", "name": "rows", "conn_id": "cdcflow_mysql", "table": table, "create_table": True,
          "primary_key": ["id"], "columns": columns},
         {"type": "elasticsearch", "name": "docs", "conn_id": "cdcflow_elasticsearch", "index": index,
-         "id_fields": ["id"], "mapping": ES_MAPPING, "behavior_on_null_values": "delete"}])
+         "id_fields": ["id"], "behavior_on_null_values": "delete", **({"mapping": mapping} if mapping else {})}])
     events = [cdcgen.Event(k, v) for k, v in fx.events(**modes)]
     cdcgen.produce(bootstrap(), cfg.source.topics[0], events, partitions=1)
     stats = runner.run_window(cfg, unique("run"), store=store, spark=spark)
     return table, index, stats
 
 
-def check(table: str, index: str, stats: dict[str, Any], time_mode: str) -> None:
+def check(table: str, index: str, stats: dict[str, Any], time_mode: str, **modes: Any) -> None:
     assert stats["dead_lettered"] == 0, stats
     expected = final_rows(time_mode)
     got = read_mysql(table)
@@ -177,7 +181,7 @@ def check(table: str, index: str, stats: dict[str, Any], time_mode: str) -> None
     assert sorted(docs) == sorted(expected)
     for key, row in expected.items():
         for name, value in row.items():
-            assert docs[key].get(name) == doc_value(name, value), f"ES doc {key} field {name} ({fx.DOCS[name]})"
+            assert docs[key].get(name) == doc_value(name, value, modes), f"ES doc {key} field {name} ({fx.DOCS[name]})"
 
 
 @pytest.mark.parametrize("time_mode", ["adaptive_time_microseconds", "connect"])
@@ -192,10 +196,27 @@ def test_every_type_with_string_decimals_hex_binary_and_precise_unsigned(config_
     hexed = {"c_binary": "hex", "c_varbinary": "hex", "c_blob": "hex"}
     table, index, stats = run(config_dir, store, spark, encodings=hexed, decimal_mode="string", binary_mode="hex",
                               bigint_unsigned_mode="precise")
-    check(table, index, stats, "adaptive_time_microseconds")
+    check(table, index, stats, "adaptive_time_microseconds", decimal_mode="string")
 
 
 def test_every_type_without_the_schema_wrapper_read_by_the_declared_columns(config_dir: Path, store: OffsetStore,
                                                                             spark: Any) -> None:
     table, index, stats = run(config_dir, store, spark, encodings=SCHEMALESS_ENCODINGS, schemas=False)
+    check(table, index, stats, "adaptive_time_microseconds", schemas=False)
+
+
+# the index mapping an index without a declared mapping gets from the Connect schema (docs/types.md)
+DERIVED_ES = {"c_tinyint": {"type": "byte"}, "c_boolean": {"type": "boolean"}, "c_bigint_unsigned": {"type": "unsigned_long"},
+              "c_decimal": {"type": "scaled_float", "scaling_factor": 100.0}, "c_binary": {"type": "binary"},
+              "c_date": {"type": "date"}, "c_datetime6": {"type": "date"},  # ES's default format, as declared
+              "c_timestamp3": {"type": "date"},
+              "c_time6": {"type": "keyword"}, "c_year": {"type": "short"}, "c_enum": {"type": "keyword"},
+              "c_bit10": {"type": "long"}, "c_json": {"type": "text"}}
+
+
+def test_an_index_without_a_mapping_gets_one_from_the_schema(config_dir: Path, store: OffsetStore, spark: Any) -> None:
+    table, index, stats = run(config_dir, store, spark, mapping=None)
     check(table, index, stats, "adaptive_time_microseconds")
+    url = get_connection("cdcflow_elasticsearch").http_url()
+    properties = requests.get(f"{url}/{index}/_mapping", timeout=30).json()[index]["mappings"]["properties"]
+    assert {k: properties[k] for k in DERIVED_ES} == DERIVED_ES

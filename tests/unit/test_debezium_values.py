@@ -90,12 +90,13 @@ def test_bad_values_say_what_they_are() -> None:
 
 def test_schemaless_values_are_read_by_the_declared_column() -> None:
     assert hinted(ColumnHint("DECIMAL(10,2)", "base64"))("B88=") == ("19.99", Decimal("19.99"))
-    assert hinted(ColumnHint("DECIMAL(10,2)"))("19.90") == ("19.90", Decimal("19.90"))
+    assert hinted(ColumnHint("DECIMAL(10,2)"))("19.90") == ("19.90", "19.90")  # a string stays one in documents
+    assert hinted(ColumnHint("DECIMAL(10,2)"))(Decimal("1E+5")) == ("100000", Decimal("1E+5"))
     assert hinted(ColumnHint("DATE"))(-3653)[0] == "1960-01-01"
     assert hinted(ColumnHint("DATE"))("1960-01-01")[0] == "1960-01-01"
     assert hinted(ColumnHint("DATETIME(6)", "us"))(1)[0] == "1970-01-01 00:00:00.000001"
     assert hinted(ColumnHint("DATETIME(3)", "ms"))(1709212455123)[0] == "2024-02-29 13:14:15.123000"
-    assert hinted(ColumnHint("TIMESTAMP"))("2024-02-29T14:14:15+01:00")[0] == "2024-02-29 13:14:15.000000"
+    assert hinted(ColumnHint("TIMESTAMP"))("2024-02-29T14:14:15+01:00") == ("2024-02-29 13:14:15.000000", "2024-02-29T14:14:15+01:00")
     assert hinted(ColumnHint("TIME(6)", "us"))(1)[0] == "00:00:00.000001"
     assert hinted(ColumnHint("BLOB", "hex"))("00ff")[0] == "AP8="
     assert hinted(ColumnHint("BLOB", "text"))("ab")[0] == "YWI="
