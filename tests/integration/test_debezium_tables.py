@@ -121,7 +121,7 @@ def _key_change(old: int, new: int) -> list[cdcgen.Event]:
     """UPDATE all_types SET id = new WHERE id = old, as the connector writes it: a delete of the old
     key carrying __debezium.newkey, its tombstone, and a create of the new key carrying
     __debezium.oldkey (mysql.adoc, "Primary key updates")."""
-    create, _c2, _c3, update, _delete, _tomb = fx.events()
+    update = fx.events()[3]
     doc = json.loads(update[1])  # the update of row 1, as the connector would split it
     old_key, new_key = (update[0].replace(b'"payload":{"id":1}', f'"payload":{{"id":{k}}}'.encode())
                         for k in (old, new))
