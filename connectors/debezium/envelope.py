@@ -54,24 +54,21 @@ _DECODE = msgspec.json.Decoder(float_hook=Decimal)
 _ENCODE = msgspec.json.Encoder(decimal_format="number")
 
 
-class _Top(msgspec.Struct):
-    """The top level of a value: the wrapper's two fields, or the envelope itself (raw parts)."""
+class _Envelope(msgspec.Struct):
+    """A Debezium envelope, its parts left as raw JSON until they are needed."""
+
+    op: Any = None
+    before: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
+    after: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
+    source: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
+    ts_ms: Any = None
+
+
+class _Top(_Envelope):
+    """The top level of a value: the JsonConverter's wrapper (schema, payload), or the envelope itself."""
 
     schema: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
     payload: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
-    op: Any = None
-    before: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
-    after: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
-    source: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
-    ts_ms: Any = None
-
-
-class _Envelope(msgspec.Struct):
-    op: Any = None
-    before: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
-    after: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
-    source: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
-    ts_ms: Any = None
 
 
 class _Wrapped(msgspec.Struct):

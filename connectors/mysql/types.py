@@ -120,23 +120,22 @@ def parse_type(text: str) -> ColumnType:
     def peek(k: int = 0) -> tuple[str, str] | None:
         return toks[i + k] if i + k < len(toks) else None
 
-    def take_args() -> tuple[int, ...]:
+    def take_list(kind: str, what: str) -> list[str]:
+        """The comma-separated tokens of ``kind`` inside the parentheses at ``i``."""
         nonlocal i
-        if peek() != ("sym", "("):
-            return ()
-        args, i = [], i + 1
+        items, i = [], i + 1
         while True:
             tok = peek()
-            if tok is None or tok[0] != "num":
-                raise TypeSyntaxError(f"{text!r}: expected a number inside the parentheses")
-            args.append(int(tok[1]))
+            if tok is None or tok[0] != kind:
+                raise TypeSyntaxError(f"{text!r}: {what}")
+            items.append(tok[1])
             i += 1
             if peek() == ("sym", ","):
                 i += 1
                 continue
             if peek() == ("sym", ")"):
                 i += 1
-                return tuple(args)
+                return items
             raise TypeSyntaxError(f"{text!r}: expected ',' or ')'")
 
     base = toks[0][1]
@@ -150,26 +149,11 @@ def parse_type(text: str) -> ColumnType:
     if base in ("ENUM", "SET"):
         if peek() != ("sym", "("):
             raise TypeSyntaxError(f"{text!r}: {base} needs its values, e.g. {base}('a','b')")
-        i += 1
-        vals = []
-        while True:
-            tok = peek()
-            if tok is None or tok[0] != "str":
-                raise TypeSyntaxError(f"{text!r}: {base} values are quoted strings, e.g. {base}('a','b')")
-            vals.append(_unquote(tok[1]))
-            i += 1
-            if peek() == ("sym", ","):
-                i += 1
-                continue
-            if peek() == ("sym", ")"):
-                i += 1
-                break
-            raise TypeSyntaxError(f"{text!r}: expected ',' or ')' between {base} values")
-        if base == "SET" and len(vals) > 64:
+        values = tuple(_unquote(v) for v in take_list("str", f"{base} values are quoted strings, e.g. {base}('a','b')"))
+        if base == "SET" and len(values) > 64:
             raise TypeSyntaxError(f"{text!r}: a SET has at most 64 members")
-        values = tuple(vals)
-    else:
-        args = take_args()
+    elif peek() == ("sym", "("):
+        args = tuple(int(n) for n in take_list("num", "expected a number inside the parentheses"))
     base = {"INTEGER": "INT", "BOOL": "BOOLEAN", "DEC": "DECIMAL", "NUMERIC": "DECIMAL", "FIXED": "DECIMAL",
             "REAL": "DOUBLE"}.get(base, base)
     _check(text, base, args)
