@@ -154,3 +154,30 @@ def test_a_primary_key_change_leaves_the_row_under_its_new_key_only(config_dir: 
     rows = read_mysql(cfg.sinks[0].table)
     assert sorted(rows) == [2, 3, 10]
     assert rows[10]["c_varchar"] == fx.UPDATE_1["c_varchar"] and rows[10]["c_decimal"] == fx.UPDATE_1["c_decimal"]
+
+
+def test_auto_evolve_adds_the_columns_of_a_later_schema(config_dir: Path, store: OffsetStore, spark: Any) -> None:
+    """ALTER TABLE all_types ADD COLUMN c_note VARCHAR(64) at the source: the connector's later events
+    carry the column in both row schemas; the table created from the first schema gains it."""
+    cfg = make_pipeline(config_dir, sinks=[
+        {"type": "mysql", "name": "rows", "conn_id": "cdcflow_mysql", "table": unique("evolve"),
+         "create_table": True, "auto_evolve": True}])
+    topic, table = cfg.source.topics[0], cfg.sinks[0].table
+    cdcgen.produce(bootstrap(), topic, [cdcgen.Event(k, v) for k, v in fx.events()[:3]], partitions=1)
+    runner.run_window(cfg, "run-1", store=store, spark=spark)
+    assert "c_note" not in column_types(table)
+
+    key, value = edited(fx.events()[3], 600)
+    doc = json.loads(value)
+    for part in doc["schema"]["fields"][:2]:  # before and after
+        part["fields"].append({"type": "string", "optional": True, "field": "c_note"})
+    doc["payload"]["before"]["c_note"] = None
+    doc["payload"]["after"]["c_note"] = "added at the source"
+    later = json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
+    cdcgen.produce(bootstrap(), topic, [cdcgen.Event(key, later)], partitions=1, create=False)
+    stats = runner.run_window(cfg, "run-2", store=store, spark=spark)
+
+    assert stats["dead_lettered"] == 0 and column_types(table)["c_note"] == "longtext"
+    with mysql_engine().connect() as conn:
+        assert conn.exec_driver_sql(f"SELECT id, c_note FROM `{table}` ORDER BY id").all() == [
+            (1, "added at the source"), (2, None), (3, None)]

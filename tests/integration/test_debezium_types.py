@@ -191,12 +191,15 @@ def test_every_type_in_the_connectors_default_modes(config_dir: Path, store: Off
     check(table, index, stats, time_mode)
 
 
-def test_every_type_with_string_decimals_hex_binary_and_precise_unsigned(config_dir: Path, store: OffsetStore,
-                                                                          spark: Any) -> None:
-    hexed = {"c_binary": "hex", "c_varbinary": "hex", "c_blob": "hex"}
-    table, index, stats = run(config_dir, store, spark, encodings=hexed, decimal_mode="string", binary_mode="hex",
-                              bigint_unsigned_mode="precise")
-    check(table, index, stats, "adaptive_time_microseconds", decimal_mode="string")
+@pytest.mark.parametrize(("decimal_mode", "binary_mode", "bigint_unsigned_mode"), [
+    ("string", "hex", "precise"), ("double", "base64", "long")])
+def test_every_type_in_the_other_decimal_binary_and_unsigned_modes(config_dir: Path, store: OffsetStore, spark: Any,
+                                                                   decimal_mode: str, binary_mode: str,
+                                                                   bigint_unsigned_mode: str) -> None:
+    binary = {"c_binary": binary_mode, "c_varbinary": binary_mode, "c_blob": binary_mode}
+    table, index, stats = run(config_dir, store, spark, encodings=binary, decimal_mode=decimal_mode,
+                              binary_mode=binary_mode, bigint_unsigned_mode=bigint_unsigned_mode)
+    check(table, index, stats, "adaptive_time_microseconds", decimal_mode=decimal_mode)
 
 
 def test_every_type_without_the_schema_wrapper_read_by_the_declared_columns(config_dir: Path, store: OffsetStore,
