@@ -23,7 +23,13 @@ def _typed(raw: Column, sql_type: str) -> Column:
     t = parse_type(sql_type)
     if t.base in ("DATETIME", "TIMESTAMP"):  # ISO strings (to_json) -> MySQL's format
         ts = raw.try_cast("timestamp")
-        return F.when(ts.isNotNull(), F.date_format(ts, "yyyy-MM-dd HH:mm:ss.SSSSSS")).otherwise(raw)
+        # a bare number that is not one of MySQL's own numeric forms (YYMMDD, YYYYMMDD, YYMMDDhhmmss,
+        # YYYYMMDDhhmmss) is epoch time without its declared encoding: refused here, with what to declare
+        epoch = raw.rlike("^-?[0-9]+$") & ~F.length(raw).isin(6, 8, 12, 14)
+        return F.when(epoch, F.lit(None).cast("string")).when(
+            ts.isNotNull(), F.date_format(ts, "yyyy-MM-dd HH:mm:ss.SSSSSS")).otherwise(raw)
+    if t.base == "TIME":  # MySQL reads up to 7 digits as [H]HHMMSS; more is time since midnight in ms/µs/ns
+        return F.when(raw.rlike("^-?[0-9]{8,}$"), F.lit(None).cast("string")).otherwise(raw)
     if t.is_binary or t.is_spatial:  # base64 in the image; spatial: MySQL's internal form (SRID + WKB)
         return F.try_to_binary(raw, F.lit("base64"))
     if t.base == "BIT":  # the bits as big-endian bytes: a quoted number would be stored as its characters

@@ -144,3 +144,16 @@ def test_rows_unwrapped_by_extract_new_record_state_are_changes() -> None:
     assert (rows[2]["error_stage"], rows[2]["error_message"]) == (
         "transform", "no __source_ts_ms to version the change by (add source.ts_ms to the ExtractNewRecordState's "
                      "add.fields, or set versioning: kafka_offset)")
+
+
+def test_a_value_in_another_form_says_what_to_declare(spark: Any) -> None:
+    """Without schemas, a DATETIME arriving as epoch ms, or a DECIMAL as Debezium's base64, cannot be
+    read without the column's encoding: the dead letter says which to declare."""
+    sink = MySqlSinkConfig(type="mysql", table="t", primary_key=["id"], columns=[
+        {"name": "id", "type": "BIGINT"}, {"name": "at", "type": "DATETIME(3)"}, {"name": "price", "type": "DECIMAL(10,2)"}])
+    df = frame(spark, [(b'{"id":1}', env("c", None, {"id": 1, "at": 1709212455123, "price": "B88="}, 1))])
+    message = project_for_sink(df, sink).collect()[0].error_message
+    assert "field 'at' = '1709212455123' is not a valid DATETIME(3) (a number is time since the epoch" in message
+    assert "declare the column's encoding: ms, us or ns" in message
+    assert "field 'price' = 'B88=' is not a valid DECIMAL(10,2) (this looks like the base64 Decimal" in message
+    assert "declare encoding: base64" in message
