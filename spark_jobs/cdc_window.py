@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from cdcflow import errors as cdc_errors
 from cdcflow import faults
@@ -43,6 +44,7 @@ REPORT_SCHEMA = "reported long"
 DLQ_CLASS_KEY = "dlq:"  # sink dead letters by error class ride in the writer's extra stats
 WRITE_SCHEMA = "sink string, upserted long, deleted long, stale long, failed long, extra string"
 SINK_OFFSETS_KEY = "sink_offsets"  # the offset sink's commit result, in its writer's extra stats
+UNFIT_KEY = "unfit"  # rows a writer sent to the DLQ because their values do not fit (reports_own_errors)
 MAX_EXAMPLES = 5
 SMALL_WINDOW = 20_000  # records; up to this, each sink is written by one task (no shuffle)
 SINK_CONCURRENCY = 4  # sink targets written at the same time (routed tables can be many)
@@ -158,10 +160,30 @@ def _reporter(job: WindowJob) -> Callable[[Iterator[pa.RecordBatch]], Iterator[p
     return report
 
 
+def _rejected(batch: pa.RecordBatch, component: str) -> tuple[pa.RecordBatch, list[FailedRecord]]:
+    """The rows of a writer's batch whose values do not fit their columns (error_message set, for the
+    targets that report their own, see ``reports_own_errors``) as dead letters, and the rest."""
+    if "error_message" not in batch.schema.names or batch.column("error_message").null_count == batch.num_rows:
+        return batch, []
+    errors = batch.column("error_message")
+    bad = batch.filter(pc.is_valid(errors)).to_pylist()
+    return batch.filter(pc.is_null(errors)), [_failed_from_row(r, "transform", component, r["error_message"])
+                                              for r in bad]
+
+
+def reports_own_errors(target: SinkTarget, frame: DataFrame) -> bool:
+    """A MySQL table created from the record schema: its columns come from the same schema as the
+    values, so a value that does not fit is rare (a type changed within the window). Its writer sends
+    such rows to the DLQ itself, rather than every table's projection joining the window's tally (a
+    plan that grew with tables × columns: seconds per window for 50 tables, docs/benchmarks.md)."""
+    return isinstance(target.config, MySqlSinkConfig) and not target.config.columns and "row_schema" in frame.columns
+
+
 def _writer(job: WindowJob, target: SinkTarget,
             commit: OffsetCommit | None = None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The write task of one sink target; with ``commit`` (the offset sink, exactly-once) the task
-    writes everything in one transaction that also commits the window's offsets."""
+    writes everything in one transaction that also commits the window's offsets. Rows whose values do
+    not fit (``reports_own_errors``) go to the DLQ from here."""
     cfg = target.config
     kind = SINK_TYPES[cfg.type]
 
@@ -172,6 +194,7 @@ def _writer(job: WindowJob, target: SinkTarget,
                if job.dlq_topic and job.tolerance == "all" else None)
 
         classes: dict[str, int] = {}
+        unfit = 0
 
         def handle(failed: list[FailedRecord]) -> None:
             for rec in failed:
@@ -180,7 +203,8 @@ def _writer(job: WindowJob, target: SinkTarget,
                         f"errors.tolerance is 'none' and sink {cfg.name!r} rejected {rec.topic}[{rec.partition}]"
                         f"@{rec.offset}: {rec.message}")
                 dlq.report(rec)
-                classes[rec.error_class] = classes.get(rec.error_class, 0) + 1
+                if rec.stage == "sink":
+                    classes[rec.error_class] = classes.get(rec.error_class, 0) + 1
 
         sink.open()
         write_arrow = getattr(sink, "write_arrow", None)  # an ArrowSink takes the batches as they are
@@ -192,6 +216,9 @@ def _writer(job: WindowJob, target: SinkTarget,
                 extra[SINK_OFFSETS_KEY] = {"already": commit.run_id}
                 batches = iter(())
             for batch in batches:
+                batch, rejected = _rejected(batch, target.component)
+                handle(rejected)
+                unfit += len(rejected)
                 handle(write_arrow(batch) if write_arrow is not None else sink.write(kind.to_changes(batch, cfg)))
                 if sink.stats.upserted + sink.stats.deleted + sink.stats.stale:
                     faults.checkpoint("between_sink_batches", job.faults)
@@ -205,6 +232,8 @@ def _writer(job: WindowJob, target: SinkTarget,
         finally:
             sink.close()
         s = sink.stats
+        if unfit:
+            extra[UNFIT_KEY] = unfit
         yield pa.RecordBatch.from_pydict({"sink": [cfg.name], "upserted": [s.upserted], "deleted": [s.deleted],
                                           "stale": [s.stale], "failed": [s.failed],
                                           "extra": [json.dumps({**s.extra, **extra, **{f"{DLQ_CLASS_KEY}{c}": n
@@ -281,6 +310,7 @@ def _run(spark: SparkSession, job: WindowJob,
         frames = [decoded.localCheckpoint(eager=True)]
         ends = None
     per_sink = []
+    own_targets: set[tuple[str, str]] = set()
     bad = None
     for target in job.sinks:
         kind = SINK_TYPES[target.config.type]
@@ -289,8 +319,13 @@ def _run(spark: SparkSession, job: WindowJob,
             if lost is not None:
                 bad = _union(bad, lost.select(*RAW_COLUMNS, F.lit("transform").alias("error_stage"), "error_message",
                                               F.lit(target.component).alias("component")))
+            own = reports_own_errors(target, frame)
             for concrete, subset in kind.expand(target, frame.where("error_stage IS NULL")):
                 projected = kind.project(subset, concrete.config)
+                if own:  # its writer sends what does not fit to the DLQ (see reports_own_errors)
+                    per_sink.append((concrete, projected))
+                    own_targets.add(_target_key(concrete))
+                    continue
                 per_sink.append((concrete, projected.where("error_message IS NULL")))
                 bad = _union(bad, projected.where("error_message IS NOT NULL").select(
                     *RAW_COLUMNS, F.lit("transform").alias("error_stage"), "error_message",
@@ -335,7 +370,8 @@ def _run(spark: SparkSession, job: WindowJob,
         keys = kind.key_columns(target.config)
         if small:  # one task: a single partition already satisfies the per-key window, so no shuffle
             projected = projected.coalesce(1)
-        latest = latest_per_key(projected, keys) if keys else projected
+        # a target that reports its own errors: what does not fit never wins its key, the writer dead-letters it
+        latest = latest_per_key(projected, keys, keep_unfit=_target_key(target) in own_targets) if keys else projected
         if holds_offsets:  # exactly-once: the window's one transaction is written by one task
             latest = latest.coalesce(1)
         rows = latest.mapInArrow(_writer(job, target, commit if holds_offsets else None), WRITE_SCHEMA).collect()
@@ -363,6 +399,11 @@ def _run(spark: SparkSession, job: WindowJob,
             extra = json.loads(row.extra)
             if SINK_OFFSETS_KEY in extra:
                 result.sink_offsets = extra.pop(SINK_OFFSETS_KEY)
+            if UNFIT_KEY in extra:
+                unfit = int(extra.pop(UNFIT_KEY))
+                result.dead_lettered += unfit
+                dl = ("transform", "cdcflow.errors.RecordError")
+                result.dead_letters[dl] = result.dead_letters.get(dl, 0) + unfit
             for key in [k for k in extra if k.startswith(DLQ_CLASS_KEY)]:
                 dl = ("sink", key.removeprefix(DLQ_CLASS_KEY))
                 result.dead_letters[dl] = result.dead_letters.get(dl, 0) + int(extra.pop(key))
@@ -372,6 +413,10 @@ def _run(spark: SparkSession, job: WindowJob,
         result.stages[stage] = result.stages.get(stage, 0.0) + seconds
     result.lap("sinks", t)  # the wall time of all sinks together
     return result
+
+
+def _target_key(target: SinkTarget) -> tuple[str, str]:
+    return target.config.name, str(getattr(target.config, "table", getattr(target.config, "index", "")))
 
 
 def _one_target_for_offsets(job: WindowJob,

@@ -106,15 +106,18 @@ def project_for_sink(changes: DataFrame, sink: MySqlSinkConfig) -> DataFrame:
     return checked.select(*base, *cs, F.when(F.col("_message") != "", F.col("_message")).alias("error_message"))
 
 
-def latest_per_key(projected: DataFrame, key_columns: list[str]) -> DataFrame:
+def latest_per_key(projected: DataFrame, key_columns: list[str], keep_unfit: bool = False) -> DataFrame:
     """The last change per key, by version and then offset (the log order).
 
     The window functions see the key, the log position and the version only; every other column
-    rides along in one struct, so the plan's size does not grow with the table's width."""
+    rides along in one struct, so the plan's size does not grow with the table's width. With
+    ``keep_unfit``, rows whose values do not fit (error_message set) never win their key but are all
+    kept, for the writer to send to the DLQ (``cdc_window.reports_own_errors``)."""
     keys = [F.col(c) for c in key_columns]
     order = ["partition", "offset", "version"]
     rest = [c for c in projected.columns if c not in key_columns and c not in order]
-    packed = projected.select(*key_columns, *order, F.struct(*rest).alias("_row"))
+    fit = F.col("error_message").isNull() if keep_unfit else F.lit(True)
+    packed = projected.select(*key_columns, *order, fit.alias("_fit"), F.struct(*rest).alias("_row"))
     # One shuffle and one sort, by key then log order; both window functions below use that order
     # (a second ordering by version would sort the window's rows again).
     log = Window.partitionBy(*keys).orderBy("partition", "offset")
@@ -122,10 +125,11 @@ def latest_per_key(projected: DataFrame, key_columns: list[str]) -> DataFrame:
     # window; one whose delete was in an earlier window has nothing left to do and is dropped.
     filled = packed.withColumn("version", F.coalesce(F.col("version"), F.last("version", ignorenulls=True).over(
         log.rowsBetween(Window.unboundedPreceding, -1))))
-    # the winner: highest version, then highest offset, then partition (a null version sorts lowest)
-    rank = F.struct("version", "offset", "partition")
+    # the winner: a fitting change first, then highest version, offset, partition (a null version sorts lowest)
+    rank = F.struct("_fit", "version", "offset", "partition")
     best = F.max(rank).over(log.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing))
-    winners = filled.withColumn("_best", best).where((F.col("version").isNotNull()) & (rank == F.col("_best")))
+    winners = filled.withColumn("_best", best).where(
+        (F.col("version").isNotNull() & (rank == F.col("_best")) & F.col("_fit")) | ~F.col("_fit"))
     return winners.select(*[F.col(c) if c in key_columns or c in order else F.col("_row")[c].alias(c)
                             for c in projected.columns])
 

@@ -190,12 +190,14 @@ def _mysql_expand(target: SinkTarget, frame: DataFrame) -> list[tuple[SinkTarget
 
         frame = frame.where(name.isNotNull() & bad_route_reason(name).isNull())
     tagged = frame.withColumn("_table", name)
-    if debezium:
+    if debezium:  # each table's schemas in the order of their changes (the first decides a column's type)
         described: dict[str, list[str]] = {}
-        tables: list[str] = []
-        for r in tagged.groupBy("_table").agg(F.collect_set("row_schema").alias("s")).collect():
-            tables.append(r["_table"])
-            described[r["_table"]] = r["s"]
+        seen = tagged.groupBy("_table", "row_schema").agg(F.min("version").alias("v")).collect()
+        for r in sorted(seen, key=lambda r: (r["v"] is None, r["v"] or 0)):
+            described.setdefault(r["_table"], [])
+            if r["row_schema"] is not None:
+                described[r["_table"]].append(r["row_schema"])
+        tables = list(described)
     else:
         tables = [r["_table"] for r in tagged.select("_table").distinct().collect()]
     out = []

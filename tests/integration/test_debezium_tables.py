@@ -20,7 +20,7 @@ from cdcflow import cdcgen, runner
 from cdcflow.config import load_pipeline
 from cdcflow.offsets import OffsetStore
 from tests.fixtures.debezium import mysql_all_types as fx
-from tests.helpers import bootstrap, make_pipeline, mysql_engine, unique, write_pipeline
+from tests.helpers import bootstrap, make_pipeline, mysql_engine, read_topic, unique, write_pipeline
 from tests.integration.test_debezium_types import final_rows, mysql_value, read_mysql
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
@@ -181,3 +181,35 @@ def test_auto_evolve_adds_the_columns_of_a_later_schema(config_dir: Path, store:
     with mysql_engine().connect() as conn:
         assert conn.exec_driver_sql(f"SELECT id, c_note FROM `{table}` ORDER BY id").all() == [
             (1, "added at the source"), (2, None), (3, None)]
+
+
+def test_a_value_that_does_not_fit_a_table_from_the_schema_goes_to_the_dlq(config_dir: Path, store: OffsetStore,
+                                                                          spark: Any) -> None:
+    """The source column changed type within a window (MEDIUMINT to a string): the table is created
+    from the first schema, and the later change whose value does not fit goes to the DLQ, named."""
+    cfg = make_pipeline(config_dir, sinks=[
+        {"type": "mysql", "name": "rows", "conn_id": "cdcflow_mysql", "table": unique("unfit"), "create_table": True}])
+    topic, table = cfg.source.topics[0], cfg.sinks[0].table
+    key, value = edited(fx.events()[3], 600)
+    doc = json.loads(value)
+    for part in doc["schema"]["fields"][:2]:
+        for f in part["fields"]:
+            if f["field"] == "c_mediumint":
+                f["type"] = "string"
+    doc["payload"]["before"]["c_mediumint"] = None
+    doc["payload"]["after"]["c_mediumint"] = "not a number"
+    later = json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
+    cdcgen.produce(bootstrap(), topic, [cdcgen.Event(k, v) for k, v in fx.events()[:3]] + [cdcgen.Event(key, later)],
+                   partitions=1)
+
+    stats = runner.run_window(cfg, "run-1", store=store, spark=spark)
+
+    assert stats["dead_lettered"] == 1, stats
+    assert column_types(table)["c_mediumint"] == "int(11)"
+    rows = read_mysql(table)
+    assert sorted(rows) == [1, 2, 3] and rows[1]["c_mediumint"] == fx.ROWS[0]["c_mediumint"]  # the fitting change
+    dead = read_topic(cfg.errors.dlq_topic)
+    assert len(dead) == 1
+    headers = dict(dead[0].headers())
+    assert (headers["__connect.errors.offset"], headers["__connect.errors.stage"]) == (b"3", b"transform")
+    assert headers["__connect.errors.exception.message"].decode() == "field 'c_mediumint' = 'not a number' is not a valid INT"
