@@ -30,17 +30,18 @@ PARTITIONS = 6
 def read_once(spark: object, topic: str, consumer_conf: dict[str, object], ends: dict[int, int]) -> tuple[int, float]:
     from pyspark.sql import functions as F  # noqa: PLC0415
 
+    from connectors.debezium.envelope import DECODED_SPARK_COLUMNS  # noqa: PLC0415
     from connectors.kafka.reader import RAW_SPARK_SCHEMA, ReadRange  # noqa: PLC0415
     from spark_jobs.cdc_window import WindowJob, _reader  # noqa: PLC0415
-    from spark_jobs.debezium import decode_changes  # noqa: PLC0415
 
     ranges = tuple(ReadRange(topic, p, 0, max_records=ends[p], stop=ends[p], deadline=time.time() + 600,
                              stop_on_eof=True) for p in range(PARTITIONS))
     job = WindowJob("bench", "read", consumer_conf, {}, ranges, (), "source_ts_ms", "all", None, True)
     t0 = time.perf_counter()
     idx = spark.range(0, PARTITIONS, 1, PARTITIONS).select(F.col("id").cast("int").alias("idx"))  # type: ignore[attr-defined]
-    frame = decode_changes(idx.mapInArrow(_reader(job, PARTITIONS), RAW_SPARK_SCHEMA), "source_ts_ms",
-                           False).localCheckpoint(eager=True)
+    # read and decoded in the read tasks, as a window does (the Debezium path)
+    frame = idx.mapInArrow(_reader(job, PARTITIONS, decode=True),
+                           f"{RAW_SPARK_SCHEMA}, {DECODED_SPARK_COLUMNS}").localCheckpoint(eager=True)
     seconds = time.perf_counter() - t0
     return frame.count(), seconds
 

@@ -2,7 +2,7 @@
 
 A record with a value is an upsert of that value; a record with a null value (a tombstone, or a
 Debezium delete unwrapped with delete_handling none) deletes its key. The change frame has the same
-columns as :func:`spark_jobs.debezium.decode_changes` produces, plus ``record_key`` and
+columns as the Debezium decoder (connectors/debezium/envelope.py) produces, plus ``record_key`` and
 ``record_value`` (the typed structs, from which MySQL tables are created and evolved).
 """
 
