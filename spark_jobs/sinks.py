@@ -190,13 +190,8 @@ def _mysql_expand(target: SinkTarget, frame: DataFrame) -> list[tuple[SinkTarget
 
         frame = frame.where(name.isNotNull() & bad_route_reason(name).isNull())
     tagged = frame.withColumn("_table", name)
-    if debezium:  # each table's schemas in the order of their changes (the first decides a column's type)
-        described: dict[str, list[str]] = {}
-        seen = tagged.groupBy("_table", "row_schema").agg(F.min("version").alias("v")).collect()
-        for r in sorted(seen, key=lambda r: (r["v"] is None, r["v"] or 0)):
-            described.setdefault(r["_table"], [])
-            if r["row_schema"] is not None:
-                described[r["_table"]].append(r["row_schema"])
+    if debezium:
+        described = schemas_by(tagged, "_table")
         tables = list(described)
     else:
         tables = [r["_table"] for r in tagged.select("_table").distinct().collect()]
@@ -211,6 +206,20 @@ def _mysql_expand(target: SinkTarget, frame: DataFrame) -> list[tuple[SinkTarget
             eff = derive_mysql(cfg, table, frame.schema)
         out.append((replace(target, config=eff), subset))
     return out
+
+
+def schemas_by(frame: DataFrame, group: str) -> dict[Any, list[str]]:
+    """Per value of ``group`` (a table, a route), the decoder's row schemas of its changes in the order
+    of their changes, so the first one decides a field's type; a group without any has []. One job."""
+    from pyspark.sql import functions as F  # noqa: PLC0415
+
+    described: dict[Any, list[str]] = {}
+    seen = frame.groupBy(group, "row_schema").agg(F.min("version").alias("v")).collect()
+    for r in sorted(seen, key=lambda r: (r["v"] is None, r["v"] or 0)):
+        described.setdefault(r[group], [])
+        if r["row_schema"] is not None:
+            described[r[group]].append(r["row_schema"])
+    return described
 
 
 def derive_from_connect(target: SinkTarget, table: str, descriptions: list[str]) -> MySqlSinkConfig:
@@ -279,8 +288,7 @@ def _es_expand(target: SinkTarget, frame: DataFrame) -> list[tuple[SinkTarget, D
     if cfg.mapping is not None or "row_schema" not in frame.columns:
         return [(target, frame)]
     routed = "{topic}" in cfg.index
-    by_route = {r["route"]: r["s"] for r in (frame.groupBy("route") if routed else frame.groupBy(F.lit(None).alias(
-        "route"))).agg(F.collect_set("row_schema").alias("s")).collect()}
+    by_route = schemas_by(frame if routed else frame.withColumn("route", F.lit(None).cast("string")), "route")
     if not any(by_route.values()):
         return [(target, frame)]
     out = []
