@@ -2,7 +2,7 @@
 per table, ``{source.table}`` routing, tables created from the Connect schema) where every table has
 a few changes, for 1 and for N tables, on the long-lived Spark, in one run.
 
-    scripts/bench.sh --tables             (or: python -m bench.tables [--tables 1,50] [--rounds 2])
+    scripts/bench.sh --tables             (or: python -m bench.tables [--tables 1,50] [--rounds 2] [--es])
 
 The events are tests/fixtures/debezium/mysql_all_types.py (33 columns, Debezium's own encodings), six
 per table. Each round runs one window that creates the tables and a second window with one update
@@ -46,7 +46,7 @@ def _renamed(event: tuple[bytes, bytes | None], table: str, later_s: int = 0) ->
     return cdcgen.Event(key.replace(b".all_types.", f".{table}.".encode()), value)
 
 
-def one(directory: Path, tables: int) -> dict[str, Any]:
+def one(directory: Path, tables: int, es: bool = False) -> dict[str, Any]:
     tag = uuid.uuid4().hex[:8]
     prefix = f"bt{tag}"
     name = f"tables_{tables}_{tag}"
@@ -54,7 +54,9 @@ def one(directory: Path, tables: int) -> dict[str, Any]:
             "window": {"max_records": 100_000, "max_duration": "300s", "stop_on_empty": True},
             "initial_offsets": "earliest",
             "sinks": [{"type": "mysql", "name": "m", "conn_id": "cdcflow_mysql", "table": f"{prefix}_{{source.table}}",
-                       "create_table": True}],
+                       "create_table": True}]
+            + ([{"type": "elasticsearch", "name": "e", "conn_id": "cdcflow_elasticsearch", "index": "{topic}",
+                 "id_fields": ["id"]}] if es else []),
             "errors": {"tolerance": "all", "dlq_topic": f"{prefix}.dlq"}}
     path = directory / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -81,6 +83,15 @@ def one(directory: Path, tables: int) -> dict[str, Any]:
         for t in names:
             conn.exec_driver_sql(f"DROP TABLE `{prefix}_{t}`")
     engine.dispose()
+    if es:  # every index has the later document
+        import requests  # noqa: PLC0415
+
+        url = get_connection("cdcflow_elasticsearch").http_url()
+        requests.post(f"{url}/{prefix}.inventory.*/_refresh", timeout=60).raise_for_status()
+        for t in names:
+            doc = requests.get(f"{url}/{prefix}.inventory.{t}/_doc/1", timeout=30).json()
+            correct = correct and doc.get("_source", {}).get("c_varchar") == "later 600"
+        requests.delete(f"{url}/{prefix}.inventory.*", timeout=60)
     return {"tables": tables, "records": [first["records"], second["records"]], "create_window_s": round(first_s, 3),
             "steady_window_s": round(second_s, 3), "dead_lettered": first["dead_lettered"] + second["dead_lettered"],
             "correct": correct, "stages": second.get("stages", {})}
@@ -90,15 +101,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tables", default="1,50", help="table counts, comma-separated")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--es", action="store_true", help="an Elasticsearch sink too, one index per topic")
     args = parser.parse_args(argv)
     counts = [int(c) for c in args.tables.split(",")]
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["CDCFLOW_CONFIG_DIR"] = tmp
         os.environ.setdefault("CDCFLOW_OFFSET_STORE_URL", f"sqlite:///{tmp}/offsets.db")
-        one(Path(tmp), 1)  # warm-up
+        one(Path(tmp), 1, args.es)  # warm-up
         for _round in range(args.rounds):
-            results += [one(Path(tmp), n) for n in counts]
+            results += [one(Path(tmp), n, args.es) for n in counts]
     print(f"{'tables':>7} {'create window s':>16} {'steady window s':>16} {'correct':>8}")
     summary = {}
     for n in counts:

@@ -34,7 +34,16 @@ from connectors.kafka.dlq import DeadLetterReporter, FailedRecord
 from connectors.kafka.reader import RAW_SPARK_SCHEMA, KafkaRangeReader, ReadOutcome, ReadRange
 from connectors.mysql.offsets import OffsetCommit
 from spark_jobs.session import activate
-from spark_jobs.sinks import SINK_TYPES, SinkTarget, unroutable
+from spark_jobs.sinks import SINK_TYPES, SinkTarget, mysql_routes, unroutable
+from spark_jobs.tables import (
+    GROUP_COLUMNS,
+    TABLE_COLUMN,
+    TableGroup,
+    key_columns,
+    latest_rows,
+    prepare_tables,
+    project_rows,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -179,66 +188,106 @@ def reports_own_errors(target: SinkTarget, frame: DataFrame) -> bool:
     return isinstance(target.config, MySqlSinkConfig) and not target.config.columns and "row_schema" in frame.columns
 
 
+def _dead_letters(job: WindowJob) -> DeadLetterReporter | None:
+    return (DeadLetterReporter(job.producer_conf, job.dlq_topic, job.pipeline, job.run_id, job.context_headers,
+                               already_sent=job.dead_letters_sent)
+            if job.dlq_topic and job.tolerance == "all" else None)
+
+
 def _writer(job: WindowJob, target: SinkTarget,
             commit: OffsetCommit | None = None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The write task of one sink target; with ``commit`` (the offset sink, exactly-once) the task
-    writes everything in one transaction that also commits the window's offsets. Rows whose values do
-    not fit (``reports_own_errors``) go to the DLQ from here."""
+    writes everything in one transaction that also commits the window's offsets."""
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        yield _write_target(job, target, batches, SINK_TYPES[target.config.type].open(target), _dead_letters(job),
+                            commit)
+    return write
+
+
+def _tables_writer(job: WindowJob,
+                   group: TableGroup) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The write task of a sink's many tables (spark_jobs/tables.py): per table of the task's
+    changes, the projection and the last change per key in Arrow, then the table's writer; one
+    connection and one dead-letter producer for them all."""
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from connectors.mysql.sink import MySqlSink, writer_engine  # noqa: PLC0415
+
+        received = list(batches)
+        if not received:
+            return
+        changes = pa.Table.from_batches(received)
+        engine = writer_engine(group.target.url, shared=True)
+        dlq = _dead_letters(job)
+        try:
+            for name in pc.unique(changes.column(TABLE_COLUMN)).to_pylist():
+                target = group.tables[name]
+                cfg = target.config
+                assert isinstance(cfg, MySqlSinkConfig)
+                rows = changes.filter(pc.equal(changes.column(TABLE_COLUMN), name))
+                latest = latest_rows(project_rows(rows, cfg), key_columns(cfg))
+                yield _write_target(job, target, iter(latest.to_batches()), MySqlSink(cfg, target.url, engine=engine),
+                                    dlq, prepared=True)
+        finally:
+            engine.dispose()
+    return write
+
+
+def _write_target(job: WindowJob, target: SinkTarget, batches: Iterator[pa.RecordBatch], sink: Any,
+                  dlq: DeadLetterReporter | None, commit: OffsetCommit | None = None,
+                  prepared: bool = False) -> pa.RecordBatch:
+    """Write one target's batches and flush them, and its dead letters, before the task reports
+    success (so before any commit). Rows whose values do not fit (error_message set:
+    ``reports_own_errors``, spark_jobs/tables.py) go to the DLQ from here. Returns its stats row."""
     cfg = target.config
     kind = SINK_TYPES[cfg.type]
+    classes: dict[str, int] = {}
+    unfit = 0
 
-    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        sink = kind.open(target)
-        dlq = (DeadLetterReporter(job.producer_conf, job.dlq_topic, job.pipeline, job.run_id, job.context_headers,
-                                 already_sent=job.dead_letters_sent)
-               if job.dlq_topic and job.tolerance == "all" else None)
+    def handle(failed: list[FailedRecord]) -> None:
+        for rec in failed:
+            if dlq is None:
+                raise ToleranceExceeded(
+                    f"errors.tolerance is 'none' and sink {cfg.name!r} rejected {rec.topic}[{rec.partition}]"
+                    f"@{rec.offset}: {rec.message}")
+            dlq.report(rec)
+            if rec.stage == "sink":
+                classes[rec.error_class] = classes.get(rec.error_class, 0) + 1
 
-        classes: dict[str, int] = {}
-        unfit = 0
-
-        def handle(failed: list[FailedRecord]) -> None:
-            for rec in failed:
-                if dlq is None:
-                    raise ToleranceExceeded(
-                        f"errors.tolerance is 'none' and sink {cfg.name!r} rejected {rec.topic}[{rec.partition}]"
-                        f"@{rec.offset}: {rec.message}")
-                dlq.report(rec)
-                if rec.stage == "sink":
-                    classes[rec.error_class] = classes.get(rec.error_class, 0) + 1
-
+    if prepared:
+        sink.open(prepared=True)
+    else:
         sink.open()
-        write_arrow = getattr(sink, "write_arrow", None)  # an ArrowSink takes the batches as they are
-        extra: dict[str, Any] = {}
-        try:
-            if commit is not None and not sink.begin_window(commit):  # type: ignore[attr-defined]
-                for _batch in batches:  # an earlier attempt of this run committed: nothing to write
-                    pass
-                extra[SINK_OFFSETS_KEY] = {"already": commit.run_id}
-                batches = iter(())
-            for batch in batches:
-                batch, rejected = _rejected(batch, target.component)
-                handle(rejected)
-                unfit += len(rejected)
-                handle(write_arrow(batch) if write_arrow is not None else sink.write(kind.to_changes(batch, cfg)))
-                if sink.stats.upserted + sink.stats.deleted + sink.stats.stale:
-                    faults.checkpoint("between_sink_batches", job.faults)
-            handle(sink.flush())
-            if dlq is not None:
-                faults.checkpoint("before_dlq_flush", job.faults)
-                dlq.flush()  # before the task reports success, so before any commit
-            if commit is not None and SINK_OFFSETS_KEY not in extra:
-                extra[SINK_OFFSETS_KEY] = sink.commit_window(  # type: ignore[attr-defined]
-                    commit, lambda: faults.checkpoint("during_sink_commit", job.faults))
-        finally:
-            sink.close()
-        s = sink.stats
-        if unfit:
-            extra[UNFIT_KEY] = unfit
-        yield pa.RecordBatch.from_pydict({"sink": [cfg.name], "upserted": [s.upserted], "deleted": [s.deleted],
-                                          "stale": [s.stale], "failed": [s.failed],
-                                          "extra": [json.dumps({**s.extra, **extra, **{f"{DLQ_CLASS_KEY}{c}": n
-                                                                                        for c, n in classes.items()}})]})
-    return write
+    write_arrow = getattr(sink, "write_arrow", None)  # an ArrowSink takes the batches as they are
+    extra: dict[str, Any] = {}
+    try:
+        if commit is not None and not sink.begin_window(commit):
+            for _batch in batches:  # an earlier attempt of this run committed: nothing to write
+                pass
+            extra[SINK_OFFSETS_KEY] = {"already": commit.run_id}
+            batches = iter(())
+        for batch in batches:
+            batch, rejected = _rejected(batch, target.component)
+            handle(rejected)
+            unfit += len(rejected)
+            handle(write_arrow(batch) if write_arrow is not None else sink.write(kind.to_changes(batch, cfg)))
+            if sink.stats.upserted + sink.stats.deleted + sink.stats.stale:
+                faults.checkpoint("between_sink_batches", job.faults)
+        handle(sink.flush())
+        if dlq is not None:
+            faults.checkpoint("before_dlq_flush", job.faults)
+            dlq.flush()  # before the task reports success, so before any commit
+        if commit is not None and SINK_OFFSETS_KEY not in extra:
+            extra[SINK_OFFSETS_KEY] = sink.commit_window(
+                commit, lambda: faults.checkpoint("during_sink_commit", job.faults))
+    finally:
+        sink.close()
+    s = sink.stats
+    if unfit:
+        extra[UNFIT_KEY] = unfit
+    return pa.RecordBatch.from_pydict({"sink": [cfg.name], "upserted": [s.upserted], "deleted": [s.deleted],
+                                       "stale": [s.stale], "failed": [s.failed],
+                                       "extra": [json.dumps({**s.extra, **extra, **{f"{DLQ_CLASS_KEY}{c}": n
+                                                                                     for c, n in classes.items()}})]})
 
 
 # -- driver side -----------------------------------------------------------------------------------
@@ -320,6 +369,11 @@ def _run(spark: SparkSession, job: WindowJob,
                 bad = _union(bad, lost.select(*RAW_COLUMNS, F.lit("transform").alias("error_stage"), "error_message",
                                               F.lit(target.component).alias("component")))
             own = reports_own_errors(target, frame)
+            if own and _one_job_for_tables(job, target):  # spark_jobs/tables.py
+                tagged, tables = mysql_routes(target, frame.where("error_stage IS NULL"))
+                if tables:
+                    per_sink.append((TableGroup(target, dict(tables)), tagged.select(*GROUP_COLUMNS)))
+                continue
             for concrete, subset in kind.expand(target, frame.where("error_stage IS NULL")):
                 projected = kind.project(subset, concrete.config)
                 if own:  # its writer sends what does not fit to the DLQ (see reports_own_errors)
@@ -361,10 +415,15 @@ def _run(spark: SparkSession, job: WindowJob,
     small = result.records <= SMALL_WINDOW
     commit = job.offset_commit(ends)
 
-    def write(target: SinkTarget, projected: DataFrame, holds_offsets: bool = False) -> tuple[list[Any], float]:
+    def write(target: SinkTarget | TableGroup, projected: DataFrame,
+              holds_offsets: bool = False) -> tuple[list[Any], float]:
         """One sink target's Spark job: last change per key, then the writer tasks."""
         started = time.perf_counter()
         activate(spark)  # this thread's active session (see spark_jobs.session.activate)
+        if isinstance(target, TableGroup):  # every table of the sink in one job: all of a table's changes in one task
+            prepare_tables(list(target.tables.values()))
+            grouped = projected.coalesce(1) if small else projected.repartition(TABLE_COLUMN)
+            return grouped.mapInArrow(_tables_writer(job, target), WRITE_SCHEMA).collect(), time.perf_counter() - started
         kind = SINK_TYPES[target.config.type]
         kind.prepare(target)
         keys = kind.key_columns(target.config)
@@ -413,6 +472,13 @@ def _run(spark: SparkSession, job: WindowJob,
         result.stages[stage] = result.stages.get(stage, 0.0) + seconds
     result.lap("sinks", t)  # the wall time of all sinks together
     return result
+
+
+def _one_job_for_tables(job: WindowJob, target: SinkTarget) -> bool:
+    """A sink whose tables come from the record schema writes them all in one job (spark_jobs/tables.py);
+    not the offset sink (exactly-once: one table, one transaction), nor pk_mode kafka."""
+    cfg = target.config
+    return isinstance(cfg, MySqlSinkConfig) and cfg.pk_mode != "kafka" and cfg.name != job.offsets_sink
 
 
 def _target_key(target: SinkTarget) -> tuple[str, str]:

@@ -11,6 +11,13 @@ from pyspark.sql import functions as F
 
 from cdcflow.config import KAFKA_PK_COLUMNS, ElasticsearchSinkConfig, MySqlSinkConfig
 from connectors.mysql.types import parse_type
+from spark_jobs.tables import (
+    BASE64_TEXT,
+    DECLARE_BINARY_ENCODING,
+    DECLARE_DECIMAL_ENCODING,
+    DECLARE_TIME_ENCODING,
+    EPOCH_NUMBER,
+)
 
 RAW_COLUMNS = ["topic", "partition", "offset", "timestamp", "key", "value", "headers"]
 
@@ -52,18 +59,16 @@ def _typed(raw: Column, sql_type: str) -> Column:
 
 def _what_to_declare(raw: Column, sql_type: str) -> Column:
     """For the columns whose values a stream without schemas can write in several forms: what the
-    column's ``encoding`` must say, when the value that did not fit looks like one of those forms."""
+    column's ``encoding`` must say, when the value that did not fit looks like one of those forms
+    (the texts are spark_jobs/tables.py's, which checks the same in Arrow)."""
     t = parse_type(sql_type)
     if t.base in ("DATETIME", "TIMESTAMP", "TIME"):
-        return F.when(raw.rlike("^-?[0-9]+$"), F.lit(
-            " (a number is time since the epoch, or since midnight for TIME: declare the column's encoding: "
-            "ms, us or ns, as the connector's time.precision.mode writes it)")).otherwise(F.lit(""))
+        return F.when(raw.rlike(EPOCH_NUMBER), F.lit(DECLARE_TIME_ENCODING)).otherwise(F.lit(""))
     if t.base == "DECIMAL":
-        return F.when(raw.rlike("^[A-Za-z0-9+/]+={0,2}$") & (F.length(raw) % 4 == 0), F.lit(
-            " (this looks like the base64 Decimal of Debezium's decimal.handling.mode=precise, which needs the "
-            "schema: declare encoding: base64)")).otherwise(F.lit(""))
+        return F.when(raw.rlike(BASE64_TEXT) & (F.length(raw) % 4 == 0),
+                      F.lit(DECLARE_DECIMAL_ENCODING)).otherwise(F.lit(""))
     if t.is_binary:
-        return F.lit(" (binary values are read as base64; declare encoding: hex or text if the stream writes those)")
+        return F.lit(DECLARE_BINARY_ENCODING)
     return F.lit("")
 
 

@@ -34,6 +34,8 @@ class SinkTarget:
     config: MySqlSinkConfig | ElasticsearchSinkConfig
     url: str
     auth: tuple[str, str] | None = None
+    # Elasticsearch: the mapping (JSON) of each index a routed sink creates, from the record schema
+    mappings: tuple[tuple[str, str], ...] = ()
 
     @property
     def component(self) -> str:
@@ -73,7 +75,8 @@ def _es_open(target: SinkTarget) -> Sink:
     from connectors.elasticsearch.sink import ElasticsearchSink  # noqa: PLC0415
 
     assert isinstance(target.config, ElasticsearchSinkConfig)
-    return ElasticsearchSink(target.config, target.url, target.auth)
+    return ElasticsearchSink(target.config, target.url, target.auth,
+                             {index: json.loads(mapping) for index, mapping in target.mappings})
 
 
 def _mysql_project(df: DataFrame, cfg: MySqlSinkConfig) -> DataFrame:
@@ -180,9 +183,21 @@ def _mysql_expand(target: SinkTarget, frame: DataFrame) -> list[tuple[SinkTarget
 
     cfg = target.config
     assert isinstance(cfg, MySqlSinkConfig)
-    routed, derived = is_routed(cfg), not cfg.columns
-    if not routed and not derived:
+    if not is_routed(cfg) and cfg.columns:
         return [(target, frame)]
+    tagged, tables = mysql_routes(target, frame)
+    return [(concrete, tagged.where(F.col("_table") == table).drop("_table")) for table, concrete in tables]
+
+
+def mysql_routes(target: SinkTarget, frame: DataFrame) -> tuple[DataFrame, list[tuple[str, SinkTarget]]]:
+    """A routed or derived MySQL sink's changes tagged with their table (``_table``; the ones it
+    cannot name a table for are left out: ``unroutable``), and the concrete target of each table,
+    with its columns from the record schema where the sink declares none."""
+    from pyspark.sql import functions as F  # noqa: PLC0415
+
+    cfg = target.config
+    assert isinstance(cfg, MySqlSinkConfig)
+    routed, derived = is_routed(cfg), not cfg.columns
     debezium = "row_schema" in frame.columns  # decoded envelopes: the Connect schema rides in row_schema
     name = table_name(cfg.table) if routed else F.lit(cfg.table)
     if routed:  # the others are dead letters (unroutable)
@@ -197,15 +212,14 @@ def _mysql_expand(target: SinkTarget, frame: DataFrame) -> list[tuple[SinkTarget
         tables = [r["_table"] for r in tagged.select("_table").distinct().collect()]
     out = []
     for table in sorted(tables):
-        subset = tagged.where(F.col("_table") == table).drop("_table")
         if not derived:
             eff = cfg.model_copy(update={"table": table})
         elif debezium:
             eff = derive_from_connect(target, table, described[table])
         else:
             eff = derive_mysql(cfg, table, frame.schema)
-        out.append((replace(target, config=eff), subset))
-    return out
+        out.append((table, replace(target, config=eff)))
+    return tagged, out
 
 
 def schemas_by(frame: DataFrame, group: str) -> dict[Any, list[str]]:
@@ -279,8 +293,9 @@ def _mysql_prepare(target: SinkTarget) -> None:
 
 def _es_expand(target: SinkTarget, frame: DataFrame) -> list[tuple[SinkTarget, DataFrame]]:
     """An index without a declared mapping gets one from the Connect schema of its changes
-    (connectors/debezium/types.es_property), one target per index the template routes to; changes
-    without a schema leave it to Elasticsearch's dynamic mapping, as before."""
+    (connectors/debezium/types.es_property): the mapping of each index the template routes to rides
+    in ``SinkTarget.mappings``, so that one job writes them all. Changes without a schema leave it to
+    Elasticsearch's dynamic mapping, as before."""
     from pyspark.sql import functions as F  # noqa: PLC0415
 
     cfg = target.config
@@ -289,18 +304,16 @@ def _es_expand(target: SinkTarget, frame: DataFrame) -> list[tuple[SinkTarget, D
         return [(target, frame)]
     routed = "{topic}" in cfg.index
     by_route = schemas_by(frame if routed else frame.withColumn("route", F.lit(None).cast("string")), "route")
-    if not any(by_route.values()):
-        return [(target, frame)]
-    out = []
+    mappings = []
     for route, descriptions in sorted(by_route.items(), key=lambda kv: kv[0] or ""):
         properties: dict[str, Any] = {}
         for text in descriptions:
             for name, prop in json.loads(text).get("properties", {}).items():
                 properties.setdefault(name, prop)
-        index = cfg.index.replace("{topic}", route.lower()) if routed else cfg.index
-        eff = cfg.model_copy(update={"index": index, "mapping": {"properties": properties} if properties else None})
-        out.append((replace(target, config=eff), frame.where(F.col("route") == route) if routed else frame))
-    return out
+        if properties:
+            index = cfg.index.replace("{topic}", route.lower()) if routed else cfg.index
+            mappings.append((index, json.dumps({"properties": properties})))
+    return [(replace(target, mappings=tuple(mappings)), frame)]
 
 
 SINK_TYPES: dict[str, SinkType] = {

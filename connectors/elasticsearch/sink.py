@@ -21,7 +21,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,8 +50,12 @@ def tombstone_id(index: str, doc_id: str) -> str:
 
 
 class ElasticsearchSink:
-    def __init__(self, cfg: ElasticsearchSinkConfig, url: str, auth: tuple[str, str] | None = None) -> None:
+    def __init__(self, cfg: ElasticsearchSinkConfig, url: str, auth: tuple[str, str] | None = None,
+                 mappings: Mapping[str, dict[str, Any]] | None = None) -> None:
+        """``mappings``: the mapping of each index that has its own (a routed sink's indices, from the
+        record schema); the others get ``cfg.mapping``."""
         self.cfg = cfg
+        self._mappings = dict(mappings or {})
         self.name = cfg.name
         self.url = url
         self.auth = auth
@@ -136,7 +140,7 @@ class ElasticsearchSink:
         items, self._pending, self._pending_bytes = self._pending, [], 0
         items = self._drop_tombstoned(items)
         for index in {i.change.key[0] for i in items if i.kind == "index"}:
-            self._ensure_index(index, self.cfg.mapping, self.cfg.settings)
+            self._ensure_index(index, self._mappings.get(index, self.cfg.mapping), self.cfg.settings)
         failed: list[FailedRecord] = []
         attempt = 0
         while items:

@@ -69,6 +69,19 @@ CONFIG_ERRORS = frozenset({1044, 1045, 1049, 1054, 1059, 1103, 1142, 1146, 1166,
 SET_PAYLOAD_BYTES = 4_000_000  # per INSERT of the staging load: well under max_allowed_packet (16 MiB default)
 UPSERT_STAGE, DELETE_STAGE = "cdcflow_stage_upserts", "cdcflow_stage_deletes"
 HASH_COLUMN, KEY_JSON_COLUMN = "__cdc_key_hash", "__cdc_key_json"
+CONNECT_ARGS: dict[str, Any] = {"connect_timeout": 10, "read_timeout": 120, "write_timeout": 120, "charset": "utf8mb4"}
+
+
+def writer_engine(url: str, shared: bool = False) -> sa.Engine:
+    """The engine a sink writes with. READ COMMITTED: no gap locks. Concurrent writer tasks of a
+    window upsert disjoint keys of one table; under REPEATABLE READ their set-based upserts deadlocked
+    on the gaps between interleaved keys. Each statement still locks and re-reads the rows it guards.
+    ``shared``: one pooled connection, reused by the sinks of many tables one after another (a
+    connection costs a few milliseconds; a table of a routed sink may have one change)."""
+    pool: dict[str, Any] = {"pool_size": 1, "max_overflow": 1, "pool_pre_ping": False} if shared else {
+        "poolclass": NullPool}
+    return sa.create_engine(url, isolation_level="READ COMMITTED",
+                            connect_args={**CONNECT_ARGS, "init_command": SESSION_SQL}, **pool)
 
 
 def quote(identifier: str) -> str:
@@ -139,7 +152,10 @@ def existing_columns(url: str, table: str) -> tuple[list[dict[str, Any]], list[s
 class MySqlSink:
     """Writes changes to one table; see the module docstring for the guarantees."""
 
-    def __init__(self, cfg: MySqlSinkConfig, url: str, max_lock_retries: int = 5) -> None:
+    def __init__(self, cfg: MySqlSinkConfig, url: str, max_lock_retries: int = 5,
+                 engine: sa.Engine | None = None) -> None:
+        """``engine``: a writer engine shared by the sinks of many tables (:meth:`writer_engine`),
+        left open by :meth:`close`; without it the sink makes and disposes its own."""
         self.cfg = cfg
         self.name = cfg.name
         self.url = url
@@ -149,6 +165,7 @@ class MySqlSink:
         self._pending: list[pa.RecordBatch] = []  # apply: set
         self._pending_rows = 0
         self._engine: sa.Engine | None = None
+        self._shared = engine
         self._window: sa.Connection | None = None  # exactly-once: the window's one transaction
         self._newest_tombstone: int | None = None
         self._columns = [c.name for c in cfg.columns]
@@ -221,15 +238,8 @@ class MySqlSink:
         return f"CREATE TABLE IF NOT EXISTS {quote(self.cfg.table)} (\n  {body}\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
 
     def _make_engine(self, writer: bool = False) -> sa.Engine:
-        # READ COMMITTED (writers): no gap locks. Concurrent writer tasks of a window upsert disjoint keys
-        # of one table; under REPEATABLE READ their set-based upserts deadlocked on the gaps between
-        # interleaved keys. Each statement still locks and re-reads the rows it guards.
-        connect_args: dict[str, Any] = {"connect_timeout": 10, "read_timeout": 120, "write_timeout": 120,
-                                        "charset": "utf8mb4"}
-        if writer:
-            return sa.create_engine(self.url, poolclass=NullPool, isolation_level="READ COMMITTED",
-                                    connect_args={**connect_args, "init_command": SESSION_SQL})
-        return sa.create_engine(self.url, poolclass=NullPool, connect_args=connect_args)
+        return writer_engine(self.url) if writer else sa.create_engine(
+            self.url, poolclass=NullPool, connect_args=CONNECT_ARGS)
 
     # -- retention ---------------------------------------------------------------------------------
     def prune_tombstones(self, older_than_s: float, batch: int = 10_000) -> int:
@@ -265,19 +275,14 @@ class MySqlSink:
             engine.dispose()
 
     # -- lifecycle ---------------------------------------------------------------------------------
-    def open(self) -> None:
-        self._engine = self._make_engine(writer=True)
+    def open(self, prepared: bool = False) -> None:
+        """Connect, create or evolve the table (``prepared``: :func:`prepare_tables` did it) and
+        read the newest tombstone."""
+        self._engine = self._shared or self._make_engine(writer=True)
         try:
             with self._engine.begin() as conn:
-                conn.exec_driver_sql(
-                    f"CREATE TABLE IF NOT EXISTS {quote(TOMBSTONES)} ("
-                    "table_name VARCHAR(64) NOT NULL, key_hash BINARY(20) NOT NULL, key_json TEXT NOT NULL, "
-                    "version BIGINT NOT NULL, deleted_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, "
-                    f"PRIMARY KEY (table_name, key_hash), KEY {quote(TOMBSTONES_AGE_INDEX)} (table_name, deleted_at)"
-                    ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4")
-                if self.cfg.create_table:
-                    conn.exec_driver_sql(self.create_table_sql())
-                self._check_table(conn)
+                if not prepared:
+                    self._prepare(conn)
                 # The newest tombstone when this task starts. Deletes written during the window are
                 # for other keys (one change per key per window) and windows never overlap, so an
                 # upsert newer than this cannot be blocked by any tombstone: no lookup needed.
@@ -286,14 +291,29 @@ class MySqlSink:
         except DBAPIError as exc:
             raise self._infra_error("opening", exc) from exc
 
-    def _check_table(self, conn: sa.Connection) -> None:
-        rows = conn.exec_driver_sql(
-            "SELECT column_name FROM information_schema.columns WHERE table_schema = DATABASE() "
-            "AND table_name = %s", (self.cfg.table,)).all()
-        if not rows:
+    def _prepare(self, conn: sa.Connection, tombstones: bool = True, have: set[str] | None = None) -> None:
+        """``have``: the table's columns (lower case) as read for many tables at once; an empty set
+        is a table that does not exist."""
+        if tombstones:
+            conn.exec_driver_sql(
+                f"CREATE TABLE IF NOT EXISTS {quote(TOMBSTONES)} ("
+                "table_name VARCHAR(64) NOT NULL, key_hash BINARY(20) NOT NULL, key_json TEXT NOT NULL, "
+                "version BIGINT NOT NULL, deleted_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, "
+                f"PRIMARY KEY (table_name, key_hash), KEY {quote(TOMBSTONES_AGE_INDEX)} (table_name, deleted_at)"
+                ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4")
+        if self.cfg.create_table and not have:
+            conn.exec_driver_sql(self.create_table_sql())
+            have = None
+        self._check_table(conn, have)
+
+    def _check_table(self, conn: sa.Connection, have: set[str] | None = None) -> None:
+        if have is None:
+            have = {r[0].lower() for r in conn.exec_driver_sql(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = DATABASE() "
+                "AND table_name = %s", (self.cfg.table,))}
+        if not have:
             raise ConfigError(f"sink {self.name!r}: table {self.cfg.table!r} does not exist; create it or "
                               "set create_table: true")
-        have = {r[0].lower() for r in rows}
         missing = [c for c in [*self._columns, VERSION_COLUMN] if c.lower() not in have]
         evolvable = [c for c in self.cfg.columns if c.name in missing and c.name not in self.cfg.primary_key]
         if missing and self.cfg.auto_evolve and len(evolvable) == len(missing):
@@ -381,9 +401,9 @@ class MySqlSink:
             except DBAPIError:
                 pass
             self._window = None
-        if self._engine is not None:
+        if self._engine is not None and self._engine is not self._shared:
             self._engine.dispose()
-            self._engine = None
+        self._engine = None
 
     # -- applying ----------------------------------------------------------------------------------
     def _apply(self, batch: list[Change]) -> list[FailedRecord]:
@@ -557,3 +577,26 @@ class MySqlSink:
                                f"({code}) {detail}")
         return SinkUnavailable(f"sink {self.name!r}: MySQL at {where} failed while {doing} "
                                f"table {self.cfg.table!r}: ({code}) {detail}")
+
+
+def prepare_tables(url: str, sinks: Sequence[MySqlSink]) -> None:
+    """Create or evolve the tables of many sinks (the tables of a routed sink) on one connection,
+    once per window, before its tasks write to them (they then ``open(prepared=True)``)."""
+    if not sinks:
+        return
+    engine = writer_engine(url)
+    current = sinks[0]
+    try:
+        with engine.begin() as conn:
+            have: dict[str, set[str]] = {s.cfg.table: set() for s in sinks}
+            marks = ", ".join(["%s"] * len(have))
+            for table, column in conn.exec_driver_sql(  # every table's columns in one query
+                    "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = DATABASE() "
+                    f"AND table_name IN ({marks})", tuple(have)):
+                have.setdefault(table, set()).add(column.lower())
+            for i, current in enumerate(sinks):
+                current._prepare(conn, tombstones=i == 0, have=have.get(current.cfg.table, set()))
+    except DBAPIError as exc:
+        raise current._infra_error("creating or checking", exc) from exc
+    finally:
+        engine.dispose()

@@ -14,14 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 import yaml
 
 from cdcflow import cdcgen, runner
 from cdcflow.config import load_pipeline
+from cdcflow.connections import get_connection
 from cdcflow.offsets import OffsetStore
 from tests.fixtures.debezium import mysql_all_types as fx
 from tests.helpers import bootstrap, make_pipeline, mysql_engine, read_topic, unique, write_pipeline
-from tests.integration.test_debezium_types import final_rows, mysql_value, read_mysql
+from tests.integration.test_debezium_types import DERIVED_ES, doc_value, final_rows, mysql_value, read_es, read_mysql
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
 
@@ -67,7 +69,9 @@ def test_fifty_tables_by_topics_regex_routed_by_source_table_and_created_from_th
     prefix = unique("inv")
     path = write_pipeline(config_dir, prefix, "unused", "unused", sinks=[
         {"type": "mysql", "name": "rows", "conn_id": "cdcflow_mysql", "table": f"{prefix}_{{source.table}}",
-         "create_table": True, "auto_evolve": True}])
+         "create_table": True, "auto_evolve": True},
+        {"type": "elasticsearch", "name": "docs", "conn_id": "cdcflow_elasticsearch", "index": "{topic}",
+         "id_fields": ["id"], "behavior_on_null_values": "delete"}])
     data = yaml.safe_load(path.read_text())
     data["source"] = {**{k: v for k, v in data["source"].items() if k != "topics"},
                       "topics_regex": rf"{prefix}\.inventory\..*"}
@@ -89,6 +93,18 @@ def test_fifty_tables_by_topics_regex_routed_by_source_table_and_created_from_th
             for name, value in row.items():
                 if name != "c_bigint_unsigned":  # long mode: the connector's own wrap-around (see DOCS)
                     assert got[key][name] == mysql_value(name, value), f"{table} row {key} column {name}"
+    url = get_connection("cdcflow_elasticsearch").http_url()
+    for table in tables:  # each topic's index, with the mapping of its own schema
+        index = f"{prefix}.inventory.{table}"
+        docs = read_es(index)
+        assert sorted(docs) == sorted(expected), index
+        for key, row in expected.items():
+            for name, value in row.items():
+                if name != "c_bigint_unsigned":  # long mode: the connector's own wrap-around, as above
+                    assert docs[key].get(name) == doc_value(name, value, {}), f"{index} doc {key} field {name}"
+        properties = requests.get(f"{url}/{index}/_mapping", timeout=30).json()[index]["mappings"]["properties"]
+        # long mode: an int64 schema, nothing says unsigned (test_debezium_types declares the column)
+        assert {k: properties[k] for k in DERIVED_ES} == {**DERIVED_ES, "c_bigint_unsigned": {"type": "long"}}, index
     types = column_types(f"{prefix}_t07")
     assert {k: types[k] for k in DERIVED} == DERIVED
     with mysql_engine().connect() as conn:

@@ -1,0 +1,244 @@
+"""Many tables of one MySQL sink in one write job: a Debezium deployment's tables created from the
+record schema (``{source.table}`` routing, no declared ``columns:``).
+
+One Spark job per table cost about a quarter of a second each (scheduling, a scan of the window's
+frame, a per-key window; docs/benchmarks.md, "Real tables"), so a 50-table window spent seconds on
+tables that had a record or two. Here the whole sink is one job: its tasks get the window's valid
+changes tagged with their table (all the changes of a table in one task) and, per table, in Arrow:
+
+1. :func:`project_rows` looks each column's text up in the row image and checks that it fits the
+   column (the same rules and messages as the Spark projection, ``spark_jobs/debezium.py``);
+2. :func:`latest_rows` keeps the last change per key (the rules of ``debezium.latest_per_key``);
+3. the table's writer applies them (``cdc_window._write_target``), rows that do not fit to the DLQ.
+
+The driver creates or evolves each table before the job (:func:`prepare_tables`, one connection).
+A table's columns come from the same Connect schema as its values, so a value that does not fit is
+rare (the source column changed type within the window); its row never wins its key.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cdcflow.config import MySqlSinkConfig
+from connectors.mysql.types import parse_type
+
+if TYPE_CHECKING:
+    from spark_jobs.sinks import SinkTarget
+
+RAW_COLUMNS = ["topic", "partition", "offset", "timestamp", "key", "value", "headers"]
+TABLE_COLUMN = "_table"  # the table a change goes to, on the frame the write job gets
+GROUP_COLUMNS = [*RAW_COLUMNS, "route", "change_op", "version", "image", "key_image", TABLE_COLUMN]
+
+_DATETIME = r"^\d{4}-\d{2}-\d{2}([ T]\d{2}:\d{2}(:\d{2}(\.\d+)?)?)?$"
+_INTEGER = r"^\s*[+-]?\d+\s*$"
+_NUMBER = r"^\s*[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\s*$"
+_DECIMAL = r"^\s*[+-]?(\d+(\.\d*)?|\.\d+)\s*$"
+# what a value that does not fit its column may need declared (streams without schemas write some
+# types in several forms); the Spark projection says the same (debezium._what_to_declare)
+EPOCH_NUMBER, BASE64_TEXT = r"^-?[0-9]+$", r"^[A-Za-z0-9+/]+={0,2}$"
+DECLARE_TIME_ENCODING = (
+    " (a number is time since the epoch, or since midnight for TIME: declare the column's "
+    "encoding: ms, us or ns, as the connector's time.precision.mode writes it)"
+)
+DECLARE_DECIMAL_ENCODING = (
+    " (this looks like the base64 Decimal of Debezium's decimal.handling.mode=precise, which "
+    "needs the schema: declare encoding: base64)"
+)
+DECLARE_BINARY_ENCODING = (
+    " (binary values are read as base64; declare encoding: hex or text if the stream writes those)"
+)
+
+
+_parse_type = functools.lru_cache(maxsize=4096)(parse_type)  # a table's column types, parsed once per task
+
+
+@dataclass(frozen=True)
+class TableGroup:
+    """A routed sink and the concrete target of each table its changes in this window go to."""
+
+    target: SinkTarget
+    tables: dict[str, SinkTarget]
+
+    @property
+    def config(self) -> MySqlSinkConfig:
+        return self.target.config  # type: ignore[return-value]
+
+
+def key_columns(sink: MySqlSinkConfig) -> list[str]:
+    """The projected columns (c_<i>) of the primary key, in its order."""
+    index = {c.name: i for i, c in enumerate(sink.columns)}
+    return [f"c_{index[k]}" for k in sink.primary_key]
+
+
+def _null_where(mask: pa.Array, values: pa.Array) -> pa.Array:
+    return pc.if_else(mask, pa.nulls(len(values), values.type), values)
+
+
+def _per_value(raw: pa.Array, convert: object, kind: pa.DataType) -> pa.Array:
+    """A Python conversion per value, for the rare column types Arrow has no kernel for."""
+    out = []
+    for text in raw.to_pylist():
+        try:
+            out.append(None if text is None else convert(text))  # type: ignore[operator]
+        except (ValueError, binascii.Error, OverflowError):
+            out.append(None)
+    return pa.array(out, kind)
+
+
+def _bits(size: int) -> object:
+    def convert(text: str) -> bytes | None:
+        low = text.strip().lower()
+        n = {"true": 1, "false": 0}.get(low)
+        n = int(low) if n is None else n
+        return n.to_bytes(-(-size // 8), "big") if 0 <= n < (1 << size) else None
+
+    return convert
+
+
+def typed(raw: pa.Array, sql_type: str) -> pa.Array:
+    """A column's texts as the values a MySQL column of ``sql_type`` is given; null where a value does
+    not fit (the rules of ``spark_jobs/debezium._typed``: text where MySQL itself checks, in strict
+    mode; binary, spatial and BIT values as bytes)."""
+    t = _parse_type(sql_type)
+    if t.base in ("DATETIME", "TIMESTAMP"):
+        fits = pc.match_substring_regex(raw, _DATETIME)
+        return _null_where(pc.invert(fits), pc.replace_substring(raw, "T", " "))
+    if t.base == "TIME":  # a number of 8+ digits is time since midnight in ms/µs/ns, not [H]HHMMSS
+        return _null_where(pc.match_substring_regex(raw, r"^-?[0-9]{8,}$"), raw)
+    if t.is_binary or t.is_spatial:  # base64 in the image; spatial: MySQL's internal form (SRID + WKB)
+        return _per_value(raw, lambda s: base64.b64decode(s, validate=True), pa.binary())
+    if t.base == "BIT":
+        return _per_value(raw, _bits(t.args[0] if t.args else 1), pa.binary())
+    if t.is_integer:
+        lower = pc.utf8_lower(raw)
+        boolean = pc.if_else(pc.equal(lower, "true"), "1", pc.if_else(pc.equal(lower, "false"), "0", None))
+        return pc.coalesce(
+            _null_where(pc.invert(pc.match_substring_regex(raw, _INTEGER)), pc.utf8_trim_whitespace(raw)), boolean
+        )
+    if t.base in ("FLOAT", "DOUBLE"):
+        return _null_where(pc.invert(pc.match_substring_regex(raw, _NUMBER)), raw)
+    if t.base == "DECIMAL" and t.precision <= 38:
+        digits = pc.utf8_length(pc.utf8_ltrim(pc.extract_regex(raw, r"^\s*[+-]?(?P<i>\d*)").field("i"), "0"))
+        fits = pc.and_(pc.match_substring_regex(raw, _DECIMAL), pc.less_equal(digits, t.precision - t.scale))
+        return _null_where(pc.invert(fits), raw)
+    return raw
+
+
+def what_to_declare(raw: pa.Array, sql_type: str) -> pa.Array:
+    t = _parse_type(sql_type)
+    none = pa.array([""] * len(raw), pa.string())
+    if t.base in ("DATETIME", "TIMESTAMP", "TIME"):
+        return pc.if_else(pc.fill_null(pc.match_substring_regex(raw, EPOCH_NUMBER), False), DECLARE_TIME_ENCODING, none)
+    if t.base == "DECIMAL":
+        base64ish = pc.and_(
+            pc.match_substring_regex(raw, BASE64_TEXT), pc.equal(pc.bit_wise_and(pc.utf8_length(raw), 3), 0)
+        )
+        return pc.if_else(pc.fill_null(base64ish, False), DECLARE_DECIMAL_ENCODING, none)
+    if t.is_binary:
+        return pa.array([DECLARE_BINARY_ENCODING] * len(raw), pa.string())
+    return none
+
+
+def _lookup(images: pa.Array, field: str) -> pa.Array:
+    return pc.map_lookup(images, pa.scalar(field, pa.string()), "first")
+
+
+def project_rows(rows: pa.Table, sink: MySqlSinkConfig) -> pa.Table:
+    """A table's valid changes -> RAW_COLUMNS + route, change_op, version, one column per sink column
+    (c_<i>) and error_message for the rows whose values do not fit (the output of the Spark
+    projection, ``debezium.project_for_sink``, for pk_mode record_value and record_key)."""
+    images = rows.column("image").combine_chunks()
+    keys = rows.column("key_image").combine_chunks()
+    upsert = pc.equal(rows.column("change_op").combine_chunks(), "upsert")
+    values, errors = [], []
+    for col in sink.columns:
+        raw = _lookup(images, col.source_field)
+        is_key = col.name in sink.primary_key
+        if sink.pk_mode == "record_key" and is_key:
+            raw = pc.coalesce(_lookup(keys, col.source_field), raw)
+        value = typed(raw, col.type)
+        values.append(value)
+        if is_key and raw.null_count:
+            errors.append(pc.if_else(pc.is_null(raw), f"primary key field '{col.source_field}' is missing or null", None))
+        if value is raw:  # text that MySQL checks itself: nothing here can fail to fit
+            continue
+        bad = pc.and_(pc.is_valid(raw), pc.is_null(value))
+        bad = bad if is_key else pc.and_(bad, upsert)
+        if not pc.any(bad).as_py():
+            continue
+        text = pc.binary_join_element_wise(f"field '{col.source_field}' = '", raw, f"' is not a valid {col.type}",
+                                           what_to_declare(raw, col.type), "")
+        errors.append(pc.if_else(bad, text, None))
+    message = pa.nulls(rows.num_rows, pa.string())
+    for error in errors:  # "; "-joined, nulls skipped (null_handling="skip" drops all-null rows in pyarrow 21)
+        message = pc.coalesce(pc.binary_join_element_wise(message, error, "; "), message, error)
+    base = [*RAW_COLUMNS, "route", "change_op", "version"]
+    return pa.table(
+        [*[rows.column(n) for n in base], *values, message],
+        names=[*base, *[f"c_{i}" for i in range(len(values))], "error_message"],
+    )
+
+
+def _codes(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Equal values -> equal integers, null -> -1."""
+    encoded = pc.dictionary_encode(column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column)
+    return encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def latest_rows(projected: pa.Table, key_columns: list[str]) -> pa.Table:
+    """The last change per key, by version, then offset, then partition; the rules of
+    ``debezium.latest_per_key`` with ``keep_unfit``: a tombstone (null version) deletes at the version
+    of the change before it in the log (none: dropped); a row that does not fit (error_message set)
+    never wins its key and is kept, for the writer to send to the DLQ."""
+    n = projected.num_rows
+    if n == 0:
+        return projected
+    codes = [_codes(projected.column(c)) for c in key_columns]
+    partition = projected.column("partition").to_numpy().astype(np.int64)
+    offset = projected.column("offset").to_numpy().astype(np.int64)
+    version_col = projected.column("version").combine_chunks()
+    has_version = version_col.is_valid().to_numpy(zero_copy_only=False)
+    version = version_col.fill_null(0).to_numpy().astype(np.int64)
+    fit = projected.column("error_message").combine_chunks().is_null().to_numpy(zero_copy_only=False)
+    # the log order within each key: key, then partition, then offset (np.lexsort: last key is primary)
+    order = np.lexsort((offset, partition, *reversed(codes)))
+    starts = np.ones(n, dtype=bool)
+    starts[1:] = np.any(np.stack([c[order][1:] != c[order][:-1] for c in codes]), axis=0)
+    group = np.cumsum(starts) - 1
+    first_of_group = np.flatnonzero(starts)[group]
+    # a tombstone's version: that of the last change before it in its key's log order
+    last_valid = np.maximum.accumulate(np.where(has_version[order], np.arange(n), -1))
+    filled_ok = last_valid >= first_of_group
+    filled = np.where(filled_ok, version[order][np.maximum(last_valid, 0)], 0)
+    keyed = np.all(np.stack([c[order] >= 0 for c in codes]), axis=0)
+    candidate = fit[order] & filled_ok & keyed
+    rows = order[candidate]
+    cand_group, cand_version = group[candidate], filled[candidate]
+    pick = np.lexsort((partition[rows], offset[rows], cand_version, cand_group))
+    last = np.ones(len(pick), dtype=bool)
+    last[:-1] = cand_group[pick][1:] != cand_group[pick][:-1]
+    winners = rows[pick][last]
+    unfit = np.flatnonzero(~fit)
+    take = np.sort(np.concatenate([winners, unfit]))
+    versions = np.empty(n, dtype=np.int64)
+    versions[order] = filled
+    out = projected.take(pa.array(take))
+    return out.set_column(out.schema.get_field_index("version"), "version", pa.array(versions[take], pa.int64()))
+
+
+def prepare_tables(targets: list[SinkTarget]) -> None:
+    """Create or evolve each table once, on the driver, on one connection, before the tasks write."""
+    from connectors.mysql.sink import MySqlSink  # noqa: PLC0415
+    from connectors.mysql.sink import prepare_tables as prepare  # noqa: PLC0415
+
+    if targets:
+        prepare(targets[0].url, [MySqlSink(t.config, t.url) for t in targets])  # type: ignore[arg-type]

@@ -1,0 +1,202 @@
+"""A sink's many tables in one write job (spark_jobs/tables.py): the projection and the last change
+per key in Arrow follow the same rules as the Spark ones (spark_jobs/debezium.py). Each test runs
+both on the same decoded changes and compares what MySQL would be given."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cdcflow.config import MySqlSinkConfig
+from connectors.kafka.reader import RAW_SCHEMA
+from connectors.mysql import bulk
+from spark_jobs.debezium import latest_per_key, mysql_key_columns, project_for_sink
+from spark_jobs.tables import (
+    DECLARE_BINARY_ENCODING,
+    DECLARE_TIME_ENCODING,
+    GROUP_COLUMNS,
+    key_columns,
+    latest_rows,
+    project_rows,
+)
+from tests.unit.test_debezium import decoded, env, frame
+
+SINK = MySqlSinkConfig(
+    type="mysql",
+    table="t",
+    primary_key=["id"],
+    columns=[
+        {"name": "id", "type": "BIGINT"},
+        {"name": "name", "type": "VARCHAR(10)"},
+        {"name": "amount", "type": "DECIMAL(6,2)"},
+        {"name": "flag", "type": "TINYINT(1)"},
+        {"name": "at", "type": "DATETIME(6)"},
+        {"name": "during", "type": "TIME(6)"},
+        {"name": "blob", "type": "VARBINARY(10)"},
+        {"name": "bits", "type": "BIT(10)"},
+        {"name": "ratio", "type": "DOUBLE"},
+        {"name": "big", "type": "BIGINT UNSIGNED"},
+    ],
+)
+
+RECORDS = [
+    (
+        b'{"id":1}',
+        env(
+            "c",
+            None,
+            {
+                "id": 1,
+                "name": "x",
+                "amount": "12.50",
+                "flag": True,
+                "at": "2024-02-29 23:59:59.123456",
+                "during": "-838:59:59.000000",
+                "blob": "AAEC",
+                "bits": 1023,
+                "ratio": 0.5,
+                "big": "18446744073709551615",
+            },
+            1,
+        ),
+    ),
+    (b'{"id":2}', env("c", None, {"id": 2, "amount": "12,5", "flag": "false", "at": "1969-12-31T23:59:59"}, 2)),
+    (b'{"id":3}', env("c", None, {"name": "no id"}, 3)),
+    (b'{"id":4}', env("d", {"id": 4, "amount": "junk"}, None, 4)),
+    (
+        b'{"id":5}',
+        env(
+            "c",
+            None,
+            {
+                "id": 5,
+                "amount": "12345.00",
+                "at": "1700000000000",
+                "during": "12345678",
+                "blob": "not base64!",
+                "bits": 1024,
+                "ratio": "1e400x",
+                "flag": "yes",
+            },
+            5,
+        ),
+    ),
+    (b'{"id":6}', env("c", None, {"id": "six", "amount": "-9999.99", "bits": "true", "ratio": "-1.5e-3"}, 6)),
+]
+
+
+def arrow_changes(records: list[tuple[bytes | None, bytes | None]]) -> pa.Table:
+    rows = decoded(records)
+    for r in rows:
+        r["image"] = list(r["image"].items()) if r["image"] is not None else None
+        r["_table"] = "t"
+    schema = pa.schema(
+        [
+            *RAW_SCHEMA,
+            ("route", pa.string()),
+            ("change_op", pa.string()),
+            ("version", pa.int64()),
+            ("image", pa.map_(pa.string(), pa.string())),
+            ("key_image", pa.map_(pa.string(), pa.string())),
+            ("_table", pa.string()),
+        ]
+    )
+    valid = [r for r in rows if r["error_stage"] is None]
+    return pa.Table.from_pylist([{n: r.get(n) for n in GROUP_COLUMNS} for r in valid], schema=schema)
+
+
+def literals(table: Any, n: int) -> list[list[str]]:
+    """Per row, each sink column as the SQL literal MySQL is given (connectors/mysql/bulk.py)."""
+    columns = [bulk._literals(pa.array(table.column(f"c_{i}"))) for i in range(n)]
+    return [list(row) for row in zip(*[c.to_pylist() for c in columns], strict=True)]
+
+
+def test_the_arrow_projection_gives_mysql_what_the_spark_projection_gives(spark: Any) -> None:
+    ours = project_rows(arrow_changes(RECORDS), SINK)
+    spark_rows = project_for_sink(frame(spark, RECORDS), SINK).orderBy("offset").toArrow()
+    assert ours.column("error_message").to_pylist() == spark_rows.column("error_message").to_pylist()
+    fitting = pc.is_null(ours.column("error_message"))
+    mine = literals(ours.filter(fitting), len(SINK.columns))
+    theirs = literals(spark_rows.filter(fitting), len(SINK.columns))
+    assert mine[0] == [
+        *theirs[0][:2],
+        "'12.50'",
+        "'1'",
+        "'2024-02-29 23:59:59.123456'",
+        "'-838:59:59.000000'",
+        "X'000102'",
+        "X'03ff'",
+        "'0.5'",
+        "'18446744073709551615'",
+    ]
+    assert mine == theirs
+    assert ours.column("error_message").to_pylist()[1] == "field 'amount' = '12,5' is not a valid DECIMAL(6,2)"
+
+
+def test_unfit_values_are_named_column_by_column() -> None:
+    messages = project_rows(arrow_changes(RECORDS), SINK).column("error_message").to_pylist()
+    assert messages[2] == "primary key field 'id' is missing or null"
+    assert messages[3] is None  # a delete needs only its key
+    assert messages[4] == "; ".join(
+        [
+            "field 'amount' = '12345.00' is not a valid DECIMAL(6,2)",
+            "field 'flag' = 'yes' is not a valid TINYINT(1)",
+            f"field 'at' = '1700000000000' is not a valid DATETIME(6){DECLARE_TIME_ENCODING}",
+            f"field 'during' = '12345678' is not a valid TIME(6){DECLARE_TIME_ENCODING}",
+            f"field 'blob' = 'not base64!' is not a valid VARBINARY(10){DECLARE_BINARY_ENCODING}",
+            "field 'bits' = '1024' is not a valid BIT(10)",
+            "field 'ratio' = '1e400x' is not a valid DOUBLE",
+        ]
+    )
+    assert messages[5] == "field 'id' = 'six' is not a valid BIGINT"
+
+
+def test_the_last_change_per_key_in_arrow_is_the_one_spark_keeps(spark: Any) -> None:
+    """Random logs over four keys (creates, updates, deletes, tombstones, changes that do not fit,
+    equal versions, a tombstone first), against debezium.latest_per_key(keep_unfit=True)."""
+    rng = random.Random(21)
+    for _round in range(12):
+        records: list[tuple[bytes | None, bytes | None]] = []
+        for _ in range(40):
+            key = rng.randint(1, 4)
+            k = json.dumps({"id": key}).encode()
+            roll = rng.random()
+            ts = rng.randint(1, 15)
+            if roll < 0.15:
+                records.append((k, None))
+            elif roll < 0.3:
+                records.append((k, env("d", {"id": key}, None, ts)))
+            else:
+                amount = "bad" if roll > 0.9 else f"{rng.randint(0, 99)}.00"
+                records.append((k, env("u", None, {"id": key, "name": f"n{len(records)}", "amount": amount}, ts)))
+        ours = latest_rows(project_rows(arrow_changes(records), SINK), key_columns(SINK))
+        theirs = latest_per_key(
+            project_for_sink(frame(spark, records), SINK), mysql_key_columns(SINK), keep_unfit=True
+        ).toArrow()
+        assert sorted(
+            zip(ours.column("offset").to_pylist(), ours.column("version").to_pylist(), strict=True)
+        ) == sorted(zip(theirs.column("offset").to_pylist(), theirs.column("version").to_pylist(), strict=True))
+
+
+def test_the_last_change_per_key_over_a_compound_key_and_partitions() -> None:
+    sink = MySqlSinkConfig(
+        type="mysql",
+        table="t",
+        primary_key=["a", "b"],
+        columns=[{"name": "a", "type": "INT"}, {"name": "b", "type": "VARCHAR(5)"}, {"name": "v", "type": "INT"}],
+    )
+    records = [
+        (b'{"a":1,"b":"x"}', env("c", None, {"a": 1, "b": "x", "v": 1}, 5)),
+        (b'{"a":1,"b":"y"}', env("c", None, {"a": 1, "b": "y", "v": 2}, 5)),
+        (b'{"a":1,"b":"x"}', env("u", None, {"a": 1, "b": "x", "v": 3}, 5)),  # same version: the later offset
+        (b'{"a":1,"b":"y"}', env("u", None, {"a": 1, "b": "y", "v": 4}, 4)),
+    ]  # older version: loses
+    latest = latest_rows(project_rows(arrow_changes(records), sink), key_columns(sink))
+    assert sorted(zip(latest.column("c_1").to_pylist(), latest.column("c_2").to_pylist(), strict=True)) == [
+        ("x", "3"),
+        ("y", "2"),
+    ]
