@@ -140,10 +140,41 @@ class PipelineCollector(Collector):
             gcode.add_metric([name], STATUS_CODE[evaluated.status])
             total.add_metric([name], evaluated.total_lag)
         yield from (read, written, dead, windows, committed, log_end, lag, pstatus, pcode, gcode, total,
-                    last_ok, since_ok, state, last_failed, up)
+                    last_ok, since_ok, state, last_failed, up, spark_up(control.pipelines()))
         yield _histogram("cdcflow_window_duration_seconds", "Wall time of applied windows", ["pipeline"], durations)
         yield _histogram("cdcflow_window_stage_seconds", "Wall time per stage of applied windows "
                          "(read, decode, project, dlq, sink:<name>)", ["pipeline", "stage"], stages)
+
+
+SPARK_PROBE_EVERY = 30.0  # seconds a probe's answer is reused (Prometheus scrapes every 15 s)
+_spark_probes: dict[str, tuple[float, str | None]] = {}
+
+
+def spark_state(remote: str) -> str | None:
+    """None when the long-lived Spark at ``remote`` runs a one-row job (spark_jobs/health.py, in a
+    child process: a hung server cannot hang the scrape), else why not; reused for 30 s."""
+    import time  # noqa: PLC0415
+
+    from spark_jobs.health import probe_in_child  # noqa: PLC0415
+
+    checked = _spark_probes.get(remote)
+    if checked is None or time.monotonic() - checked[0] > SPARK_PROBE_EVERY:
+        checked = (time.monotonic(), probe_in_child(remote, timeout=20.0))
+        _spark_probes[remote] = checked
+    return checked[1]
+
+
+def spark_up(pipelines: list[Any]) -> GaugeMetricFamily:
+    """cdcflow_spark_up per long-lived Spark that a pipeline runs on (spark.mode connect)."""
+    from spark_jobs.session import resolve_remote  # noqa: PLC0415
+
+    gauge = GaugeMetricFamily("cdcflow_spark_up", "1 when the long-lived Spark (Spark Connect) runs a one-row job, "
+                              "0 when it is down or its Spark context has stopped", labels=["remote"])
+    remotes = sorted({resolve_remote(p.config.spark) for p in pipelines
+                      if p.config is not None and p.config.spark.mode == "connect"})
+    for remote in remotes:
+        gauge.add_metric([remote], 1 if spark_state(remote) is None else 0)
+    return gauge
 
 
 def render(service: control.Control | None = None) -> tuple[bytes, str]:

@@ -188,8 +188,43 @@ status_airflow() {
 # CDCFLOW_SPARK_MASTER (default local[CDCFLOW_SPARK_CORES]) may name a standalone master (spark://host:7077):
 # the server is then the driver and its executors run on the cluster's workers. CDCFLOW_SPARK_DIR and
 # CDCFLOW_SPARK_UI_PORT (unset: no UI) let a second server run beside this one (tests/spark_cluster.py).
+# Healthy means a one-row job runs (spark_jobs/health.py): a server whose SparkContext stopped (out of
+# heap) keeps its JVM and its port, and fails every request. A supervisor (the same module, started
+# beside the server; CDCFLOW_SPARK_SUPERVISE=0: none) restarts a dead or context-less server.
 SPARK_DIR="${CDCFLOW_SPARK_DIR:-$SVC/spark}"; SPARK_PID="$SPARK_DIR/connect.pid"; SPARK_LOG="$SPARK_DIR/connect.log"
-spark_healthy() { port_open "$CDCFLOW_SPARK_CONNECT_PORT" && grep -q "Spark Connect server started" "$SPARK_LOG"; }
+SPARK_SUP_PID="$SPARK_DIR/supervisor.pid"; SPARK_SUP_LOG="$SPARK_DIR/supervisor.log"
+spark_probe() { PYTHONPATH="$CDCFLOW_ROOT" "$CDCFLOW_VENV/bin/python" -m spark_jobs.health "$CDCFLOW_SPARK_REMOTE"; }
+spark_healthy() { port_open "$CDCFLOW_SPARK_CONNECT_PORT" && grep -q "Spark Connect server started" "$SPARK_LOG" && spark_probe; }
+
+wait_port_free() { # port seconds: a server that just stopped may hold its port a moment longer
+  local end=$((SECONDS + $2))
+  while port_open "$1" && [ $SECONDS -lt $end ]; do sleep 0.5; done
+}
+
+start_spark_supervisor() {
+  [ "${CDCFLOW_SPARK_SUPERVISE:-1}" = 1 ] || return 0
+  pid_alive "$SPARK_SUP_PID" && return 0
+  nohup env PYTHONPATH="$CDCFLOW_ROOT" "$CDCFLOW_VENV/bin/python" -m spark_jobs.health "$CDCFLOW_SPARK_REMOTE" \
+    --supervise "$SPARK_PID" --restart "$CDCFLOW_ROOT/scripts/services.sh start spark" >>"$SPARK_SUP_LOG" 2>&1 &
+  echo $! >"$SPARK_SUP_PID"
+  say "spark supervisor started (pid $!, log $SPARK_SUP_LOG): restarts a dead or context-less server"
+}
+
+stop_spark() {
+  stop_one "spark supervisor" "$SPARK_SUP_PID" >/dev/null  # first: a stop asked for is not a failure
+  stop_one spark "$SPARK_PID"
+}
+
+status_spark() {
+  local why
+  if ! pid_alive "$SPARK_PID"; then say "spark: stopped"; return; fi
+  if why=$(spark_probe 2>&1); then
+    say "spark: running (pid $(cat "$SPARK_PID"), port $CDCFLOW_SPARK_CONNECT_PORT)"
+  else
+    say "spark: running (pid $(cat "$SPARK_PID")) but NOT healthy: ${why#*: }; \`scripts/services.sh start spark\` restarts it"
+  fi
+  if pid_alive "$SPARK_SUP_PID"; then say "spark supervisor: running (pid $(cat "$SPARK_SUP_PID"))"; else say "spark supervisor: stopped"; fi
+}
 
 code_changed_since() { # pidfile: is any of cdcflow's code newer than the process?
   [ -n "$(find "$CDCFLOW_ROOT/cdcflow" "$CDCFLOW_ROOT/plugins" "$CDCFLOW_ROOT/connectors" "$CDCFLOW_ROOT/spark_jobs" \
@@ -202,7 +237,14 @@ start_spark() {
   if pid_alive "$SPARK_PID" && code_changed_since "$SPARK_PID"; then
     say "cdcflow's code changed since spark started: restarting it"; stop_one spark "$SPARK_PID"
   fi
-  if pid_alive "$SPARK_PID"; then say "spark already running (pid $(cat "$SPARK_PID"), $CDCFLOW_SPARK_REMOTE)"; return; fi
+  local why
+  if pid_alive "$SPARK_PID" && ! why=$(spark_probe 2>&1); then
+    say "spark is running but not healthy (${why#*: }): restarting it"; stop_one spark "$SPARK_PID"
+  fi
+  if pid_alive "$SPARK_PID"; then
+    say "spark already running (pid $(cat "$SPARK_PID"), $CDCFLOW_SPARK_REMOTE)"; start_spark_supervisor; return
+  fi
+  wait_port_free "$CDCFLOW_SPARK_CONNECT_PORT" 30
   check_port_free spark "$CDCFLOW_SPARK_CONNECT_PORT"
   local master="${CDCFLOW_SPARK_MASTER:-local[$CDCFLOW_SPARK_CORES]}"
   local ui=(--conf spark.ui.enabled=false)
@@ -227,6 +269,7 @@ start_spark() {
   echo $! >"$SPARK_PID"
   wait_until 120 spark "$SPARK_LOG" "$SPARK_PID" spark_healthy
   say "spark is up: $CDCFLOW_SPARK_REMOTE"
+  start_spark_supervisor
 }
 
 # -- prometheus ---------------------------------------------------------------------------------------
@@ -285,8 +328,8 @@ for t in "${targets[@]}"; do
     start:airflow) start_airflow ;;
     start:prometheus) start_prometheus ;;
     start:spark) start_spark ;;
-    stop:spark) stop_one spark "$SPARK_PID" ;;
-    status:spark) status_one spark "$SPARK_PID" "$CDCFLOW_SPARK_CONNECT_PORT" ;;
+    stop:spark) stop_spark ;;
+    status:spark) status_spark ;;
     stop:prometheus) stop_one prometheus "$PROM_PID" ;;
     status:prometheus) status_one prometheus "$PROM_PID" "$CDCFLOW_PROMETHEUS_PORT" ;;
     stop:airflow) stop_airflow ;;

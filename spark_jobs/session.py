@@ -7,6 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from cdcflow.config import SparkConfig
+from spark_jobs.health import RESTART_HINT, dead_context
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -70,7 +71,10 @@ def connect_spark(cfg: SparkConfig, app_name: str = "cdcflow") -> SparkSession:
     _check_reachable(url)  # the client itself retries a refused connection for minutes
     cached = _CONNECT_SESSIONS.get((url, app_name))
     if cached is not None and not cached[1].is_stopped:
-        return activate(cached[1])
+        try:
+            return _prechecked(activate(cached[1]), url)
+        except SparkUnavailable:  # the server restarted since, say: a new session below, checked again
+            _CONNECT_SESSIONS.pop((url, app_name), None)
     try:
         spark, target = _create_connect_session(SparkSession, url, app_name)
         # the client's default retries a lost server for 10+ minutes (measured: a window hung > 7 min
@@ -80,16 +84,33 @@ def connect_spark(cfg: SparkConfig, app_name: str = "cdcflow") -> SparkSession:
                                                        max_backoff=5000)])
         for key, value in {**SESSION_CONF, **cfg.conf}.items():
             spark.conf.set(key, value)
-        # no probe job here (it cost ~0.06 s a window): the port was checked above, and a server that
-        # goes away later fails the window's first job as SparkUnavailable (see spark_unavailable)
     except (PySparkException, OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else exc.__class__.__name__
+        dead = spark_unavailable(exc)
+        if dead is not None:
+            raise dead from exc
         raise SparkUnavailable(
             f"Spark Connect at {url} is unreachable ({first}). Start the long-lived Spark with "
             "`scripts/services.sh start spark`, or set spark.mode: inprocess to run Spark inside the task; "
             "no offset was moved") from exc
     _CONNECT_SESSIONS[(url, app_name)] = (target, spark)
-    return activate(spark)
+    return _prechecked(activate(spark), url)
+
+
+def _prechecked(spark: SparkSession, url: str) -> SparkSession:
+    """The window's pre-check: a one-row job (about 0.06 s). A server whose Spark context stopped
+    keeps its port and fails every request; this fails the window at once, before anything is
+    read, with what happened and how to restart it."""
+    from cdcflow.errors import SparkUnavailable  # noqa: PLC0415
+
+    try:
+        spark.range(1).count()
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else exc.__class__.__name__
+        raise spark_unavailable(exc) or SparkUnavailable(
+            f"the long-lived Spark at {url} cannot run a one-row job ({first}); {RESTART_HINT}; "
+            "no offset was moved") from exc
+    return spark
 
 
 MAX_SESSION_GENERATIONS = 50
@@ -151,6 +172,10 @@ def spark_unavailable(exc: BaseException) -> SparkUnavailable | None:
     from cdcflow.errors import SparkUnavailable  # noqa: PLC0415
 
     text = str(exc)
+    if dead_context(text):
+        return SparkUnavailable(
+            "the long-lived Spark (Spark Connect) is up but its Spark context has stopped (out of memory, or a fatal "
+            f"error: see its log); {RESTART_HINT} (the supervisor does it within a minute); no offset was moved")
     if exc.__class__.__name__ != "SparkConnectGrpcException" or "UNAVAILABLE" not in text:
         return None
     import re  # noqa: PLC0415

@@ -5,6 +5,7 @@ Connect offsets examples, DLQ redrive end to end, and a real browser on the page
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -400,6 +401,7 @@ def test_the_page_in_chromium(server: AirflowServer, use_server_store: None, spa
         browser.open(f"{server.base}/cdcflow/")
         index = browser.text()
         assert name in index and "PAUSED" in index and "committed" in index
+        assert f"Spark at {os.environ.get('CDCFLOW_SPARK_REMOTE', 'sc://127.0.0.1:15002')}: up" in index
         browser.screenshot(SCREENSHOTS / "cdcflow-pipelines.png")
 
         browser.open(f"{server.base}/cdcflow/pipelines/{name}")

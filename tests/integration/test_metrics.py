@@ -98,7 +98,7 @@ def shared(server: AirflowServer, monkeypatch: pytest.MonkeyPatch) -> OffsetStor
 def test_promtool_accepts_the_alert_rules() -> None:
     result = subprocess.run(["promtool", "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 6 rules found" in result.stdout
+    assert "SUCCESS: 7 rules found" in result.stdout
 
 
 def test_prometheus_sees_the_brokers_lag_and_the_records_mysql_took(
@@ -139,6 +139,13 @@ def test_prometheus_sees_the_brokers_lag_and_the_records_mysql_took(
     assert [r["metric"]["error_class"] for r in by_class] == ["pymysql.err.DataError"]
     assert value(prometheus.query(f"cdcflow_window_duration_seconds_count{sel}")) == 2
     assert value(prometheus.query(f"cdcflow_seconds_since_last_successful_window{sel}")) < 120
+
+    # the long-lived Spark's state: up where the windows ran; down where a pipeline names a dead server
+    dead = f"sc://127.0.0.1:{free_port()}"
+    write_pipeline(server.config_dir, unique("promdead"), f"t.{tag}.dead", tag, spark={"remote": dead})
+    live = cfg.spark.remote or os.environ.get("CDCFLOW_SPARK_REMOTE", "sc://127.0.0.1:15002")
+    prometheus.wait_for(f'cdcflow_spark_up{{remote="{dead}"}}', lambda r: len(r) == 1 and value(r) == 0)
+    assert value(prometheus.query(f'cdcflow_spark_up{{remote="{live}"}}')) == 1
 
     # Burrow's JSON for the same pipeline, by consumer group
     burrow = server.request("GET", f"/cdcflow/v3/kafka/{cfg.source.kafka_conn_id}/consumer/{cfg.group_id}/lag")

@@ -139,6 +139,15 @@ def test_the_long_lived_spark_runs_as_services_sh_runs_it_on_the_cluster() -> No
             "spark.ui.enabled", "spark.ui.retainedTasks"}  # the UI is off here, on in compose (port 4040)
     assert {k: v for k, v in local.items() if k not in site and "$" not in v} == \
         {k: v for k, v in confs.items() if k not in site}
+    # supervised: a health check that runs a job (a context-less server keeps its port), and a restart
+    spark = SERVICES["spark-connect"]
+    assert spark["restart"] == "unless-stopped"
+    check = " ".join(spark["healthcheck"]["test"])
+    assert f"-m spark_jobs.health sc://127.0.0.1:{CONTAINER_PORTS['spark-connect']}" in check and "kill 1" in check
+    assert (ROOT / "spark_jobs/health.py").exists()
+    waiting = [n for n, svc in SERVICES.items() if "spark-connect" in (svc.get("depends_on") or {})]
+    assert waiting and all(SERVICES[n]["depends_on"]["spark-connect"] == {"condition": "service_healthy"}
+                           for n in waiting)
     for service in AIRFLOW:
         remote = urlsplit(_env(service)["CDCFLOW_SPARK_REMOTE"].replace("sc://", "http://"))
         assert remote.hostname == "spark-connect" and remote.port == CONTAINER_PORTS["spark-connect"]
