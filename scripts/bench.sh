@@ -10,6 +10,8 @@
 #                                                           1 worker vs 2 workers, 6 partitions
 #   ./scripts/bench.sh --wide [--columns 5,50,200]          a window against the table's width
 #   ./scripts/bench.sh --tables [--tables 1,50]             a window against the number of tables
+#   ./scripts/bench.sh --soak [--windows 1000 --spread 200]  one long-lived Spark through many windows:
+#                                                           heap after GC, RSS, window times
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -19,5 +21,6 @@ export PYTHONPATH="$CDCFLOW_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 if [ "${1:-}" = "--fixed-cost" ]; then shift; exec python -m bench.fixed_cost "$@"; fi
 if [ "${1:-}" = "--wide" ]; then shift; exec python -m bench.wide "$@"; fi
 if [ "${1:-}" = "--tables" ]; then shift; exec python -m bench.tables "$@"; fi
+if [ "${1:-}" = "--soak" ]; then shift; exec python -m bench.soak "$@"; fi
 if [ "${1:-}" = "--cluster-read" ]; then shift; exec python -m bench.cluster_read "$@"; fi
 python -m bench.run "$@"

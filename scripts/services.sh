@@ -205,7 +205,7 @@ start_spark_supervisor() {
   [ "${CDCFLOW_SPARK_SUPERVISE:-1}" = 1 ] || return 0
   pid_alive "$SPARK_SUP_PID" && return 0
   nohup env PYTHONPATH="$CDCFLOW_ROOT" "$CDCFLOW_VENV/bin/python" -m spark_jobs.health "$CDCFLOW_SPARK_REMOTE" \
-    --supervise "$SPARK_PID" --restart "$CDCFLOW_ROOT/scripts/services.sh start spark" >>"$SPARK_SUP_LOG" 2>&1 &
+    --supervise "$SPARK_PID" --restart "$CDCFLOW_ROOT/scripts/services.sh start spark" >>"$SPARK_SUP_LOG" 2>&1 9>&- &
   echo $! >"$SPARK_SUP_PID"
   say "spark supervisor started (pid $!, log $SPARK_SUP_LOG): restarts a dead or context-less server"
 }
@@ -233,6 +233,12 @@ code_changed_since() { # pidfile: is any of cdcflow's code newer than the proces
 
 start_spark() {
   mkdir -p "$SPARK_DIR"
+  # one start at a time (the supervisor's and yours): the second waits, then finds it running
+  ( flock -w 300 9 || die "another 'services.sh start spark' has held $SPARK_DIR/start.lock for 300s"
+    start_spark_locked ) 9>"$SPARK_DIR/start.lock"
+}
+
+start_spark_locked() {
   # its Python workers keep cdcflow's modules imported: after a code change, restart it
   if pid_alive "$SPARK_PID" && code_changed_since "$SPARK_PID"; then
     say "cdcflow's code changed since spark started: restarting it"; stop_one spark "$SPARK_PID"
@@ -265,7 +271,7 @@ start_spark() {
     --conf spark.sql.constraintPropagation.enabled=false --conf spark.sql.session.timeZone=UTC --conf spark.sql.execution.arrow.pyspark.enabled=true \
     --conf spark.task.maxFailures=1 --conf spark.python.worker.reuse=true \
     --conf spark.local.dir="$SPARK_DIR/tmp" --conf spark.sql.warehouse.dir="$SPARK_DIR/warehouse" \
-    >"$SPARK_LOG" 2>&1 &
+    >"$SPARK_LOG" 2>&1 9>&- &
   echo $! >"$SPARK_PID"
   wait_until 120 spark "$SPARK_LOG" "$SPARK_PID" spark_healthy
   say "spark is up: $CDCFLOW_SPARK_REMOTE"

@@ -58,6 +58,25 @@ def session_url(url: str, app_name: str, generation: int = 0) -> str:
     return f"{base.rstrip('/')}/;{params + ';' if params else ''}session_id={sid}"
 
 
+SHARED_SESSION_SECONDS = 3600  # how long pipelines share one server-side session before the next one
+
+
+def session_name(cfg: SparkConfig, app_name: str, now: float | None = None) -> str:
+    """The server-side session a window attaches to. Pipelines without a ``spark.conf`` of their own
+    share one: the server keeps Python workers (~165 MiB) and state per session, so one session per
+    pipeline grew the server by every pipeline that ever ran (issue 22). The shared session is
+    renewed every hour (``CDCFLOW_SPARK_SESSION_SECONDS``): the server closes the one before when it
+    has been idle for its timeout, with anything a killed window left cached in it, so at most two
+    or three are alive at a time. A pipeline that sets ``spark.conf`` keeps a session of its own
+    (its settings would change the others')."""
+    import time  # noqa: PLC0415
+
+    if cfg.conf:
+        return app_name
+    period = int(os.environ.get("CDCFLOW_SPARK_SESSION_SECONDS", SHARED_SESSION_SECONDS))
+    return f"cdcflow-shared-{int((time.time() if now is None else now) // max(period, 1))}"
+
+
 def connect_spark(cfg: SparkConfig, app_name: str = "cdcflow") -> SparkSession:
     """A session on the long-lived Spark Connect server (``spark.mode: connect``): no JVM in this
     process, warm executors and Python workers on the server."""
@@ -69,6 +88,7 @@ def connect_spark(cfg: SparkConfig, app_name: str = "cdcflow") -> SparkSession:
 
     url = resolve_remote(cfg)
     _check_reachable(url)  # the client itself retries a refused connection for minutes
+    app_name = session_name(cfg, app_name)
     cached = _CONNECT_SESSIONS.get((url, app_name))
     if cached is not None and not cached[1].is_stopped:
         try:
@@ -176,6 +196,11 @@ def spark_unavailable(exc: BaseException) -> SparkUnavailable | None:
         return SparkUnavailable(
             "the long-lived Spark (Spark Connect) is up but its Spark context has stopped (out of memory, or a fatal "
             f"error: see its log); {RESTART_HINT} (the supervisor does it within a minute); no offset was moved")
+    if any(sign in text for sign in ("SESSION_NOT_FOUND", "NO_ACTIVE_SESSION", "SESSION_CHANGED")):
+        return SparkUnavailable(
+            "the long-lived Spark (Spark Connect) restarted while the window ran: its session, and the window's "
+            "checkpointed read with it, are gone. Nothing of the window was committed and no offset moved: the "
+            "retry runs it again")
     if exc.__class__.__name__ != "SparkConnectGrpcException" or "UNAVAILABLE" not in text:
         return None
     import re  # noqa: PLC0415

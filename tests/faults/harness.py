@@ -1,7 +1,8 @@
 """A seeded fault campaign against the real services: kill a window at every point of
 cdcflow.faults.POINTS (the driver process, or the long-lived Spark's Python worker for the points
 inside Spark tasks), or take a server away while a window runs (OUTAGES: MariaDB crashed or stopped
-and restarted, Elasticsearch stopped and restarted, the broker frozen mid-read), retry it as Airflow
+and restarted, Elasticsearch stopped and restarted, the broker frozen mid-read, the long-lived Spark
+killed and restarted), retry it as Airflow
 would (same run id), drain the backlog, and check the outcome against the state computed
 independently from the produced events.
 
@@ -45,6 +46,8 @@ OUTAGES: dict[str, tuple[str, ...]] = {
     "mysql_down": ("after_read", "between_sink_batches"),
     "es_down": ("after_read", "between_sink_batches"),
     "broker_down": ("during_read",),
+    # the long-lived Spark dies (SIGKILL of its JVM, and with it the window's session and checkpoint)
+    "spark_down": ("after_read", "between_sink_batches"),
 }
 KINDS = (*POINTS, *OUTAGES)
 
@@ -199,8 +202,8 @@ class Campaign:
                         time.sleep(frozen)  # the window reads on against the frozen broker
                     how += f", frozen {frozen:.1f}s while the window read on"
                 else:
-                    service = "mysql" if kind == "mysql_down" else "elasticsearch"
-                    crash = kind == "mysql_down" and self.rng.random() < 0.5
+                    service = {"mysql_down": "mysql", "es_down": "elasticsearch", "spark_down": "spark"}[kind]
+                    crash = kind == "spark_down" or (kind == "mysql_down" and self.rng.random() < 0.5)
                     _services("stop", service, crash=crash)
                     how += " (crashed)" if crash else ""
                     if back_first:
@@ -329,12 +332,15 @@ def _alive(pid: int) -> bool:
 
 
 def _services(action: str, service: str, crash: bool = False) -> None:
-    """scripts/services.sh for one server; crash: SIGKILL MariaDB first (no clean shutdown)."""
+    """scripts/services.sh for one server; crash: SIGKILL it instead of a stop (MariaDB: no clean
+    shutdown; Spark: dies as a JVM out of memory does, and its supervisor may restart it first)."""
     if crash:
-        pid = _pid_of("mysql.pid")
+        pid = _pid_of({"mysql": "mysql.pid", "spark": "spark/connect.pid"}[service])
         os.kill(pid, signal.SIGKILL)
         while _alive(pid):
             time.sleep(0.05)
+        if service == "spark":
+            return
     subprocess.run(["bash", str(ROOT / "scripts" / "services.sh"), action, service], check=True,
                    capture_output=True, text=True, timeout=300)
 

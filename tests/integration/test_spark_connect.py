@@ -65,16 +65,17 @@ CLOSED_SESSION = """
 import json, os, sys
 from cdcflow.config import SparkConfig
 from spark_jobs import session as sessions
-app, remote = sys.argv[1], sessions.resolve_remote(SparkConfig())
-first = sessions.connect_spark(SparkConfig(), app)
+OWN = SparkConfig(conf={"spark.sql.shuffle.partitions": "4"})  # settings of its own: a session of its own
+app, remote = sys.argv[1], sessions.resolve_remote(OWN)
+first = sessions.connect_spark(OWN, app)
 sessions.release_sessions(remote)  # stop(): the server closes the id for good
-second = sessions.connect_spark(SparkConfig(), app)
+second = sessions.connect_spark(OWN, app)
 out = {"count": second.range(3).count(), "second": [t for t, s in sessions._CONNECT_SESSIONS.values() if s is second],
        "gen1": sessions.session_url(remote, app, 1)}
 sessions._CONNECT_SESSIONS.clear()  # as a new process would: the chain leads to the same session
-third = sessions.connect_spark(SparkConfig(), app)
+third = sessions.connect_spark(OWN, app)
 out["third"] = [t for t, s in sessions._CONNECT_SESSIONS.values() if s is third]
-out["cached"] = sessions.connect_spark(SparkConfig(), app) is third
+out["cached"] = sessions.connect_spark(OWN, app) is third
 print(json.dumps(out), flush=True)
 os._exit(0)  # as an Airflow task exits: a stopped session's __del__ can hang closing gRPC at shutdown
 """

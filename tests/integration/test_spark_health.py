@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -44,9 +45,20 @@ time.sleep(3600)
 """
 
 
+@pytest.fixture(autouse=True)
+def _classic_spark_after() -> Iterator[None]:
+    """The windows and probes here attach to Spark Connect in this process, which switches PySpark's
+    functions to Connect columns (SPARK_CONNECT_MODE_ENABLED); the tests after this one use a
+    classic session."""
+    was = os.environ.get("SPARK_CONNECT_MODE_ENABLED")
+    yield
+    if was is None:
+        os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
+
+
 def _services(action: str, env: dict[str, str]) -> str:
     out = subprocess.run(["bash", str(ROOT / "scripts/services.sh"), action, "spark"], env=env, capture_output=True,
-                         text=True, timeout=300)
+                         text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return out.stdout + out.stderr
 
