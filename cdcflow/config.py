@@ -232,6 +232,9 @@ KAFKA_PK_COLUMNS = ("__connect_topic", "__connect_partition", "__connect_offset"
 TABLE_PLACEHOLDERS = ("{topic}", "{source.table}", "{source.db}")
 
 
+MAX_MYSQL_COLUMNS = 1017  # InnoDB's limit on a table's columns (MySQL and MariaDB)
+
+
 class MySqlSinkConfig(StrictModel):
     """Upserts changes and deletes deleted keys in MySQL tables."""
 
@@ -260,6 +263,9 @@ class MySqlSinkConfig(StrictModel):
 
     @model_validator(mode="after")
     def _keys_are_columns(self) -> MySqlSinkConfig:
+        if len(self.columns) > MAX_MYSQL_COLUMNS:
+            raise ValueError(f"{len(self.columns)} columns: an InnoDB table has at most {MAX_MYSQL_COLUMNS} (MySQL "
+                             "refuses a wider one); split the table, or drop fields with a ReplaceField transform")
         names = [c.name for c in self.columns]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:

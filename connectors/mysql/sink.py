@@ -65,7 +65,7 @@ DATA_ERRORS = frozenset({1048, 1062, 1264, 1265, 1292, 1364, 1366, 1367, 1406, 1
 # Lock conflicts: retry the batch.
 RETRY_ERRORS = frozenset({1205, 1213})
 # Problems of the deployment rather than of a record: fail the window with the server's words.
-CONFIG_ERRORS = frozenset({1044, 1045, 1049, 1054, 1059, 1103, 1142, 1146, 1166, 1170})
+CONFIG_ERRORS = frozenset({1044, 1045, 1049, 1054, 1059, 1103, 1117, 1118, 1142, 1146, 1166, 1170})
 SET_PAYLOAD_BYTES = 4_000_000  # per INSERT of the staging load: well under max_allowed_packet (16 MiB default)
 UPSERT_STAGE, DELETE_STAGE = "cdcflow_stage_upserts", "cdcflow_stage_deletes"
 HASH_COLUMN, KEY_JSON_COLUMN = "__cdc_key_hash", "__cdc_key_json"

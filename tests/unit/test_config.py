@@ -143,3 +143,17 @@ offset_store: {{sink: {store_sink}}}
     assert str(path) in str(exc.value) and expected in str(exc.value)
     path.write_text(path.read_text().replace(f"sink: {store_sink}", "sink: rows").replace("{topic}", ""))
     assert load_pipeline(path).offset_store.sink == "rows"
+
+
+def test_a_table_wider_than_innodb_allows_is_refused_with_the_file_and_the_limit(tmp_path: Path) -> None:
+    """Issue 22: a 2,000-column table fails at load, naming the file, the field and the limit (not in
+    a window, where its plan would have cost the shared Spark server)."""
+    columns = ", ".join(f"{{name: c{i}, type: BIGINT}}" for i in range(2000))
+    path = tmp_path / "wide.yaml"
+    path.write_text(f"name: wide\nsource: {{topics: [a]}}\nsinks:\n  - type: mysql\n    table: t\n"
+                    f"    primary_key: [c0]\n    columns: [{columns}]\n")
+    with pytest.raises(ConfigError) as exc:
+        load_pipeline(path)
+    msg = str(exc.value)
+    assert str(path) in msg and "sinks.0" in msg
+    assert "2000 columns: an InnoDB table has at most 1017" in msg
