@@ -164,16 +164,21 @@ def spark_state(remote: str) -> str | None:
     return checked[1]
 
 
-def spark_up(pipelines: list[Any]) -> GaugeMetricFamily:
-    """cdcflow_spark_up per long-lived Spark that a pipeline runs on (spark.mode connect)."""
+def spark_states(pipelines: list[Any]) -> list[tuple[str, str | None]]:
+    """(remote, None when up else why) of each long-lived Spark the pipelines run on (spark.mode
+    connect); the metrics and the page both show it."""
     from spark_jobs.session import resolve_remote  # noqa: PLC0415
 
-    gauge = GaugeMetricFamily("cdcflow_spark_up", "1 when the long-lived Spark (Spark Connect) runs a one-row job, "
-                              "0 when it is down or its Spark context has stopped", labels=["remote"])
     remotes = sorted({resolve_remote(p.config.spark) for p in pipelines
                       if p.config is not None and p.config.spark.mode == "connect"})
-    for remote in remotes:
-        gauge.add_metric([remote], 1 if spark_state(remote) is None else 0)
+    return [(remote, spark_state(remote)) for remote in remotes]
+
+
+def spark_up(pipelines: list[Any]) -> GaugeMetricFamily:
+    gauge = GaugeMetricFamily("cdcflow_spark_up", "1 when the long-lived Spark (Spark Connect) runs a one-row job, "
+                              "0 when it is down or its Spark context has stopped", labels=["remote"])
+    for remote, why in spark_states(pipelines):
+        gauge.add_metric([remote], 1 if why is None else 0)
     return gauge
 
 

@@ -39,6 +39,7 @@ from spark_jobs.tables import (
     GROUP_COLUMNS,
     TABLE_COLUMN,
     TableGroup,
+    by_table,
     key_columns,
     latest_rows,
     prepare_tables,
@@ -215,15 +216,13 @@ def _tables_writer(job: WindowJob,
         received = list(batches)
         if not received:
             return
-        changes = pa.Table.from_batches(received)
         engine = writer_engine(group.target.url, shared=True)
         dlq = _dead_letters(job)
         try:
-            for name in pc.unique(changes.column(TABLE_COLUMN)).to_pylist():
+            for name, rows in by_table(pa.Table.from_batches(received)):
                 target = group.tables[name]
                 cfg = target.config
                 assert isinstance(cfg, MySqlSinkConfig)
-                rows = changes.filter(pc.equal(changes.column(TABLE_COLUMN), name))
                 latest = latest_rows(project_rows(rows, cfg), key_columns(cfg))
                 yield _write_target(job, target, iter(latest.to_batches()), MySqlSink(cfg, target.url, engine=engine),
                                     dlq, prepared=True)

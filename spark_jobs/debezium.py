@@ -17,9 +17,8 @@ from spark_jobs.tables import (
     DECLARE_DECIMAL_ENCODING,
     DECLARE_TIME_ENCODING,
     EPOCH_NUMBER,
+    RAW_COLUMNS,
 )
-
-RAW_COLUMNS = ["topic", "partition", "offset", "timestamp", "key", "value", "headers"]
 
 
 def _typed(raw: Column, sql_type: str) -> Column:

@@ -33,19 +33,17 @@ def dead_context(text: str) -> bool:
 
 def probe(remote: str) -> str | None:
     """None when the server at ``remote`` runs a one-row job; else why not, in a line."""
-    import socket  # noqa: PLC0415
-    from urllib.parse import urlsplit  # noqa: PLC0415
-
-    parts = urlsplit(remote.partition("/;")[0].replace("sc://", "http://", 1))
-    try:
-        with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 15002), timeout=5):
-            pass
-    except OSError as exc:
-        return f"nothing answers at {remote} ({exc.__class__.__name__}: {exc})"
     from pyspark.sql import SparkSession  # noqa: PLC0415
     from pyspark.sql.connect.client.retries import DefaultPolicy  # noqa: PLC0415
 
-    from spark_jobs.session import session_url  # noqa: PLC0415
+    from cdcflow.errors import SparkUnavailable  # noqa: PLC0415
+    from spark_jobs.session import _check_reachable, session_url  # noqa: PLC0415
+
+    try:
+        _check_reachable(remote)
+    except SparkUnavailable as exc:
+        cause = exc.__cause__
+        return f"nothing answers at {remote} ({cause.__class__.__name__}: {cause})"
 
     spark = None
     try:

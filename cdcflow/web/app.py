@@ -312,7 +312,9 @@ def create_app(service: ctl.Control | None = None) -> FastAPI:
             if not _may(user, p.name, "GET"):
                 continue
             rows.append({"p": p, "status": _safe(lambda p=p: svc.status(p.name))})
-        return _render("index.html", request, user=user, rows=rows, sparks=_spark_states([r["p"] for r in rows]))
+        from cdcflow.metrics import spark_states  # noqa: PLC0415 - one probe per 30 s, shared with the metrics
+
+        return _render("index.html", request, user=user, rows=rows, sparks=spark_states([r["p"] for r in rows]))
 
     @app.get("/pipelines/{name}", response_class=HTMLResponse)
     def page(request: Request, name: str, user: Any = user_dep, before: str | None = None) -> Any:
@@ -329,17 +331,6 @@ def create_app(service: ctl.Control | None = None) -> FastAPI:
         return _render("pipeline.html", request, **ctx)
 
     return app
-
-
-def _spark_states(pipelines: list[Any]) -> list[tuple[str, str | None]]:
-    """(remote, None when up else why) of each long-lived Spark the pipelines run on (a probe per
-    30 s, shared with cdcflow_spark_up)."""
-    from cdcflow.metrics import spark_state  # noqa: PLC0415
-    from spark_jobs.session import resolve_remote  # noqa: PLC0415
-
-    remotes = sorted({resolve_remote(p.config.spark) for p in pipelines
-                      if p.config is not None and p.config.spark.mode == "connect"})
-    return [(remote, spark_state(remote)) for remote in remotes]
 
 
 class Failed:

@@ -78,7 +78,7 @@ def writer_engine(url: str, shared: bool = False) -> sa.Engine:
     on the gaps between interleaved keys. Each statement still locks and re-reads the rows it guards.
     ``shared``: one pooled connection, reused by the sinks of many tables one after another (a
     connection costs a few milliseconds; a table of a routed sink may have one change)."""
-    pool: dict[str, Any] = {"pool_size": 1, "max_overflow": 1, "pool_pre_ping": False} if shared else {
+    pool: dict[str, Any] = {"pool_size": 1, "max_overflow": 1} if shared else {
         "poolclass": NullPool}
     return sa.create_engine(url, isolation_level="READ COMMITTED",
                             connect_args={**CONNECT_ARGS, "init_command": SESSION_SQL}, **pool)

@@ -19,6 +19,7 @@ from spark_jobs.tables import (
     DECLARE_BINARY_ENCODING,
     DECLARE_TIME_ENCODING,
     GROUP_COLUMNS,
+    by_table,
     key_columns,
     latest_rows,
     project_rows,
@@ -200,3 +201,13 @@ def test_the_last_change_per_key_over_a_compound_key_and_partitions() -> None:
         ("x", "3"),
         ("y", "2"),
     ]
+
+
+def test_a_tasks_changes_split_table_by_table_keep_every_row_in_log_order() -> None:
+    changes = arrow_changes(RECORDS)
+    tables = pa.array(["b", "a", "b", "c", "a", "b"][:changes.num_rows])
+    tagged = changes.set_column(changes.schema.get_field_index("_table"), "_table", tables)
+    split = {name: rows.column("offset").to_pylist() for name, rows in by_table(tagged)}
+    offsets = tagged.column("offset").to_pylist()
+    assert split == {t: [o for o, n in zip(offsets, tables.to_pylist(), strict=True) if n == t]
+                     for t in sorted(set(tables.to_pylist()))}
