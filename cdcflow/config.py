@@ -393,6 +393,9 @@ class SparkConfig(StrictModel):
     master: str | None = Field(default=None, description="Default: $CDCFLOW_SPARK_MASTER or local[*].")
     conn_id: ConnId = "spark_default"
     conf: dict[str, str] = Field(default_factory=dict)
+    timeout: Duration = Field(default=1800.0, description="The longest a window's Spark work may take: past it, the "
+                              "window's operations are cancelled on the server and the window fails alone, so no "
+                              "window holds the shared Spark forever.")
 
 
 class PipelineConfig(StrictModel):

@@ -8,6 +8,7 @@
     │   │   ├── BrokerUnavailable
     │   │   ├── SparkUnavailable
     │   │   └── DeadLetterWriteFailed
+    │   ├── WindowTimedOut          its Spark work ran past spark.timeout and was cancelled on the server
     │   ├── OffsetOutOfRange        the stored offset is gone from the log (retention); needs a decision
     │   ├── ToleranceExceeded       a bad record with errors.tolerance=none
     │   └── OffsetConflict          someone else moved the offsets; this run's commit is refused
@@ -55,6 +56,10 @@ class SparkUnavailable(InfrastructureError):
 
 class DeadLetterWriteFailed(InfrastructureError):
     """A record could not be written to the dead-letter topic; committing would lose it."""
+
+
+class WindowTimedOut(WindowFailed):
+    """The window's Spark work ran past ``spark.timeout``; the server cancelled it (spark_jobs/deadline.py)."""
 
 
 class OffsetOutOfRange(WindowFailed):

@@ -482,7 +482,7 @@ def _process(cfg: PipelineConfig, window: WindowPlan, p: RunParams, store: Offse
         context_headers=cfg.errors.context_headers, transforms=tuple(cfg.transforms),
         key_converter=cfg.source.key_converter, value_converter=cfg.source.value_converter,
         dead_letters_sent=_sent_before(cfg, window, store), faults=faults.active(),
-        offsets_sink=cfg.offset_store.sink,
+        offsets_sink=cfg.offset_store.sink, spark_timeout=cfg.spark.timeout,
         offsets_mode="keep" if not window.moves_offsets else "advance" if window.origin == "stored" else "set")
     spark = spark or get_spark(cfg.spark, app_name=f"cdcflow-{cfg.name}")
     faults.checkpoint("before_read")

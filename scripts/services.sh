@@ -205,7 +205,8 @@ start_spark_supervisor() {
   [ "${CDCFLOW_SPARK_SUPERVISE:-1}" = 1 ] || return 0
   pid_alive "$SPARK_SUP_PID" && return 0
   nohup env PYTHONPATH="$CDCFLOW_ROOT" "$CDCFLOW_VENV/bin/python" -m spark_jobs.health "$CDCFLOW_SPARK_REMOTE" \
-    --supervise "$SPARK_PID" --restart "$CDCFLOW_ROOT/scripts/services.sh start spark" >>"$SPARK_SUP_LOG" 2>&1 9>&- &
+    --supervise "$SPARK_PID" --server-log "$SPARK_LOG" --restart "$CDCFLOW_ROOT/scripts/services.sh start spark" \
+    >>"$SPARK_SUP_LOG" 2>&1 9>&- &
   echo $! >"$SPARK_SUP_PID"
   say "spark supervisor started (pid $!, log $SPARK_SUP_LOG): restarts a dead or context-less server"
 }
@@ -256,13 +257,15 @@ start_spark_locked() {
   local ui=(--conf spark.ui.enabled=false)
   [ -n "${CDCFLOW_SPARK_UI_PORT:-}" ] && ui=(--conf spark.ui.port="$CDCFLOW_SPARK_UI_PORT" --conf spark.ui.retainedTasks=100000)
   say "starting spark (Spark Connect server, master $master) on $CDCFLOW_SPARK_REMOTE"
-  : >"$SPARK_LOG"
+  # the log of the server before (why it died, say) stays beside the new one
+  if [ -s "$SPARK_LOG" ]; then mv -f "$SPARK_LOG" "$SPARK_LOG.1"; else : >"$SPARK_LOG"; fi
   # PYTHONPATH: the repo root (and CDCFLOW_SPARK_PYTHONPATH), so custom transforms named by dotted path
   # import; on a cluster the executors get the same path and Python through spark.executorEnv
   local pypath="$CDCFLOW_ROOT${CDCFLOW_SPARK_PYTHONPATH:+:$CDCFLOW_SPARK_PYTHONPATH}"
   nohup env PYSPARK_PYTHON="$CDCFLOW_VENV/bin/python" SPARK_LOCAL_IP=127.0.0.1 PYTHONPATH="$pypath" \
     "$CDCFLOW_VENV/bin/spark-submit" --class org.apache.spark.sql.connect.service.SparkConnectServer \
     --name cdcflow-spark-connect --master "$master" --driver-memory "${CDCFLOW_SPARK_MEMORY:-1536m}" \
+    --driver-java-options -XX:+ExitOnOutOfMemoryError \
     --conf spark.connect.grpc.binding.address=127.0.0.1 \
     --conf spark.connect.grpc.binding.port="$CDCFLOW_SPARK_CONNECT_PORT" \
     --conf spark.executorEnv.PYTHONPATH="$pypath" --conf spark.pyspark.python="$CDCFLOW_VENV/bin/python" \

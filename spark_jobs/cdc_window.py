@@ -33,6 +33,7 @@ from connectors.debezium.envelope import DECODED_SPARK_COLUMNS, Decoder, hints_f
 from connectors.kafka.dlq import DeadLetterReporter, FailedRecord
 from connectors.kafka.reader import RAW_SPARK_SCHEMA, KafkaRangeReader, ReadOutcome, ReadRange
 from connectors.mysql.offsets import OffsetCommit
+from spark_jobs.deadline import Deadline
 from spark_jobs.session import activate
 from spark_jobs.sinks import SINK_TYPES, SinkTarget, mysql_routes, unroutable
 from spark_jobs.tables import (
@@ -85,6 +86,7 @@ class WindowJob:
     # and how (advance: compare-and-set from the starts; set: a rewind; keep: a time-range replay)
     offsets_sink: str | None = None
     offsets_mode: str = "advance"
+    spark_timeout: float = 1800.0  # spark.timeout: the window's Spark work is cancelled past it (spark_jobs/deadline.py)
 
     def offset_commit(self, ends: dict[tuple[str, int], tuple[int, int]]) -> OffsetCommit | None:
         if self.offsets_sink is None:
@@ -311,13 +313,15 @@ def _examples(df: DataFrame) -> str:
 def run_window_job(spark: SparkSession, job: WindowJob,
                    on_read: Callable[[dict[tuple[str, int], tuple[int, int]]], None]) -> WindowResult:
     try:
-        return _run(spark, job, on_read)
+        with Deadline(spark, job.spark_timeout, f"the window {job.run_id} of {job.pipeline}") as deadline:
+            return _run(spark, job, on_read, deadline)
     except CdcflowError:
         raise
     except Exception as exc:  # Py4J / PythonException wrappers from Spark
-        from spark_jobs.session import spark_unavailable  # noqa: PLC0415
+        from spark_jobs.session import out_of_memory, server_lost, spark_unavailable  # noqa: PLC0415
 
-        inner = unwrap_spark_error(exc) or spark_unavailable(exc)
+        inner = unwrap_spark_error(exc) or out_of_memory(exc, f"the window {job.run_id} of {job.pipeline}") \
+            or spark_unavailable(exc) or server_lost(spark)
         if inner is not None:
             raise inner from None
         if "Python worker exited unexpectedly" in str(exc):
@@ -329,7 +333,7 @@ def run_window_job(spark: SparkSession, job: WindowJob,
 
 
 def _run(spark: SparkSession, job: WindowJob,
-         on_read: Callable[[dict[tuple[str, int], tuple[int, int]]], None]) -> WindowResult:
+         on_read: Callable[[dict[tuple[str, int], tuple[int, int]]], None], deadline: Deadline) -> WindowResult:
     """Few Spark jobs, because each costs a round of scheduling (~0.1-0.2 s on the long-lived Spark):
     read + decode (one checkpoint), one tally (ends per partition and bad records per stage), the
     DLQ report when there are bad records, and one write per sink target."""
@@ -448,7 +452,7 @@ def _run(spark: SparkSession, job: WindowJob,
     else:
         with ThreadPoolExecutor(max_workers=min(SINK_CONCURRENCY, max(1, len(first))),
                                 thread_name_prefix="cdcflow-sink") as pool:
-            futures = [pool.submit(write, target, projected) for target, projected in first]
+            futures = [pool.submit(deadline.tagged(write), target, projected) for target, projected in first]
         outcomes = [f.result() for f in futures]
     outcomes += [write(*pair, holds_offsets=True) for pair in last]
     for (target, _projected), (rows, seconds) in zip(first + last, outcomes, strict=True):

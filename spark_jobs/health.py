@@ -25,6 +25,11 @@ from pathlib import Path
 DEAD_CONTEXT_SIGNS = ("SparkEnv.get() is null", "Application error processing RPC", "SparkContext was shut down",
                       "Cannot call methods on a stopped SparkContext", "SparkContext has been shutdown")
 RESTART_HINT = "restart it with `scripts/services.sh start spark` (its log: .local/services/spark/connect.log)"
+# after the server died under a window: where to see why, and what to do when it was the window
+DIED_HINT = ("Why it went: .local/services/spark/supervisor.log (the supervisor restarts it and names the cause; "
+             "the dead server's log is connect.log.1). If it ran out of heap (java.lang.OutOfMemoryError), a "
+             "window's work was too big for it: make the window smaller (window.max_records), or give the server "
+             "more heap (CDCFLOW_SPARK_MEMORY, docs/operating.md)")
 
 
 def dead_context(text: str) -> bool:
@@ -76,13 +81,36 @@ def _alive(pidfile: Path) -> bool:
         return False
 
 
-def supervise(remote: str, pidfile: Path, restart: list[str], every: float, probe_every: float) -> None:
+FATAL_SIGNS = ("java.lang.OutOfMemoryError", "Terminating due to")
+
+
+def last_words(log: Path | None, tail: int = 200_000) -> str:
+    """The fatal line at the end of a dead server's log (the JVM prints ``Terminating due to
+    java.lang.OutOfMemoryError: Java heap space`` when it exits on running out of heap), or ""."""
+    if log is None:
+        return ""
+    try:
+        with log.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - tail))
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return ""
+    fatal = [line.strip() for line in lines if any(sign in line for sign in FATAL_SIGNS)]
+    return fatal[-1][:300] if fatal else ""
+
+
+def supervise(remote: str, pidfile: Path, restart: list[str], every: float, probe_every: float,
+              server_log: Path | None = None) -> None:
     """Restart the server when its process is gone, or when two probes in a row find it unhealthy.
-    Checks the process every ``every`` seconds (cheap) and probes every ``probe_every`` seconds."""
+    Checks the process every ``every`` seconds (cheap) and probes every ``probe_every`` seconds.
+    A dead server's last fatal log line (out of heap, say) goes into this log with the restart."""
     failures, last_probe = 0, 0.0
     while True:
         time.sleep(every)
-        why = None if _alive(pidfile) else f"its process is gone (no live PID in {pidfile})"
+        why = None
+        if not _alive(pidfile):
+            words = last_words(server_log)
+            why = f"its process is gone (no live PID in {pidfile})" + (f"; its log ends with: {words}" if words else "")
         if why is None and time.monotonic() - last_probe >= probe_every:
             last_probe = time.monotonic()
             why = probe_in_child(remote)
@@ -121,12 +149,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("remote", nargs="?", default=os.environ.get("CDCFLOW_SPARK_REMOTE", "sc://127.0.0.1:15002"))
     parser.add_argument("--supervise", metavar="PIDFILE", help="watch the server of this PID file and restart it")
+    parser.add_argument("--server-log", type=Path, help="the server's log, for why it died")
     parser.add_argument("--restart", default="scripts/services.sh start spark", help="the command that restarts it")
     parser.add_argument("--every", type=float, default=5.0, help="seconds between process checks")
     parser.add_argument("--probe-every", type=float, default=30.0, help="seconds between probes")
     args = parser.parse_args(argv)
     if args.supervise:
-        supervise(args.remote, Path(args.supervise), shlex.split(args.restart), args.every, args.probe_every)
+        supervise(args.remote, Path(args.supervise), shlex.split(args.restart), args.every, args.probe_every,
+                  args.server_log)
         return 0
     why = probe(args.remote)
     print(f"spark at {args.remote}: {'healthy' if why is None else why}")

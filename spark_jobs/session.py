@@ -7,12 +7,12 @@ import sys
 from typing import TYPE_CHECKING
 
 from cdcflow.config import SparkConfig
-from spark_jobs.health import RESTART_HINT, dead_context
+from spark_jobs.health import DIED_HINT, RESTART_HINT, dead_context
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from cdcflow.errors import SparkUnavailable
+    from cdcflow.errors import SparkUnavailable, WindowFailed
 
 # Session SQL settings every window needs, set on every session, the long-lived server's included:
 # constraint propagation infers every combination of a plan's aliased predicates, and on a sink of
@@ -175,10 +175,13 @@ def activate(spark: SparkSession) -> SparkSession:
     ``localCheckpoint`` to ``SparkSession.active()`` (pyspark.sql.connect.conversion.
     proto_to_remote_cached_dataframe), and only the first session of a process becomes active: in a
     process with two sessions the checkpoint would be looked up on the wrong server
-    (DATAFRAME_NOT_FOUND). There is no public setter."""
+    (DATAFRAME_NOT_FOUND). There is no public setter. PySpark's functions (``F.col`` …) build
+    Connect columns only while SPARK_CONNECT_MODE_ENABLED is set, which the builder sets once and a
+    classic session started since clears (``get_spark``): set again for a cached session."""
     holder = getattr(type(spark), "_active_session", None)
     if holder is not None:  # a Connect session (a classic one keeps its own, JVM-side)
         holder.session = spark
+        os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
     return spark
 
 
@@ -200,7 +203,7 @@ def spark_unavailable(exc: BaseException) -> SparkUnavailable | None:
         return SparkUnavailable(
             "the long-lived Spark (Spark Connect) restarted while the window ran: its session, and the window's "
             "checkpointed read with it, are gone. Nothing of the window was committed and no offset moved: the "
-            "retry runs it again")
+            f"retry runs it again. {DIED_HINT}")
     if exc.__class__.__name__ != "SparkConnectGrpcException" or "UNAVAILABLE" not in text:
         return None
     import re  # noqa: PLC0415
@@ -209,8 +212,39 @@ def spark_unavailable(exc: BaseException) -> SparkUnavailable | None:
     why = details.group(1) if details else text.strip().splitlines()[0]
     return SparkUnavailable(
         f"the long-lived Spark (Spark Connect) became unreachable during the window ({why[:300]}). Check it with "
-        "`scripts/services.sh status spark` and its log .local/services/spark/connect.log, and start it with "
-        "`scripts/services.sh start spark`; no offset was moved")
+        "`scripts/services.sh status spark`, and start it with `scripts/services.sh start spark` (its supervisor "
+        f"does within seconds); no offset was moved. {DIED_HINT}")
+
+
+def server_lost(spark: SparkSession) -> SparkUnavailable | None:
+    """After a window's Spark call failed with an error that names no cause (the client can fail
+    with a bare AssertionError when the server dies mid-stream): the server restarted or went away
+    when the session can no longer run a one-row job; None when it still can (the job itself failed)."""
+    from cdcflow.errors import SparkUnavailable  # noqa: PLC0415
+
+    try:
+        spark.range(1).count()
+    except Exception as exc:  # noqa: BLE001 - any failure here means the server is not what it was
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else exc.__class__.__name__
+        return spark_unavailable(exc) or SparkUnavailable(
+            f"the long-lived Spark stopped answering during the window ({first}); nothing of the window was "
+            f"committed and no offset moved: the retry runs it again. {DIED_HINT}")
+    return None
+
+
+def out_of_memory(exc: BaseException, what: str) -> WindowFailed | None:
+    """The clear error for a window whose work ran the Spark driver (the long-lived server, in local
+    mode) out of heap. The server runs with ExitOnOutOfMemoryError: it exits rather than go on
+    without its context, and its supervisor starts it again within seconds (issue 22)."""
+    from cdcflow.errors import WindowFailed  # noqa: PLC0415
+
+    if "java.lang.OutOfMemoryError" not in str(exc):
+        return None
+    return WindowFailed(
+        f"{what} ran Spark out of memory (java.lang.OutOfMemoryError). The long-lived Spark exits on it and its "
+        "supervisor starts it again within seconds (`scripts/services.sh status spark`); the other pipelines' "
+        "windows retry. Nothing was committed and no offset moved. Make the window smaller (window.max_records), "
+        "or give the server more heap (CDCFLOW_SPARK_MEMORY, see docs/operating.md)")
 
 
 def _check_reachable(url: str, timeout: float = 5.0) -> None:

@@ -36,6 +36,17 @@ def services() -> None:
                     "(or `source scripts/env.sh` first)", pytrace=False)
 
 
+@pytest.fixture(autouse=True)
+def _classic_spark_after() -> Iterator[None]:
+    """A window on the long-lived Spark attaches to Spark Connect in this process, which switches
+    PySpark's functions to Connect columns (SPARK_CONNECT_MODE_ENABLED, which subprocesses inherit);
+    the tests after it use classic sessions."""
+    was = os.environ.get("SPARK_CONNECT_MODE_ENABLED")
+    yield
+    if was is None:
+        os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     from cdcflow.config import SparkConfig

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from cdcflow import cdcgen, runner
+from cdcflow import cdcgen, faults, runner
 from cdcflow.config import load_pipeline
-from cdcflow.errors import SparkUnavailable
+from cdcflow.errors import SparkUnavailable, WindowFailed, WindowTimedOut
 from tests.airflow_server import free_port
 from tests.helpers import bootstrap, expected, subprocess_env, table_rows, unique, write_pipeline
 
@@ -91,3 +94,78 @@ def test_a_pipeline_whose_server_session_was_closed_gets_the_next_one(config_dir
     assert out["count"] == 3
     assert out["second"] == [out["gen1"]] == out["third"]
     assert out["cached"] is True  # one session per server and pipeline in a process
+
+
+def test_a_window_past_spark_timeout_is_cancelled_alone_and_the_server_carries_on(
+        config_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No window holds the shared Spark forever (issue 22): a read task that hangs (a pause fault,
+    for up to 10 minutes) is cancelled on the server at spark.timeout; the window fails alone with
+    what to change, moves no offset, and the next window on the same server applies everything."""
+    tag = unique("sctime")
+    cfg = load_pipeline(write_pipeline(config_dir, tag, f"t.{tag}", tag, spark={"timeout": "15s"}))
+    stream = cdcgen.orders_stream(200, 30, seed=23)
+    cdcgen.produce(bootstrap(), cfg.source.topics[0], stream.events)
+    store = runner.offset_store(cfg)
+    monkeypatch.setenv("CDCFLOW_FAULTS", faults.pause_entry("during_read", tmp_path))
+
+    started = time.monotonic()
+    with pytest.raises(WindowTimedOut) as err:
+        runner.run_window(cfg, "slow-1", {}, store)
+    elapsed = time.monotonic() - started
+
+    assert (tmp_path / "reached").exists()  # the read task was hanging when the deadline came
+    assert 15 <= elapsed < 60, f"the hanging task was not cancelled at the deadline ({elapsed:.0f} s)"
+    message = str(err.value)
+    assert f"the window slow-1 of {cfg.name}" in message and "spark.timeout (15 s)" in message
+    assert "no offset moved" in message and "lower window.max_records" in message
+    assert store.load(cfg.name) == {}
+    monkeypatch.delenv("CDCFLOW_FAULTS")
+    stats = runner.run_window(cfg, "slow-2", {}, store)
+    assert stats["records"] == len(stream.events)
+    assert table_rows(cfg.sinks[0].table) == expected(stream.state)
+
+
+def test_a_window_that_runs_spark_out_of_heap_fails_alone_and_the_server_is_back_within_a_minute(
+        config_dir: Path) -> None:
+    """One window cannot take the shared Spark down for good (issue 22): a window whose work needs
+    ~10 GB of the server's heap fails with what happened and what to change, and moves no offset; the
+    server exits on the OutOfMemoryError (instead of lingering without its context), its supervisor
+    starts it again, and another pipeline's window then runs on it."""
+    from spark_jobs.health import probe_in_child
+    from spark_jobs.session import resolve_remote
+
+    tag = unique("scoom")
+    greedy = load_pipeline(write_pipeline(config_dir, tag, f"t.{tag}", tag, versioning="kafka_offset", transforms=[
+        {"type": "Python", "function": "tests.unit.custom_transforms.exhaust_heap"}]))
+    cdcgen.produce(bootstrap(), greedy.source.topics[0], cdcgen.orders_stream(20, 5, seed=3).events)
+    store = runner.offset_store(greedy)
+    supervisor_log = Path(os.environ["CDCFLOW_HOME"]) / "services/spark/supervisor.log"
+    logged = supervisor_log.stat().st_size
+    with pytest.raises(WindowFailed) as err:
+        runner.run_window(greedy, "oom-1", {}, store)
+    failed = time.monotonic()
+    message = str(err.value)
+    # the window sees the error itself, or (when the server is gone before it is told) the server's restart
+    if "ran Spark out of memory" in message:
+        assert f"the window oom-1 of {greedy.name} ran Spark out of memory (java.lang.OutOfMemoryError)" in message
+    else:
+        assert "restarted while the window ran" in message or "became unreachable during the window" in message
+        assert "supervisor.log" in message
+    assert re.search(r"no offset (was )?moved", message)
+    assert "window.max_records" in message and "CDCFLOW_SPARK_MEMORY" in message
+    assert store.load(greedy.name) == {}
+
+    while (why := probe_in_child(resolve_remote(greedy.spark), timeout=30)) is not None and time.monotonic() - failed < 90:
+        time.sleep(1)
+    back = time.monotonic() - failed
+    assert why is None and back < 60, f"the supervisor did not bring Spark back within a minute: {why} ({back:.0f} s)"
+    with supervisor_log.open() as log:  # the restart names the cause, from the dead server's last words
+        log.seek(logged)
+        restarts = [line for line in log if "spark is down" in line]
+    assert restarts and "java.lang.OutOfMemoryError" in restarts[-1], restarts
+    other = unique("scafter")
+    cfg = load_pipeline(write_pipeline(config_dir, other, f"t.{other}", other))
+    stream = cdcgen.orders_stream(100, 20, seed=4)
+    cdcgen.produce(bootstrap(), cfg.source.topics[0], stream.events)
+    assert runner.run_window(cfg, "after-oom", {}, runner.offset_store(cfg))["records"] == len(stream.events)
+    assert table_rows(cfg.sinks[0].table) == expected(stream.state)

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -45,17 +44,6 @@ time.sleep(3600)
 """
 
 
-@pytest.fixture(autouse=True)
-def _classic_spark_after() -> Iterator[None]:
-    """The windows and probes here attach to Spark Connect in this process, which switches PySpark's
-    functions to Connect columns (SPARK_CONNECT_MODE_ENABLED); the tests after this one use a
-    classic session."""
-    was = os.environ.get("SPARK_CONNECT_MODE_ENABLED")
-    yield
-    if was is None:
-        os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
-
-
 def _services(action: str, env: dict[str, str]) -> str:
     out = subprocess.run(["bash", str(ROOT / "scripts/services.sh"), action, "spark"], env=env, capture_output=True,
                          text=True, timeout=300, check=False)
@@ -82,6 +70,7 @@ def test_a_server_whose_context_stopped_fails_the_window_clearly_and_is_restarte
     home.mkdir()
     env = {**os.environ, "CDCFLOW_SPARK_DIR": str(home), "CDCFLOW_SPARK_CONNECT_PORT": str(port),
            "CDCFLOW_SPARK_REMOTE": remote, "CDCFLOW_SPARK_MEMORY": "1g", "PYTHONPATH": str(ROOT)}
+    env.pop("SPARK_CONNECT_MODE_ENABLED", None)  # a classic PySpark: a Connect session before in this process sets it
     server = subprocess.Popen([sys.executable, "-c", SERVER_IN_PYSPARK, str(port)], cwd=ROOT, env=env,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:

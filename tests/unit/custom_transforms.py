@@ -8,3 +8,11 @@ from pyspark.sql import functions as F
 
 def add_ten(df: DataFrame, field: str) -> DataFrame:
     return df.withColumn("value", F.col("value").withField(field, F.col("value")[field] + 10))
+
+
+def exhaust_heap(df: DataFrame) -> DataFrame:
+    """A window whose work runs the Spark driver out of heap (tests/integration/test_spark_connect.py):
+    every row joined with one aggregate of ~10 GB of strings."""
+    big = df.sparkSession.range(0, 10_000_000, 1, 1).groupBy().agg(
+        F.collect_list(F.repeat(F.lit("x"), 1000)).alias("strings"))
+    return df.crossJoin(big.select(F.size("strings").alias("_n"))).where(F.col("_n") > 0).drop("_n")

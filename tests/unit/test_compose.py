@@ -139,6 +139,9 @@ def test_the_long_lived_spark_runs_as_services_sh_runs_it_on_the_cluster() -> No
             "spark.ui.enabled", "spark.ui.retainedTasks"}  # the UI is off here, on in compose (port 4040)
     assert {k: v for k, v in local.items() if k not in site and "$" not in v} == \
         {k: v for k, v in confs.items() if k not in site}
+    # out of heap, the JVM exits (and is restarted) rather than keep its port without a context
+    assert "--driver-java-options -XX:+ExitOnOutOfMemoryError" in connect
+    assert "--driver-java-options -XX:+ExitOnOutOfMemoryError" in start
     # supervised: a health check that runs a job (a context-less server keeps its port), and a restart
     spark = SERVICES["spark-connect"]
     assert spark["restart"] == "unless-stopped"

@@ -3,6 +3,8 @@ the pipelines that set no spark.conf, renewed every hour; a session of its own f
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from cdcflow.config import SparkConfig
@@ -62,3 +64,16 @@ def test_a_window_whose_server_restarted_under_it_says_so() -> None:
         err = spark_unavailable(RuntimeError(answer))
         assert isinstance(err, SparkUnavailable) and "restarted while the window ran" in str(err)
         assert "no offset moved" in str(err)
+
+
+def test_the_supervisor_names_why_the_server_died_from_its_last_words(tmp_path: Path) -> None:
+    from spark_jobs.health import last_words
+
+    log = tmp_path / "connect.log"
+    log.write_text("26/11/24 INFO SparkContext: Running Spark version 4.2.0\n"
+                   "java.lang.OutOfMemoryError: Java heap space\n\tat java.base/java.util.Arrays.copyOf\n"
+                   "Terminating due to java.lang.OutOfMemoryError: Java heap space\n")
+    assert last_words(log) == "Terminating due to java.lang.OutOfMemoryError: Java heap space"
+    log.write_text("26/11/24 INFO SparkConnectServer: Spark Connect server started\n")
+    assert last_words(log) == ""
+    assert last_words(tmp_path / "missing.log") == "" and last_words(None) == ""
