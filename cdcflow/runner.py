@@ -394,7 +394,8 @@ def writer_lease(store: OffsetStore, pipeline: str, run_id: str, wait: float = L
     one pipeline never write at the same time. Waits up to ``wait`` seconds for the holder."""
     holder = f"{run_id}@{uuid.uuid4().hex[:8]}"
     deadline, told = time.monotonic() + wait, 0.0
-    while (other := store.try_lease(pipeline, holder, seconds)) is not None:
+    # an earlier attempt of this window that was killed holds the lease until it expires: taken at once
+    while (other := store.try_lease(pipeline, holder, seconds, successor_of=run_id)) is not None:
         if time.monotonic() > deadline:
             raise WindowFailed(
                 f"pipeline {pipeline!r}: window {other.split('@')[0]!r} has been writing to the sinks for over "

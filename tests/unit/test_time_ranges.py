@@ -153,6 +153,11 @@ def test_one_writer_per_pipeline(tmp_path: Path) -> None:
     assert store.try_lease("p", "backfill", 0.3) is None
     time.sleep(0.5)  # expired (its holder was killed): the next writer takes it
     assert store.try_lease("p", "live", 60) is None
+    # a killed attempt's lease is taken at once by the retry of the same window, by no other
+    assert store.try_lease("r", "scheduled__1@aaaa", 60) is None
+    assert store.try_lease("r", "scheduled__2@bbbb", 60, successor_of="scheduled__2") == "scheduled__1@aaaa"
+    assert store.try_lease("r", "scheduled__1@cccc", 60, successor_of="scheduled__1") is None
+    assert store.try_lease("r", "scheduled__1@aaaa", 60) == "scheduled__1@cccc"
 
 
 def test_a_window_waits_for_the_writer_and_fails_clearly_when_it_does_not_end(tmp_path: Path) -> None:
