@@ -151,6 +151,34 @@ class Control:
         self.dags: DagControl = dags or AirflowDags()
 
     # -- reading -----------------------------------------------------------------------------
+    def health(self) -> str | None:
+        """None when requests can be served (the offset store answers a query), else why not."""
+        try:
+            with store_for(None).engine.connect() as conn:
+                conn.exec_driver_sql("SELECT 1")
+        except Exception as exc:  # noqa: BLE001 - any failure is the answer
+            first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+            return f"the offset store does not answer: {exc.__class__.__name__}: {first}"
+        return None
+
+    def cluster_info(self) -> dict[str, Any]:
+        """Kafka Connect's root resource (``GET /``): the version, and the Kafka cluster the pipelines
+        read (that of the first valid pipeline's connection; null when none answers in 5 s)."""
+        from cdcflow import __version__  # noqa: PLC0415
+
+        cluster = None
+        cfg = next((p.config for p in pipelines() if p.config is not None), None)
+        if cfg is not None:
+            from confluent_kafka.admin import AdminClient  # noqa: PLC0415
+
+            from cdcflow.runner import kafka_client  # noqa: PLC0415
+
+            try:
+                cluster = AdminClient(kafka_client(cfg)).list_topics(timeout=5).cluster_id
+            except Exception:  # noqa: BLE001 - the root answers without it
+                cluster = None
+        return {"version": __version__, "commit": "", "kafka_cluster_id": cluster}
+
     def status(self, name: str) -> Status:
         p = get(name)
         if p.config is None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -607,11 +607,11 @@ class OffsetStore:
         return {"windows": runs, "window_partitions": windows, "lag_samples": lag}
 
     # -- one writer per pipeline -----------------------------------------------------------------
-    def try_lease(self, pipeline: str, holder: str, seconds: float, successor_of: str | None = None) -> str | None:
+    def try_lease(self, pipeline: str, holder: str, seconds: float,
+                  dead: Callable[[str], bool] | None = None) -> str | None:
         """Take or renew the pipeline's writer lease for ``seconds``. None when taken, else the
-        current holder (whose lease has not expired). A holder ``<successor_of>@…`` (an earlier
-        attempt of the same window: a retry starts only once that attempt has ended, killed or failed)
-        is taken at once, without waiting for its lease to expire."""
+        current holder (whose lease has not expired). A holder that ``dead`` says is gone (a killed
+        attempt, see runner.writer_lease) is taken at once, without waiting for its lease to expire."""
         now = _now()
         until = now + timedelta(seconds=seconds)
         try:
@@ -624,8 +624,7 @@ class OffsetStore:
             row = conn.execute(sa.select(writers_table).where(writers_table.c.pipeline == pipeline)).first()
             if row is None:
                 return "(released meanwhile; try again)"
-            earlier_attempt = successor_of is not None and row.holder.rpartition("@")[0] == successor_of
-            if row.holder != holder and row.expires_at > now and not earlier_attempt:
+            if row.holder != holder and row.expires_at > now and not (dead is not None and dead(row.holder)):
                 return str(row.holder)
             taken = conn.execute(sa.update(writers_table).where(
                 (writers_table.c.pipeline == pipeline) & (writers_table.c.holder == row.holder)

@@ -16,6 +16,8 @@ The Airflow DAG runs these as three tasks; ``run_window`` runs them in one proce
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
 import uuid
@@ -23,6 +25,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from cdcflow import faults
@@ -387,15 +390,35 @@ def process(cfg: PipelineConfig, run_id: str, params: Mapping[str, Any] | None =
     return stats
 
 
+def _dead_holder(run_id: str, holder: str) -> bool:
+    """Whether the lease's holder (``<run id>@<host>:<pid>:<nonce>``) is a killed attempt, so that
+    its lease is taken at once instead of after it expires (up to LEASE_SECONDS):
+    an earlier attempt of this same window (Airflow starts a retry only once the attempt before has
+    ended, killed or failed), or a process on this host that no longer exists."""
+    run, _, where = holder.rpartition("@")
+    if run == run_id:
+        return True
+    host, _, rest = where.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    return False
+
+
 @contextmanager
 def writer_lease(store: OffsetStore, pipeline: str, run_id: str, wait: float = LEASE_WAIT,
                  seconds: float = LEASE_SECONDS) -> Iterator[None]:
     """Hold the pipeline's writer lease while the block runs: a live window and a backfill window of
     one pipeline never write at the same time. Waits up to ``wait`` seconds for the holder."""
-    holder = f"{run_id}@{uuid.uuid4().hex[:8]}"
+    holder = f"{run_id}@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     deadline, told = time.monotonic() + wait, 0.0
-    # an earlier attempt of this window that was killed holds the lease until it expires: taken at once
-    while (other := store.try_lease(pipeline, holder, seconds, successor_of=run_id)) is not None:
+    while (other := store.try_lease(pipeline, holder, seconds, dead=partial(_dead_holder, run_id))) is not None:
         if time.monotonic() > deadline:
             raise WindowFailed(
                 f"pipeline {pipeline!r}: window {other.split('@')[0]!r} has been writing to the sinks for over "

@@ -33,10 +33,47 @@ TEMPLATES = Environment(loader=FileSystemLoader(Path(__file__).parent / "templat
 PREFIX = "/cdcflow"
 
 
-def _user_dep() -> Any:
-    from airflow.api_fastapi.core_api.security import get_user  # noqa: PLC0415
+async def current_user(request: Request) -> Any:
+    """The caller, as Airflow's auth manager knows them: a Bearer token or the UI's cookie (Airflow's
+    ``get_user``), or HTTP Basic, the way Kafka Connect's ``BasicAuthSecurityRestExtension`` and
+    Connect's clients and tools log in: the user name and password are checked by the auth manager's
+    own login (Airflow's users and roles, nothing of cdcflow's own)."""
+    from airflow.api_fastapi.core_api.security import bearer_scheme, get_user  # noqa: PLC0415
 
-    return Depends(get_user)
+    scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "basic":
+        return await _basic_user(credentials.strip())
+    return await get_user(request, None, await bearer_scheme(request))
+
+
+async def _basic_user(credentials: str) -> Any:
+    import base64  # noqa: PLC0415
+    import binascii  # noqa: PLC0415
+
+    from airflow.api_fastapi.app import get_auth_manager  # noqa: PLC0415
+
+    try:
+        username, sep, password = base64.b64decode(credentials, validate=True).decode("utf-8").partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        sep = ""
+    if not sep:
+        raise HTTPException(401, "Basic credentials must be base64 of USER:PASSWORD")
+    manager = get_auth_manager()
+    if type(manager).__name__ != "SimpleAuthManager":
+        raise HTTPException(401, f"HTTP Basic is checked against Airflow's SimpleAuthManager; with "
+                                 f"{type(manager).__name__}, send a Bearer token from POST /auth/token")
+    from airflow.api_fastapi.auth.managers.simple.datamodels.login import LoginBody  # noqa: PLC0415
+    from airflow.api_fastapi.auth.managers.simple.services.login import SimpleAuthManagerLogin  # noqa: PLC0415
+
+    try:
+        token = SimpleAuthManagerLogin.create_token(LoginBody(username=username, password=password), 60)
+    except HTTPException as exc:
+        raise HTTPException(401, f"user {username!r}: {exc.detail}") from None
+    return await manager.get_user_from_token(token)
+
+
+def _user_dep() -> Any:
+    return Depends(current_user)
 
 
 def authorize(user: Any, name: str, method: str, runs: bool = False) -> None:
@@ -304,9 +341,20 @@ def create_app(service: ctl.Control | None = None) -> FastAPI:
         body, content_type = render(svc)
         return Response(body, media_type=content_type)
 
+    @app.get("/health")
+    def health() -> Response:
+        """KIP-1017's health check: 200 ``healthy`` when requests can be served (the offset store
+        answers), else 503 ``unhealthy`` with why. Open, as a liveness probe needs it."""
+        why = svc.health()
+        if why is not None:
+            return JSONResponse({"status": "unhealthy", "message": why}, status_code=503)
+        return JSONResponse({"status": "healthy", "message": "cdcflow is ready to handle requests"})
+
     # -- pages -------------------------------------------------------------------------------------
     @app.get("/", response_class=HTMLResponse)
     def index(request: Request, user: Any = user_dep) -> Any:
+        if "text/html" not in request.headers.get("accept", ""):  # Connect's root: a client asking what it talks to
+            return JSONResponse(svc.cluster_info())
         rows = []
         for p in ctl.pipelines():
             if not _may(user, p.name, "GET"):

@@ -32,9 +32,24 @@ class LazyApp:
         await self._app(scope, receive, send)
 
 
+class BareRoot:
+    """Root middleware: ``/cdcflow`` without its slash is the Connect-shaped API's root (Connect's
+    clients are given ``http://host/cdcflow`` and GET it for the cluster info); Airflow's UI would
+    otherwise answer it with its single-page app."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope.get("type") == "http" and scope.get("path") == URL_PREFIX:
+            scope = {**scope, "path": URL_PREFIX + "/", "raw_path": (URL_PREFIX + "/").encode()}
+        await self.app(scope, receive, send)
+
+
 class CdcflowPlugin(AirflowPlugin):
     name = "cdcflow"
     fastapi_apps = [{"app": LazyApp(), "url_prefix": URL_PREFIX, "name": "cdcflow control plane"}]
+    fastapi_root_middlewares = [{"middleware": BareRoot, "name": "cdcflow bare root"}]
     external_views = [
         {"name": "cdcflow", "href": f"{URL_PREFIX}/", "destination": "nav", "category": "browse",
          "url_route": "cdcflow"},

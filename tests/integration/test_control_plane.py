@@ -17,7 +17,7 @@ from cdcflow import cdcgen, runner
 from cdcflow.config import load_pipeline
 from cdcflow.errors import PipelineStopped
 from cdcflow.offsets import OffsetStore
-from tests.airflow_server import AirflowServer, make_server
+from tests.airflow_server import PASSWORDS, AirflowServer, make_server
 from tests.helpers import bootstrap, expected, mysql_engine, read_topic, table_rows, unique, write_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.usefixtures("services")]
@@ -76,7 +76,7 @@ ENDPOINTS = [("GET", "/cdcflow/connectors"), ("GET", "/cdcflow/connectors/x"), (
              ("GET", "/cdcflow/connectors/x/dlq"), ("POST", "/cdcflow/connectors/x/dlq/redrive"),
              ("GET", "/cdcflow/connectors/x/windows"), ("POST", "/cdcflow/connectors/x/replay"),
              ("POST", "/cdcflow/connectors/x/run"), ("GET", "/cdcflow/connectors/x/partitions"),
-             ("POST", "/cdcflow/connectors/x/offsets/reset"), ("GET", "/cdcflow/pipelines/x")]
+             ("POST", "/cdcflow/connectors/x/offsets/reset"), ("GET", "/cdcflow/pipelines/x"), ("GET", "/cdcflow/")]
 
 
 def test_every_endpoint_needs_a_user(server: AirflowServer) -> None:
@@ -148,6 +148,47 @@ def test_connectors_list_info_status_config_topics(server: AirflowServer) -> Non
     assert all(isinstance(v, str) for v in config.values())
     assert server.request("GET", f"/cdcflow/connectors/{name}").body == expanded["info"]
     assert server.request("GET", f"/cdcflow/connectors/{name}/topics").body == {name: {"topics": [topic]}}
+
+
+def test_a_kafka_connect_client_from_pypi_logs_in_with_http_basic(server: AirflowServer) -> None:
+    """kafka-connect-py, as its users run it: HTTP Basic with Airflow's users (issue 26), Connect's root
+    resource, and KIP-1017's /health without credentials."""
+    import requests
+    from kafka_connect import KafkaConnect
+
+    from cdcflow import __version__
+
+    cfg = _pipeline(server, "kcp")
+    server.sync_dags()
+    name, topic, url = cfg.name, cfg.source.topics[0], server.base + "/cdcflow"
+    admin = KafkaConnect(url, auth=f"admin:{PASSWORDS['admin']}")
+    root = admin.get_cluster_info()
+    assert root["version"] == __version__ and set(root) == {"version", "commit", "kafka_cluster_id"}
+    assert name in admin.list_connectors()
+    assert admin.get_connector_status(name)["connector"]["state"] == "PAUSED"
+    assert admin.get_connector_config(name)["topics"] == topic
+    assert admin.list_connector_topics(name) == {name: {"topics": [topic]}}
+    assert "cdcflow.Pipeline" in [p["class"] for p in admin.list_connector_plugins()]
+    admin.resume_connector(name)
+    assert admin.get_connector_status(name)["connector"]["state"] == "RUNNING"
+    admin.pause_connector(name)
+    assert admin.get_connector_status(name)["connector"]["state"] == "PAUSED"
+    # the same users and roles as Airflow's: a viewer reads and may not change; a wrong password is 401
+    viewer = KafkaConnect(url, auth=f"viewer:{PASSWORDS['viewer']}")
+    assert viewer.get_connector_status(name)["name"] == name
+    with pytest.raises(requests.HTTPError) as refused:
+        viewer.resume_connector(name)
+    assert refused.value.response.status_code == 403 and "viewer" in refused.value.response.json()["message"]
+    for auth in (f"admin:{PASSWORDS['viewer']}", "nobody:x"):
+        with pytest.raises(requests.HTTPError) as wrong:
+            KafkaConnect(url, auth=auth).list_connectors()
+        assert wrong.value.response.status_code == 401, auth
+        assert wrong.value.response.json()["message"].startswith(f"user '{auth.split(':')[0]}': ")
+    garbled = server.request("GET", "/cdcflow/connectors", user=None, headers={"Authorization": "Basic !!"})
+    assert garbled.status == 401 and "base64 of USER:PASSWORD" in garbled.body["message"]
+    health = requests.get(url + "/health", timeout=30)
+    assert health.status_code == 200 and health.json() == {"status": "healthy",
+                                                           "message": "cdcflow is ready to handle requests"}
 
 
 def test_pause_resume_stop_restart_map_onto_airflow(server: AirflowServer, use_server_store: None) -> None:

@@ -226,6 +226,9 @@ def test_killed_after_the_sink_write_and_before_the_commit(config_dir: Path, tmp
     # the retry (same run id) replays exactly the recorded range and commits it
     retry = run_cli_window(config_dir, cfg.name, "run-killed")
     assert retry.returncode == 0, retry.stderr[-2000:]
+    # the killed attempt still held the writer lease: its retry takes it at once, not in 60 s
+    retried = store.get_window(cfg.name, "run-killed")
+    assert retried is not None and retried.stats["writer"]["waited_s"] < 5, retried.stats.get("writer")
     assert table_rows(cfg.sinks[0].table) == expected(stream.state)
     assert sum(store.load(cfg.name).values()) == len(stream.events)
     dead = read_topic(cfg.errors.dlq_topic)

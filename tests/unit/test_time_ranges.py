@@ -153,11 +153,27 @@ def test_one_writer_per_pipeline(tmp_path: Path) -> None:
     assert store.try_lease("p", "backfill", 0.3) is None
     time.sleep(0.5)  # expired (its holder was killed): the next writer takes it
     assert store.try_lease("p", "live", 60) is None
-    # a killed attempt's lease is taken at once by the retry of the same window, by no other
-    assert store.try_lease("r", "scheduled__1@aaaa", 60) is None
-    assert store.try_lease("r", "scheduled__2@bbbb", 60, successor_of="scheduled__2") == "scheduled__1@aaaa"
-    assert store.try_lease("r", "scheduled__1@cccc", 60, successor_of="scheduled__1") is None
-    assert store.try_lease("r", "scheduled__1@aaaa", 60) == "scheduled__1@cccc"
+    # a holder the caller says is dead is taken at once; a live one is not
+    assert store.try_lease("r", "one", 60) is None
+    assert store.try_lease("r", "two", 60, dead=lambda holder: False) == "one"
+    assert store.try_lease("r", "two", 60, dead=lambda holder: holder == "one") is None
+    assert store.try_lease("r", "one", 60) == "two"
+
+
+def test_a_killed_attempts_lease_is_dead_to_its_retry_and_to_anyone_on_its_host() -> None:
+    """The retry of a killed window does not wait for the killed attempt's lease to expire."""
+    import os
+    import socket
+    import subprocess
+
+    here = socket.gethostname()
+    gone = subprocess.Popen(["true"])  # a process that has exited (and been reaped)
+    gone.wait()
+    assert runner._dead_holder("scheduled__1", "scheduled__1@other-host:1:abcd")  # its own earlier attempt
+    assert runner._dead_holder("scheduled__2", f"scheduled__1@{here}:{gone.pid}:abcd")  # gone on this host
+    assert not runner._dead_holder("scheduled__2", f"scheduled__1@{here}:{os.getpid()}:abcd")  # alive here
+    assert not runner._dead_holder("scheduled__2", f"scheduled__1@other-host:{gone.pid}:abcd")  # elsewhere
+    assert not runner._dead_holder("scheduled__2", "scheduled__1@abcd")  # an old-style holder: wait for expiry
 
 
 def test_a_window_waits_for_the_writer_and_fails_clearly_when_it_does_not_end(tmp_path: Path) -> None:
