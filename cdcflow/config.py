@@ -332,12 +332,51 @@ class ElasticsearchSinkConfig(StrictModel):
 SinkConfig = Annotated[MySqlSinkConfig | ElasticsearchSinkConfig, Field(discriminator="type")]
 
 
+class DeadLetterLimit(StrictModel):
+    """How many of a window's records may go to the dead-letter topic before the pipeline stops."""
+
+    count: int | None = Field(default=None, ge=1, description="dead letters in one window")
+    ratio: float | None = Field(default=None, gt=0, le=1, description="dead letters / records read, in one window")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, value: Any) -> Any:
+        """``100`` is a count, ``"5%"`` a ratio; ``{count, ratio}`` both."""
+        if isinstance(value, int) and not isinstance(value, bool):
+            return {"count": value}
+        if isinstance(value, str) and value.strip().endswith("%"):
+            try:
+                return {"ratio": float(value.strip()[:-1]) / 100}
+            except ValueError:
+                raise ValueError(f"expected a percentage such as '5%', got {value!r}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _some(self) -> DeadLetterLimit:
+        if self.count is None and self.ratio is None:
+            raise ValueError("expected a count (100), a ratio ('5%'), or both ({count: 100, ratio: '5%'})")
+        return self
+
+    def exceeded(self, dead: int, records: int) -> bool:
+        return (self.count is not None and dead > self.count) or (
+            self.ratio is not None and records > 0 and dead / records > self.ratio)
+
+    def describe(self) -> str:
+        parts = ([f"{self.count} per window"] if self.count is not None else []) + (
+            [f"{self.ratio * 100:g}% of a window"] if self.ratio is not None else [])
+        return " or ".join(parts)
+
+
 class ErrorsConfig(StrictModel):
     """Kafka Connect's errors.tolerance and dead-letter-queue settings."""
 
     tolerance: Literal["none", "all"] = "none"
     dlq_topic: TopicName | None = None
     context_headers: bool = True
+    max_dead_letters: DeadLetterLimit | None = Field(
+        default=None, description="A circuit breaker: past this many dead letters in one window (a count, a "
+        "ratio such as '5%', or both), the window fails, no offset moves and the pipeline is STOPPED until an "
+        "operator resumes it.")
 
     @model_validator(mode="after")
     def _dlq_required(self) -> ErrorsConfig:
@@ -345,6 +384,9 @@ class ErrorsConfig(StrictModel):
             raise ValueError(
                 "dlq_topic is required when tolerance is 'all': cdcflow never drops a record silently"
             )
+        if self.max_dead_letters is not None and self.tolerance != "all":
+            raise ValueError("max_dead_letters needs tolerance: all (with tolerance: none the first bad record "
+                             "already fails the window)")
         return self
 
 

@@ -193,8 +193,9 @@ class Control:
         in_flight = self.dags.active_runs(cfg.name) if info is not None else []
         trace = None
         state: State
-        if stopped:
+        if stopped:  # why, when the last window failed (the dead-letter breaker stops the pipeline)
             state = "STOPPED"
+            trace = window.message if window is not None and window.status == "failed" else None
         elif info is None:
             state = "UNASSIGNED"
         elif info.is_paused:

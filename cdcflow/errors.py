@@ -11,6 +11,7 @@
     │   ├── WindowTimedOut          its Spark work ran past spark.timeout and was cancelled on the server
     │   ├── OffsetOutOfRange        the stored offset is gone from the log (retention); needs a decision
     │   ├── ToleranceExceeded       a bad record with errors.tolerance=none
+    │   ├── DeadLettersExceeded     past errors.max_dead_letters in one window: the pipeline is STOPPED
     │   └── OffsetConflict          someone else moved the offsets; this run's commit is refused
     ├── PipelineStopped             an operator stopped the pipeline: the window is skipped, not failed
     ├── ControlError                an operator request that cannot be done (the API's 4xx)
@@ -68,6 +69,11 @@ class OffsetOutOfRange(WindowFailed):
 
 class ToleranceExceeded(WindowFailed):
     """A record failed with errors.tolerance=none."""
+
+
+class DeadLettersExceeded(WindowFailed):
+    """More of a window's records went to the DLQ than errors.max_dead_letters allows (a poison burst):
+    the runner STOPs the pipeline until an operator resumes it."""
 
 
 class OffsetConflict(WindowFailed):

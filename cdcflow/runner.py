@@ -31,7 +31,14 @@ from typing import Any
 from cdcflow import faults
 from cdcflow.config import PipelineConfig, parse_instant
 from cdcflow.connections import get_connection
-from cdcflow.errors import CdcflowError, ConfigError, OffsetOutOfRange, PipelineStopped, WindowFailed
+from cdcflow.errors import (
+    CdcflowError,
+    ConfigError,
+    DeadLettersExceeded,
+    OffsetOutOfRange,
+    PipelineStopped,
+    WindowFailed,
+)
 from cdcflow.offsets import Origin, OffsetStore, PartitionWindow, TopicPartition, WindowPlan, default_store_url
 
 log = logging.getLogger("cdcflow.runner")
@@ -383,6 +390,8 @@ def process(cfg: PipelineConfig, run_id: str, params: Mapping[str, Any] | None =
             stats["writer"] = {"waited_s": round(held - asked, 3), "from": held, "to": time.time()}
     except Exception as exc:
         store.mark(cfg.name, run_id, "failed", f"attempt {attempt}: {exc.__class__.__name__}: {exc}")
+        if isinstance(exc, DeadLettersExceeded):  # the breaker: no window runs until an operator resumes
+            store.set_state(cfg.name, "stopped", "cdcflow: errors.max_dead_letters")
         if isinstance(exc, CdcflowError):
             raise
         raise WindowFailed(f"window {run_id} failed unexpectedly: {exc.__class__.__name__}: {exc}") from exc
@@ -506,7 +515,7 @@ def _process(cfg: PipelineConfig, window: WindowPlan, p: RunParams, store: Offse
         context_headers=cfg.errors.context_headers, transforms=tuple(cfg.transforms),
         key_converter=cfg.source.key_converter, value_converter=cfg.source.value_converter,
         dead_letters_sent=_sent_before(cfg, window, store), faults=faults.active(),
-        offsets_sink=cfg.offset_store.sink, spark_timeout=cfg.spark.timeout,
+        offsets_sink=cfg.offset_store.sink, spark_timeout=cfg.spark.timeout, max_dead_letters=cfg.errors.max_dead_letters,
         offsets_mode="keep" if not window.moves_offsets else "advance" if window.origin == "stored" else "set")
     spark = spark or get_spark(cfg.spark, app_name=f"cdcflow-{cfg.name}")
     faults.checkpoint("before_read")

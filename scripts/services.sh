@@ -273,6 +273,7 @@ start_spark_locked() {
     "${ui[@]}" --conf spark.sql.shuffle.partitions=4 --conf spark.sql.adaptive.enabled=true \
     --conf spark.sql.constraintPropagation.enabled=false --conf spark.sql.session.timeZone=UTC --conf spark.sql.execution.arrow.pyspark.enabled=true \
     --conf spark.task.maxFailures=1 --conf spark.python.worker.reuse=true \
+    --conf spark.ui.retainedJobs=100 --conf spark.ui.retainedStages=100 --conf spark.sql.ui.retainedExecutions=100 \
     --conf spark.local.dir="$SPARK_DIR/tmp" --conf spark.sql.warehouse.dir="$SPARK_DIR/warehouse" \
     >"$SPARK_LOG" 2>&1 9>&- &
   echo $! >"$SPARK_PID"
@@ -297,7 +298,8 @@ global: {scrape_interval: $every, evaluation_interval: $every}
 rule_files: ["$CDCFLOW_ROOT/config/prometheus/cdcflow-alerts.yml"]
 scrape_configs:
   - job_name: cdcflow
-    metrics_path: /cdcflow/metrics
+    metrics_path: /cdcflow/metrics${CDCFLOW_METRICS_TOKEN_FILE:+
+    authorization: {type: Bearer, credentials_file: "$CDCFLOW_METRICS_TOKEN_FILE"\}}
     static_configs: [{targets: ["127.0.0.1:$CDCFLOW_AIRFLOW_PORT"]}]
 YAML
   say "starting prometheus on 127.0.0.1:$CDCFLOW_PROMETHEUS_PORT (scraping 127.0.0.1:$CDCFLOW_AIRFLOW_PORT/cdcflow/metrics every $every)"

@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from cdcflow import errors as cdc_errors
 from cdcflow import faults
 from cdcflow.config import MySqlSinkConfig
-from cdcflow.errors import CdcflowError, ConfigError, ToleranceExceeded, WindowFailed
+from cdcflow.errors import CdcflowError, ConfigError, DeadLettersExceeded, ToleranceExceeded, WindowFailed
 from connectors.base import SinkStats
 from connectors.debezium.envelope import DECODED_SPARK_COLUMNS, Decoder, hints_from_columns
 from connectors.kafka.dlq import DeadLetterReporter, FailedRecord
@@ -86,6 +86,7 @@ class WindowJob:
     # and how (advance: compare-and-set from the starts; set: a rewind; keep: a time-range replay)
     offsets_sink: str | None = None
     offsets_mode: str = "advance"
+    max_dead_letters: Any = None  # errors.max_dead_letters (cdcflow.config.DeadLetterLimit): the breaker
     spark_timeout: float = 1800.0  # spark.timeout: the window's Spark work is cancelled past it (spark_jobs/deadline.py)
 
     def offset_commit(self, ends: dict[tuple[str, int], tuple[int, int]]) -> OffsetCommit | None:
@@ -414,6 +415,7 @@ def _run(spark: SparkSession, job: WindowJob,
             key = (stage, "cdcflow.errors.RecordError")
             result.dead_letters[key] = result.dead_letters.get(key, 0) + count
     t = result.lap("dlq", t)
+    _breaker(job, result)  # before any sink is written: a poison burst applies nothing
 
     small = result.records <= SMALL_WINDOW
     commit = job.offset_commit(ends)
@@ -474,7 +476,22 @@ def _run(spark: SparkSession, job: WindowJob,
         stage = f"sink:{target.config.name}"  # each sink's own job time; they overlap
         result.stages[stage] = result.stages.get(stage, 0.0) + seconds
     result.lap("sinks", t)  # the wall time of all sinks together
+    _breaker(job, result)  # with the records the sinks rejected
     return result
+
+
+def _breaker(job: WindowJob, result: WindowResult) -> None:
+    """errors.max_dead_letters: past it, the window fails before its commit (the runner then STOPs the
+    pipeline). What it sent to the DLQ stays there, and no later window sends it again."""
+    limit = job.max_dead_letters
+    if limit is None or not limit.exceeded(result.dead_lettered, result.records):
+        return
+    raise DeadLettersExceeded(
+        f"{result.dead_lettered} of the {result.records} records of window {job.run_id} went to the dead-letter "
+        f"topic {job.dlq_topic} ({result.dead_lettered / max(result.records, 1):.0%}), past errors.max_dead_letters "
+        f"({limit.describe()}): pipeline {job.pipeline!r} is STOPPED and no offset moved. See the dead letters "
+        f"(the page, or GET /cdcflow/connectors/{job.pipeline}/dlq), fix their cause, then resume the pipeline; "
+        "the records already in the DLQ are not sent again")
 
 
 def _one_job_for_tables(job: WindowJob, target: SinkTarget) -> bool:

@@ -29,6 +29,11 @@ DEFAULT_CONF = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.task.maxFailures": "1",  # a failed task fails the window; Airflow owns the retries
     "spark.python.worker.reuse": "true",
+    # the status listener keeps every job, stage and SQL execution up to these counts (1,000 each by
+    # default), plan texts included, for a UI nobody reads: 60 MB of a long-lived server's heap (issue 22)
+    "spark.ui.retainedJobs": "100",
+    "spark.ui.retainedStages": "100",
+    "spark.sql.ui.retainedExecutions": "100",
 }
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from cdcflow import runner
 from cdcflow.config import find_pipeline
-from cdcflow.errors import PipelineStopped
+from cdcflow.errors import DeadLettersExceeded, PipelineStopped
 
 log = logging.getLogger("cdcflow.tasks")
 
@@ -42,7 +42,12 @@ def process_window(pipeline: str, **context: Any) -> dict[str, Any]:
     # forked by the PreloadingLocalExecutor, the task starts with Spark's client already imported
     preloaded = "pyspark.sql.connect.session" in sys.modules
     cfg = find_pipeline(pipeline)
-    return {**runner.process(cfg, context["run_id"], _params(context)), "preloaded": preloaded}
+    try:
+        return {**runner.process(cfg, context["run_id"], _params(context)), "preloaded": preloaded}
+    except DeadLettersExceeded as exc:  # the breaker STOPPED the pipeline: a retry would meet the same records
+        from airflow.sdk.exceptions import AirflowFailException  # noqa: PLC0415
+
+        raise AirflowFailException(str(exc)) from exc
 
 
 def commit_offsets(pipeline: str, **context: Any) -> dict[str, Any]:

@@ -329,15 +329,18 @@ def create_app(service: ctl.Control | None = None) -> FastAPI:
 
     @app.get("/metrics")
     def metrics(request: Request) -> Response:
-        """Prometheus metrics of every pipeline. Open unless CDCFLOW_METRICS_TOKEN is set, then a Bearer
-        token equal to it is required (Prometheus: authorization.credentials_file)."""
-        import os  # noqa: PLC0415
+        """Prometheus metrics of every pipeline. Open by default (the figures name pipelines, topics and
+        tables, nothing more); with CDCFLOW_METRICS_TOKEN_FILE (or CDCFLOW_METRICS_TOKEN) set, a Bearer
+        token equal to it is required: Prometheus's ``authorization: {credentials_file: …}`` sends it."""
+        import hmac  # noqa: PLC0415
 
         from cdcflow.metrics import render  # noqa: PLC0415
 
-        token = os.environ.get("CDCFLOW_METRICS_TOKEN")
-        if token and request.headers.get("authorization", "") != f"Bearer {token}":
-            raise HTTPException(401, "metrics need the Bearer token of CDCFLOW_METRICS_TOKEN")
+        token = _metrics_token()
+        if token and not hmac.compare_digest(request.headers.get("authorization", "").encode(),
+                                             f"Bearer {token}".encode()):
+            raise HTTPException(401, "metrics need the Bearer token of CDCFLOW_METRICS_TOKEN_FILE "
+                                     "(Prometheus: authorization.credentials_file)")
         body, content_type = render(svc)
         return Response(body, media_type=content_type)
 
@@ -379,6 +382,18 @@ def create_app(service: ctl.Control | None = None) -> FastAPI:
         return _render("pipeline.html", request, **ctx)
 
     return app
+
+
+def _metrics_token() -> str | None:
+    import os  # noqa: PLC0415
+
+    path = os.environ.get("CDCFLOW_METRICS_TOKEN_FILE")
+    if path:
+        try:
+            return Path(path).read_text(encoding="utf-8").strip() or None
+        except OSError as exc:  # refuse rather than serve openly what was meant to be closed
+            raise HTTPException(503, f"CDCFLOW_METRICS_TOKEN_FILE {path} cannot be read: {exc.strerror}") from None
+    return os.environ.get("CDCFLOW_METRICS_TOKEN") or None
 
 
 class Failed:

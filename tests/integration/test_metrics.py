@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import subprocess
 import time
 import urllib.parse
@@ -71,7 +72,12 @@ def value(result: list[dict[str, Any]]) -> float:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]:
-    srv = make_server(tmp_path_factory.mktemp("metrics"))
+    home = tmp_path_factory.mktemp("metrics")
+    srv = make_server(home)
+    # the metrics need a token here, which Prometheus reads from the same file (authorization.credentials_file)
+    token = home / "metrics.token"
+    token.write_text(secrets.token_urlsafe(24) + "\n")
+    srv.env["CDCFLOW_METRICS_TOKEN_FILE"] = str(token)
     srv.env["AIRFLOW_CONN_CDCFLOW_MYSQL_DOWN"] = json.dumps(
         {"conn_type": "mysql", "host": "127.0.0.1", "port": free_port(), "login": "x", "password": "x", "schema": "x"})
     srv.start()
@@ -82,6 +88,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]:
 @pytest.fixture(scope="module")
 def prometheus(server: AirflowServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
     prom = Prometheus(tmp_path_factory.mktemp("prometheus-home"), server.port)
+    prom.env["CDCFLOW_METRICS_TOKEN_FILE"] = server.env["CDCFLOW_METRICS_TOKEN_FILE"]
     prom.services("start")
     yield prom
     prom.services("stop")
@@ -93,6 +100,15 @@ def shared(server: AirflowServer, monkeypatch: pytest.MonkeyPatch) -> OffsetStor
     monkeypatch.setenv("CDCFLOW_OFFSET_STORE_URL", server.store_url)
     monkeypatch.setenv("AIRFLOW_CONN_CDCFLOW_MYSQL_DOWN", server.env["AIRFLOW_CONN_CDCFLOW_MYSQL_DOWN"])
     return OffsetStore(server.store_url)
+
+
+def test_the_metrics_need_the_token_of_the_file_when_one_is_set(server: AirflowServer) -> None:
+    token = Path(server.env["CDCFLOW_METRICS_TOKEN_FILE"]).read_text().strip()
+    for headers in ({}, {"Authorization": "Bearer not-the-token"}):
+        refused = server.request("GET", "/cdcflow/metrics", user=None, headers=headers)
+        assert refused.status == 401 and "CDCFLOW_METRICS_TOKEN_FILE" in refused.body["message"]
+    scraped = server.request("GET", "/cdcflow/metrics", user=None, headers={"Authorization": f"Bearer {token}"})
+    assert scraped.status == 200 and "cdcflow_spark_up" in scraped.text
 
 
 def test_promtool_accepts_the_alert_rules() -> None:

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from cdcflow import cdcgen, runner
 from cdcflow.config import load_pipeline
-from cdcflow.errors import BrokerUnavailable, SinkUnavailable, ToleranceExceeded
+from cdcflow.errors import BrokerUnavailable, DeadLettersExceeded, PipelineStopped, SinkUnavailable, ToleranceExceeded
 from cdcflow.offsets import OffsetStore
 from connectors.kafka.groups import group_offsets
 from connectors.kafka.reader import KafkaRangeReader, ReadOutcome, ReadRange
@@ -19,6 +20,7 @@ from tests.helpers import (
     bootstrap,
     expected,
     make_pipeline,
+    mysql_engine,
     read_topic,
     run_cli_window,
     table_rows,
@@ -55,6 +57,45 @@ def test_window_applies_changes_sends_poison_to_dlq_and_commits(config_dir: Path
     # the next window finds nothing new and moves nothing
     again = runner.run_window(cfg, "run-2", store=store, spark=spark)
     assert again["records"] == 0 and store.load(cfg.name) == committed
+
+
+def test_a_poison_burst_trips_the_breaker_and_stops_the_pipeline(config_dir: Path, store: OffsetStore, spark: Any) -> None:
+    """errors.max_dead_letters (issue 26): half of a window is poison, past the pipeline's 20%. The
+    window fails before any sink is written, no offset moves, and the pipeline is STOPPED; once an
+    operator has fixed the cause (here: a limit that allows it) and resumed, the window applies the good
+    records, and each dead letter is in the DLQ once."""
+    tag = unique("burst")
+    topic = f"t.{tag}"
+
+    def pipeline(limit: str) -> Any:
+        return load_pipeline(write_pipeline(config_dir, tag, topic, tag, errors={"max_dead_letters": limit}))
+
+    cfg = pipeline("20%")
+    good = cdcgen.orders_stream(40, 10, seed=31, broken=False)
+    poison = [cdcgen.Event(f'{{"id": {i}}}'.encode(), b'{"op": "c", "after": {"id": ' + str(i).encode())
+              for i in range(40)]  # cut off mid-value: not JSON
+    events = [e for pair in zip(good.events, poison, strict=True) for e in pair]
+    cdcgen.produce(bootstrap(), topic, events)
+
+    with pytest.raises(DeadLettersExceeded) as tripped:
+        runner.run_window(cfg, "burst-1", store=store, spark=spark)
+    message = str(tripped.value)
+    assert "40 of the 80 records of window burst-1 went to the dead-letter topic" in message
+    assert "(50%), past errors.max_dead_letters (20% of a window)" in message
+    assert f"pipeline {cfg.name!r} is STOPPED and no offset moved" in message
+    assert store.load(cfg.name) == {} and store.get_state(cfg.name) == "stopped"
+    # tripped before the sinks: nothing of the burst was applied (the table was not even created)
+    assert not sa.inspect(mysql_engine()).has_table(tag)
+    assert len(read_topic(cfg.errors.dlq_topic)) == 40
+    with pytest.raises(PipelineStopped):  # no window runs until an operator resumes
+        runner.run_window(cfg, "burst-2", store=store, spark=spark)
+
+    cfg = pipeline("60%")  # the fix, then the resume
+    store.set_state(cfg.name, "running", "operator")
+    stats = runner.run_window(cfg, "burst-3", store=store, spark=spark)
+    assert stats["records"] == 80 and table_rows(tag) == expected(good.state)
+    assert sum(store.load(cfg.name).values()) == 80
+    assert len(read_topic(cfg.errors.dlq_topic)) == 40  # each dead letter once
 
 
 def test_poison_records_reach_the_dlq_with_original_bytes_and_context(config_dir: Path, store: OffsetStore, spark: Any) -> None:

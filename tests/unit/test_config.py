@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from cdcflow.config import json_schema, load_all, load_pipeline, parse_duration
 from cdcflow.errors import ConfigError
+from tests.helpers import write_pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -157,3 +159,21 @@ def test_a_table_wider_than_innodb_allows_is_refused_with_the_file_and_the_limit
     msg = str(exc.value)
     assert str(path) in msg and "sinks.0" in msg
     assert "2000 columns: an InnoDB table has at most 1017" in msg
+
+
+def test_the_dead_letter_breaker_takes_a_count_a_ratio_or_both(tmp_path: Path) -> None:
+    def limit(value: object, tolerance: str = "all") -> Any:
+        path = write_pipeline(tmp_path, "b", "t.b", "b", errors={"tolerance": tolerance, "max_dead_letters": value})
+        return load_pipeline(path).errors.max_dead_letters
+
+    assert (limit(100).count, limit(100).ratio) == (100, None)
+    assert (limit("5%").count, limit("5%").ratio) == (None, 0.05)
+    both = limit({"count": 10, "ratio": 0.5})
+    assert both.describe() == "10 per window or 50% of a window"
+    assert both.exceeded(11, 1000) and both.exceeded(6, 10) and not both.exceeded(5, 10)
+    for bad, says in ((0, "greater than or equal to 1"), ("x%", "expected a percentage such as '5%'"),
+                      ({}, "expected a count (100), a ratio ('5%'), or both"),
+                      ("5%", "max_dead_letters needs tolerance: all")):
+        with pytest.raises(ConfigError) as err:
+            limit(bad, "none" if says.startswith("max_dead_letters needs") else "all")
+        assert "b.yaml" in str(err.value) and "errors" in str(err.value) and says in str(err.value), str(err.value)

@@ -65,6 +65,10 @@ def test_states_follow_airflow_and_the_ledger(svc: tuple[control.Control, FakeDa
     assert st.state == "FAILED" and st.trace == "attempt 1: SinkUnavailable: MySQL down"
     s.stop("p1", "alice")
     assert s.status("p1").state == "STOPPED" and dags.dags["p1"].is_paused is True
+    # STOPPED by the dead-letter breaker: the failed window says why (the page and Connect's trace)
+    store.mark("p1", "r1", "failed", "attempt 1: DeadLettersExceeded: 40 of the 80 records …")
+    st = s.status("p1")
+    assert st.state == "STOPPED" and st.trace == "attempt 1: DeadLettersExceeded: 40 of the 80 records …"
 
 
 def test_invalid_config_is_failed_with_its_errors(config_dir: Path, svc: tuple[control.Control, FakeDags]) -> None:
