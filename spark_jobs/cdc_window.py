@@ -34,7 +34,7 @@ from connectors.kafka.dlq import DeadLetterReporter, FailedRecord
 from connectors.kafka.reader import RAW_SPARK_SCHEMA, KafkaRangeReader, ReadOutcome, ReadRange
 from connectors.mysql.offsets import OffsetCommit
 from spark_jobs.deadline import Deadline
-from spark_jobs.session import activate
+from spark_jobs.session import Checkpoints, activate
 from spark_jobs.sinks import SINK_TYPES, SinkTarget, mysql_routes, unroutable
 from spark_jobs.tables import (
     GROUP_COLUMNS,
@@ -313,9 +313,10 @@ def _examples(df: DataFrame) -> str:
 
 def run_window_job(spark: SparkSession, job: WindowJob,
                    on_read: Callable[[dict[tuple[str, int], tuple[int, int]]], None]) -> WindowResult:
+    checkpoints = Checkpoints()
     try:
         with Deadline(spark, job.spark_timeout, f"the window {job.run_id} of {job.pipeline}") as deadline:
-            return _run(spark, job, on_read, deadline)
+            return _run(spark, job, on_read, deadline, checkpoints)
     except CdcflowError:
         raise
     except Exception as exc:  # Py4J / PythonException wrappers from Spark
@@ -331,10 +332,13 @@ def run_window_job(spark: SparkSession, job: WindowJob,
                 "log, .local/services/spark/connect.log for the long-lived Spark); nothing of the window was "
                 "committed and no offset moved: the retry runs it again") from exc
         raise WindowFailed(f"Spark job failed: {exc.__class__.__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from exc
+    finally:
+        checkpoints.release()  # what the window held on the server, gone with it
 
 
 def _run(spark: SparkSession, job: WindowJob,
-         on_read: Callable[[dict[tuple[str, int], tuple[int, int]]], None], deadline: Deadline) -> WindowResult:
+         on_read: Callable[[dict[tuple[str, int], tuple[int, int]]], None], deadline: Deadline,
+         checkpoint: Checkpoints) -> WindowResult:
     """Few Spark jobs, because each costs a round of scheduling (~0.1-0.2 s on the long-lived Spark):
     read + decode (one checkpoint), one tally (ends per partition and bad records per stage), the
     DLQ report when there are bad records, and one write per sink target."""
@@ -350,17 +354,17 @@ def _run(spark: SparkSession, job: WindowJob,
     if job.transforms:
         raw = ranges.mapInArrow(_reader(job, n), RAW_SPARK_SCHEMA)
         # converters and transforms infer one schema per topic from its records: read first
-        raw = raw.localCheckpoint(eager=True)
+        raw = checkpoint(raw)
         ends = _ends(job, _tally(raw, None))
         if not any(c for _e, c in ends.values()):
             on_read(ends)
             return WindowResult(ends=ends)
-        frames = _change_frames(raw, job, ends)
+        frames = _change_frames(raw, job, ends, checkpoint)
     else:
         # decoded in the read task and checkpointed there (the frame keeps the raw columns), so later
         # stages never re-read Kafka: a recomputation could see a different range
         decoded = ranges.mapInArrow(_reader(job, n, decode=True), f"{RAW_SPARK_SCHEMA}, {DECODED_SPARK_COLUMNS}")
-        frames = [decoded.localCheckpoint(eager=True)]
+        frames = [checkpoint(decoded)]
         ends = None
     per_sink = []
     own_targets: set[tuple[str, str]] = set()
@@ -560,7 +564,8 @@ def _union(a: DataFrame | None, b: DataFrame) -> DataFrame:
     return b if a is None else a.unionByName(b)
 
 
-def _change_frames(raw: DataFrame, job: WindowJob, ends: dict[tuple[str, int], tuple[int, int]]) -> list[DataFrame]:
+def _change_frames(raw: DataFrame, job: WindowJob, ends: dict[tuple[str, int], tuple[int, int]],
+                   checkpoint: Checkpoints) -> list[DataFrame]:
     """Per topic with records: converters, then the transform chain."""
     from pyspark.sql import functions as F  # noqa: PLC0415
 
@@ -573,7 +578,7 @@ def _change_frames(raw: DataFrame, job: WindowJob, ends: dict[tuple[str, int], t
         # one frame per topic: each topic has its own schema (inferred or from its Connect schemas)
         records = to_records(raw.where(F.col("topic") == topic), job.key_converter, job.value_converter)
         changes = records_to_changes(apply_chain(records, list(job.transforms)), job.versioning)
-        frames.append(changes.localCheckpoint(eager=True))
+        frames.append(checkpoint(changes))
     return frames
 
 

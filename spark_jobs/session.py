@@ -10,14 +10,18 @@ from cdcflow.config import SparkConfig
 from spark_jobs.health import DIED_HINT, RESTART_HINT, dead_context
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from cdcflow.errors import SparkUnavailable, WindowFailed
 
 # Session SQL settings every window needs, set on every session, the long-lived server's included:
 # constraint propagation infers every combination of a plan's aliased predicates, and on a sink of
 # more than a dozen columns that grew exponentially (16 columns ran the server out of heap).
-SESSION_CONF = {"spark.sql.constraintPropagation.enabled": "false"}
+SESSION_CONF = {"spark.sql.constraintPropagation.enabled": "false",
+                # Spark Connect caches a session's last resolved plans; a window's plans reference its
+                # checkpointed read, so the cache kept the last windows' data alive after they ended
+                # (300,000 rows, ~400 MiB, with windows of 50,000 records: docs/benchmarks.md)
+                "spark.connect.session.planCache.enabled": "false"}
 DEFAULT_CONF = {
     **SESSION_CONF,
     "spark.driver.memory": "1g",
@@ -188,6 +192,38 @@ def activate(spark: SparkSession) -> SparkSession:
         holder.session = spark
         os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
     return spark
+
+
+class Checkpoints:
+    """A window's checkpointed frames (``localCheckpoint``), released on the server when the window
+    ends. Spark Connect keeps a checkpoint in the server's block manager until its session closes, or
+    until the client's DataFrame is garbage collected (a ``__del__`` that a task process exiting never
+    runs): with sessions shared by every pipeline for an hour, windows of 50,000 records grew the
+    server's heap by ~30 MiB each (issue 22). A classic session's checkpoints go with its process."""
+
+    def __init__(self) -> None:
+        self.frames: list[DataFrame] = []
+
+    def __call__(self, frame: DataFrame) -> DataFrame:
+        held = frame.localCheckpoint(eager=True)
+        self.frames.append(held)
+        return held
+
+    def release(self) -> None:
+        import logging  # noqa: PLC0415
+
+        while self.frames:
+            plan = getattr(self.frames.pop(), "_plan", None)
+            if type(plan).__name__ != "CachedRemoteRelation" or getattr(plan, "_relation_id", None) is None:
+                continue
+            from pyspark.sql.connect.plan import RemoveRemoteCachedRelation  # noqa: PLC0415
+
+            client = plan._spark_session.client  # noqa: SLF001 - the relation's own session
+            try:
+                client.execute_command(RemoveRemoteCachedRelation(plan).command(session=client))
+            except Exception as exc:  # noqa: BLE001 - a server gone took its checkpoints with it
+                logging.getLogger("cdcflow.spark").warning("releasing a checkpoint failed: %s", exc)
+            plan._relation_id = None  # noqa: SLF001 - released: its __del__ has nothing left to do
 
 
 # (server url, app) -> (session url, session): one per server and pipeline, for processes that run many windows

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -169,3 +170,32 @@ def test_a_window_that_runs_spark_out_of_heap_fails_alone_and_the_server_is_back
     cdcgen.produce(bootstrap(), cfg.source.topics[0], stream.events)
     assert runner.run_window(cfg, "after-oom", {}, runner.offset_store(cfg))["records"] == len(stream.events)
     assert table_rows(cfg.sinks[0].table) == expected(stream.state)
+
+
+def test_a_window_releases_its_checkpoints_on_the_server(config_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a window checkpointed on the long-lived Spark is released when it ends (issue 22): the
+    server no longer knows the relations, so their blocks are freed, whatever the window's process
+    does after (an exiting task never ran the client's __del__, and sessions are shared for an hour)."""
+    from pyspark.sql.connect.dataframe import DataFrame
+    from pyspark.sql.connect.plan import CachedRemoteRelation
+
+    from spark_jobs import session
+
+    held: list[tuple[str, Any]] = []
+    checkpoint = session.Checkpoints.__call__
+
+    def recording(self: session.Checkpoints, frame: Any) -> Any:
+        out = checkpoint(self, frame)
+        held.append((out._plan._relation_id, out.sparkSession))
+        return out
+
+    monkeypatch.setattr(session.Checkpoints, "__call__", recording)
+    tag = unique("screl")
+    cfg = load_pipeline(write_pipeline(config_dir, tag, f"t.{tag}", tag))
+    stream = cdcgen.orders_stream(200, 30, seed=8)
+    cdcgen.produce(bootstrap(), cfg.source.topics[0], stream.events)
+    assert runner.run_window(cfg, "rel-1", {}, runner.offset_store(cfg))["records"] == len(stream.events)
+    assert held
+    for relation_id, spark in held:
+        with pytest.raises(Exception, match="DATAFRAME_NOT_FOUND"):
+            DataFrame(CachedRemoteRelation(relation_id, spark), spark).count()
