@@ -460,8 +460,19 @@ def _run(spark: SparkSession, job: WindowJob,
                                 thread_name_prefix="cdcflow-sink") as pool:
             futures = [pool.submit(deadline.tagged(write), target, projected) for target, projected in first]
         outcomes = [f.result() for f in futures]
-    outcomes += [write(*pair, holds_offsets=True) for pair in last]
-    for (target, _projected), (rows, seconds) in zip(first + last, outcomes, strict=True):
+    _tally_sinks(result, first, outcomes)
+    # with the records the sinks rejected; before the exactly-once sink, whose transaction commits
+    # the offsets (what that sink itself rejects is counted after its commit, so not by the breaker)
+    _breaker(job, result)
+    _tally_sinks(result, last, [write(*pair, holds_offsets=True) for pair in last])
+    result.lap("sinks", t)  # the wall time of all sinks together
+    return result
+
+
+def _tally_sinks(result: WindowResult, targets: list[tuple[Any, DataFrame]],
+                 outcomes: list[tuple[list[Any], float]]) -> None:
+    """The sink targets' writer rows into the window's statistics and dead-letter counts."""
+    for (target, _projected), (rows, seconds) in zip(targets, outcomes, strict=True):
         stats = result.sinks.setdefault(target.config.name, SinkStats())
         for row in rows:
             extra = json.loads(row.extra)
@@ -479,9 +490,6 @@ def _run(spark: SparkSession, job: WindowJob,
             result.dead_lettered += row.failed
         stage = f"sink:{target.config.name}"  # each sink's own job time; they overlap
         result.stages[stage] = result.stages.get(stage, 0.0) + seconds
-    result.lap("sinks", t)  # the wall time of all sinks together
-    _breaker(job, result)  # with the records the sinks rejected
-    return result
 
 
 def _breaker(job: WindowJob, result: WindowResult) -> None:
