@@ -48,8 +48,14 @@ class AirflowServer:
         return f"http://127.0.0.1:{self.port}"
 
     def airflow(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(["airflow", *args], env=self.env, cwd=ROOT, capture_output=True, text=True,
-                                timeout=timeout)
+        for attempt in range(3):
+            result = subprocess.run(["airflow", *args], env=self.env, cwd=ROOT, capture_output=True, text=True,
+                                    timeout=timeout)
+            # Airflow's SQLite metadata DB takes one writer at a time: a CLI write that meets the
+            # scheduler's fails with "database is locked" and its transaction rolls back; try again
+            if result.returncode == 0 or "database is locked" not in result.stdout + result.stderr or attempt == 2:
+                break
+            time.sleep(2)
         if result.returncode != 0:
             raise RuntimeError(f"airflow {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
         return result
