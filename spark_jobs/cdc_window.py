@@ -314,16 +314,16 @@ def _examples(df: DataFrame) -> str:
 def run_window_job(spark: SparkSession, job: WindowJob,
                    on_read: Callable[[dict[tuple[str, int], tuple[int, int]]], None]) -> WindowResult:
     checkpoints = Checkpoints()
+    what = f"the window {job.run_id} of {job.pipeline}"
     try:
-        with Deadline(spark, job.spark_timeout, f"the window {job.run_id} of {job.pipeline}") as deadline:
+        with Deadline(spark, job.spark_timeout, what) as deadline:
             return _run(spark, job, on_read, deadline, checkpoints)
     except CdcflowError:
         raise
     except Exception as exc:  # Py4J / PythonException wrappers from Spark
         from spark_jobs.session import out_of_memory, server_lost, spark_unavailable  # noqa: PLC0415
 
-        inner = unwrap_spark_error(exc) or out_of_memory(exc, f"the window {job.run_id} of {job.pipeline}") \
-            or spark_unavailable(exc) or server_lost(spark)
+        inner = unwrap_spark_error(exc) or out_of_memory(exc, what) or spark_unavailable(exc) or server_lost(spark)
         if inner is not None:
             raise inner from None
         if "Python worker exited unexpectedly" in str(exc):

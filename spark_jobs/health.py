@@ -26,10 +26,11 @@ DEAD_CONTEXT_SIGNS = ("SparkEnv.get() is null", "Application error processing RP
                       "Cannot call methods on a stopped SparkContext", "SparkContext has been shutdown")
 RESTART_HINT = "restart it with `scripts/services.sh start spark` (its log: .local/services/spark/connect.log)"
 # after the server died under a window: where to see why, and what to do when it was the window
+TOO_BIG = ("Make the window smaller (window.max_records), or give the server more heap (CDCFLOW_SPARK_MEMORY, see "
+           "docs/operating.md)")
 DIED_HINT = ("Why it went: .local/services/spark/supervisor.log (the supervisor restarts it and names the cause; "
              "the dead server's log is connect.log.1). If it ran out of heap (java.lang.OutOfMemoryError), a "
-             "window's work was too big for it: make the window smaller (window.max_records), or give the server "
-             "more heap (CDCFLOW_SPARK_MEMORY, docs/operating.md)")
+             f"window's work was too big for it. {TOO_BIG}")
 
 
 def dead_context(text: str) -> bool:

@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from cdcflow.config import SparkConfig
-from spark_jobs.health import DIED_HINT, RESTART_HINT, dead_context
+from spark_jobs.health import DIED_HINT, RESTART_HINT, TOO_BIG, dead_context
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -114,7 +114,7 @@ def connect_spark(cfg: SparkConfig, app_name: str = "cdcflow") -> SparkSession:
         for key, value in {**SESSION_CONF, **cfg.conf}.items():
             spark.conf.set(key, value)
     except (PySparkException, OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else exc.__class__.__name__
+        first = first_line(exc)
         dead = spark_unavailable(exc)
         if dead is not None:
             raise dead from exc
@@ -135,7 +135,7 @@ def _prechecked(spark: SparkSession, url: str) -> SparkSession:
     try:
         spark.range(1).count()
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else exc.__class__.__name__
+        first = first_line(exc)
         raise spark_unavailable(exc) or SparkUnavailable(
             f"the long-lived Spark at {url} cannot run a one-row job ({first}); {RESTART_HINT}; "
             "no offset was moved") from exc
@@ -266,7 +266,7 @@ def server_lost(spark: SparkSession) -> SparkUnavailable | None:
     try:
         spark.range(1).count()
     except Exception as exc:  # noqa: BLE001 - any failure here means the server is not what it was
-        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else exc.__class__.__name__
+        first = first_line(exc)
         return spark_unavailable(exc) or SparkUnavailable(
             f"the long-lived Spark stopped answering during the window ({first}); nothing of the window was "
             f"committed and no offset moved: the retry runs it again. {DIED_HINT}")
@@ -284,8 +284,13 @@ def out_of_memory(exc: BaseException, what: str) -> WindowFailed | None:
     return WindowFailed(
         f"{what} ran Spark out of memory (java.lang.OutOfMemoryError). The long-lived Spark exits on it and its "
         "supervisor starts it again within seconds (`scripts/services.sh status spark`); the other pipelines' "
-        "windows retry. Nothing was committed and no offset moved. Make the window smaller (window.max_records), "
-        "or give the server more heap (CDCFLOW_SPARK_MEMORY, see docs/operating.md)")
+        f"windows retry. Nothing was committed and no offset moved. {TOO_BIG}")
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception's first line (Spark's carry a JVM stack trace after it), or its class name."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else exc.__class__.__name__
 
 
 def _check_reachable(url: str, timeout: float = 5.0) -> None:
