@@ -3,6 +3,7 @@
     python -m cdcflow.demo prepare   # recreate the topics, drop the table, reset offsets, produce events
     python -m cdcflow.demo report    # rows read back from MariaDB, DLQ records read back from Kafka
     python -m cdcflow.demo page      # the cdcflow page and API of the running api-server, checked
+    python -m cdcflow.demo downstream  # the run of the downstream DAG that the window's asset event started
 
 scripts/demo.sh runs prepare, then ``airflow dags test demo_orders``, then report.
 """
@@ -147,6 +148,92 @@ def report() -> int:
     return 0 if same and es_ok and len(dead) >= len(stream.broken) else 1
 
 
+REPORT_DAG = "demo_orders_report"
+
+
+def downstream_dag() -> object | None:
+    """A DAG scheduled on the demo's MySQL table: Airflow runs it after each window that changed the
+    table, once that window's offsets are committed. Its one task prints a line from the asset
+    event. None when the demo pipeline or its connections are not there."""
+    from airflow.providers.standard.operators.python import PythonOperator  # noqa: PLC0415
+    from airflow.sdk import DAG, Asset  # noqa: PLC0415
+
+    from cdcflow import assets  # noqa: PLC0415
+    from cdcflow.airflow.dag_factory import START_DATE  # noqa: PLC0415
+    from cdcflow.errors import CdcflowError  # noqa: PLC0415
+
+    try:
+        _topics, targets = assets.declared(find_pipeline(PIPELINE))
+    except CdcflowError:
+        return None
+    table = next((uri for uri in targets if uri.startswith("mysql://")), None)
+    if table is None:
+        return None
+    with DAG(dag_id=REPORT_DAG, schedule=[Asset(table)], start_date=START_DATE, catchup=False,
+             is_paused_upon_creation=False, tags=["cdcflow", "demo"],
+             doc_md=f"Runs after the pipeline `{PIPELINE}` changed `{table}` (a dbt run or a report would go here).") as dag:
+        PythonOperator(task_id="report", python_callable=_report_changes)
+    return dag
+
+
+def _report_changes(**context: object) -> str:
+    # the same event can be listed under the asset and under its URI: one line per event
+    events = list({(e.asset.uri, e.timestamp): e
+                   for evs in context["triggering_asset_events"].values() for e in evs}.values())  # type: ignore[attr-defined]
+    lines = [f"{e.asset.uri} changed by {e.extra.get('pipeline')} run {e.extra.get('run_id')}: "
+             f"{e.extra.get('upserted')} upserted, {e.extra.get('deleted')} deleted, offsets {e.extra.get('offsets')}"
+             for e in events]
+    line = "; ".join(lines) or "no asset event"
+    print(f"demo_orders_report: {line}")
+    return line
+
+
+def downstream() -> int:
+    """Wait for the downstream DAG's run that the demo window's asset event started, and print its line."""
+    import json  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+
+    print(f"\n== downstream DAG {REPORT_DAG!r} (scheduled on the asset of table demo_orders) ==")
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        out = subprocess.run(["airflow", "dags", "list-runs", REPORT_DAG, "-o", "json"], capture_output=True,
+                             text=True, check=False).stdout
+        listed = [line for line in out.splitlines() if line.startswith("[")]  # the JSON, after any warnings
+        try:
+            runs = json.loads(listed[-1]) if listed else []
+        except ValueError:
+            runs = []
+        done = [r for r in runs if r.get("state") == "success"]
+        if done:
+            run_id = done[0]["run_id"]
+            print(f"run {run_id}: success; its task printed:\n  demo_orders_report: {_last_line(run_id)}")
+            return 0
+        if any(r.get("state") == "failed" for r in runs):
+            print(f"the downstream run failed: {runs}")
+            return 1
+        time.sleep(3)
+    print("the downstream DAG did not run within 180 s (is the scheduler up? scripts/services.sh status airflow)")
+    return 1
+
+
+def _last_line(run_id: str) -> str:
+    """The line the downstream task printed, from its log file (JSON lines)."""
+    import json  # noqa: PLC0415
+    import os  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    logs = Path(os.environ.get("AIRFLOW_HOME", ".")) / "logs" / f"dag_id={REPORT_DAG}" / f"run_id={run_id}"
+    for log_file in sorted(logs.rglob("*.log")):
+        for line in log_file.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                event = str(json.loads(line).get("event", ""))
+            except ValueError:
+                continue
+            if event.startswith("demo_orders_report: "):
+                return event.removeprefix("demo_orders_report: ")
+    return f"(no log line found under {logs})"
+
+
 def page() -> int:
     """Log in to the api-server as the demo admin, read the demo pipeline's status through the
     cdcflow API and its page, and print where to open it."""
@@ -213,4 +300,6 @@ if __name__ == "__main__":
         raise SystemExit(0)
     if action == "page":
         raise SystemExit(page())
+    if action == "downstream":
+        raise SystemExit(downstream())
     raise SystemExit(report())

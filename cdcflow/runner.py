@@ -609,6 +609,14 @@ def commit(cfg: PipelineConfig, run_id: str, store: OffsetStore | None = None) -
             "left": {f"{t}:{p}": r for (t, p), r in result.left.items()}, "pruned": pruned}
 
 
+def asset_events(cfg: PipelineConfig, run_id: str, store: OffsetStore | None = None) -> list[Any]:
+    """The asset events of a committed window: one per sink target it changed (cdcflow/assets.py)."""
+    from cdcflow.assets import window_events  # noqa: PLC0415
+
+    window = (store or offset_store(cfg)).get_window(cfg.name, run_id)
+    return window_events(cfg, window) if window is not None and window.status == "committed" else []
+
+
 def run_window(cfg: PipelineConfig, run_id: str, params: Mapping[str, Any] | None = None,
                store: OffsetStore | None = None, spark: Any = None) -> dict[str, Any]:
     """plan + process + commit in this process (CLI and tests; the DAG runs them as tasks)."""

@@ -86,6 +86,8 @@ class SinkStats:
     stale: int = 0  # changes older than what the sink holds: skipped, by design
     failed: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    # per target that changed (a table, an index): [upserted, deleted]; the window's asset events
+    changed: dict[str, list[int]] = field(default_factory=dict)
 
     def add(self, other: SinkStats) -> None:
         self.upserted += other.upserted
@@ -94,6 +96,13 @@ class SinkStats:
         self.failed += other.failed
         for key, value in other.extra.items():
             self.extra[key] = self.extra.get(key, 0) + value
+        for target, (upserted, deleted) in other.changed.items():
+            self.count(target, upserted, deleted)
+
+    def count(self, target: str, upserted: int = 0, deleted: int = 0) -> None:
+        mine = self.changed.setdefault(target, [0, 0])
+        mine[0] += upserted
+        mine[1] += deleted
 
 
 class Sink(Protocol):

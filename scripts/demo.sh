@@ -16,5 +16,6 @@ fi
 grep -E "planned window|read [0-9]+ records|applied:|committed|DagRun Finished" "$CDCFLOW_HOME/demo-dags-test.log" \
   | sed -E 's/^[0-9T:.Z-]+ \[[a-z ]+\] //; s/ \[[a-z.]+\] loc=.*$//' | cut -c1-220
 python -m cdcflow.demo report
+python -m cdcflow.demo downstream
 airflow dags reserialize >"$CDCFLOW_HOME/demo-reserialize.log" 2>&1  # the page's DAG state, without waiting for the dag-processor
 python -m cdcflow.demo page

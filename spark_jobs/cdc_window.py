@@ -55,6 +55,7 @@ REPORT_SCHEMA = "reported long"
 DLQ_CLASS_KEY = "dlq:"  # sink dead letters by error class ride in the writer's extra stats
 WRITE_SCHEMA = "sink string, upserted long, deleted long, stale long, failed long, extra string"
 SINK_OFFSETS_KEY = "sink_offsets"  # the offset sink's commit result, in its writer's extra stats
+CHANGED_KEY = "changed"  # per table/index: [upserted, deleted] (SinkStats.changed), for the asset events
 UNFIT_KEY = "unfit"  # rows a writer sent to the DLQ because their values do not fit (reports_own_errors)
 MAX_EXAMPLES = 5
 SMALL_WINDOW = 20_000  # records; up to this, each sink is written by one task (no shuffle)
@@ -106,9 +107,10 @@ class WindowResult:
     stages: dict[str, float] = field(default_factory=dict)  # wall seconds per stage, where time goes
     # exactly-once: what the offset sink's transaction committed ({advanced, left} or {already: run})
     sink_offsets: dict[str, Any] | None = None
+    record_time: list[int | None] = field(default_factory=lambda: [None, None])  # Kafka ms: first, last
 
     def stats(self) -> dict[str, Any]:
-        return {"records": self.records, "dead_lettered": self.dead_lettered,
+        return {"records": self.records, "dead_lettered": self.dead_lettered, "record_time": self.record_time,
                 **({"sink_offsets": self.sink_offsets} if self.sink_offsets is not None else {}),
                 "dead_letters": [{"stage": st, "error_class": ec, "count": n}
                                  for (st, ec), n in sorted(self.dead_letters.items())],
@@ -286,6 +288,10 @@ def _write_target(job: WindowJob, target: SinkTarget, batches: Iterator[pa.Recor
     s = sink.stats
     if unfit:
         extra[UNFIT_KEY] = unfit
+    if isinstance(cfg, MySqlSinkConfig) and (s.upserted or s.deleted):  # one MySQL sink writes one table
+        s.count(cfg.table, s.upserted, s.deleted)
+    if s.changed:
+        extra[CHANGED_KEY] = s.changed
     return pa.RecordBatch.from_pydict({"sink": [cfg.name], "upserted": [s.upserted], "deleted": [s.deleted],
                                        "stale": [s.stale], "failed": [s.failed],
                                        "extra": [json.dumps({**s.extra, **extra, **{f"{DLQ_CLASS_KEY}{c}": n
@@ -355,7 +361,8 @@ def _run(spark: SparkSession, job: WindowJob,
         raw = ranges.mapInArrow(_reader(job, n), RAW_SPARK_SCHEMA)
         # converters and transforms infer one schema per topic from its records: read first
         raw = checkpoint(raw)
-        ends = _ends(job, _tally(raw, None))
+        read_tally = _tally(raw, None)
+        ends = _ends(job, read_tally)
         if not any(c for _e, c in ends.values()):
             on_read(ends)
             return WindowResult(ends=ends)
@@ -365,7 +372,7 @@ def _run(spark: SparkSession, job: WindowJob,
         # stages never re-read Kafka: a recomputation could see a different range
         decoded = ranges.mapInArrow(_reader(job, n, decode=True), f"{RAW_SPARK_SCHEMA}, {DECODED_SPARK_COLUMNS}")
         frames = [checkpoint(decoded)]
-        ends = None
+        ends, read_tally = None, {}
     per_sink = []
     own_targets: set[tuple[str, str]] = set()
     bad = None
@@ -401,12 +408,13 @@ def _run(spark: SparkSession, job: WindowJob,
     if ends is None:
         ends = _ends(job, tally)
     on_read(ends)  # the read range is in the ledger before anything is applied
-    result = WindowResult(ends=ends, records=sum(c for _e, c in ends.values()))
+    result = WindowResult(ends=ends, records=sum(c for _e, c in ends.values()),
+                          record_time=_record_time({**read_tally, **tally}))
     t = result.lap("read+decode", t)
     if result.records == 0:
         return result
     bad_by_stage: dict[str, int] = {}
-    for (stage, _t, _p), (_e, c) in tally.items():
+    for (stage, _t, _p), (_e, c, _first, _last) in tally.items():
         if stage is not None:
             bad_by_stage[stage] = bad_by_stage.get(stage, 0) + c
     bad_count = sum(bad_by_stage.values())
@@ -486,7 +494,8 @@ def _tally_sinks(result: WindowResult, targets: list[tuple[Any, DataFrame]],
             for key in [k for k in extra if k.startswith(DLQ_CLASS_KEY)]:
                 dl = ("sink", key.removeprefix(DLQ_CLASS_KEY))
                 result.dead_letters[dl] = result.dead_letters.get(dl, 0) + int(extra.pop(key))
-            stats.add(SinkStats(row.upserted, row.deleted, row.stale, row.failed, extra))
+            changed = extra.pop(CHANGED_KEY, {})
+            stats.add(SinkStats(row.upserted, row.deleted, row.stale, row.failed, extra, changed))
             result.dead_lettered += row.failed
         stage = f"sink:{target.config.name}"  # each sink's own job time; they overlap
         result.stages[stage] = result.stages.get(stage, 0.0) + seconds
@@ -544,7 +553,8 @@ def _commit_without_rows(job: WindowJob, target: SinkTarget, commit: OffsetCommi
     return Row(**rows)
 
 
-Tally = dict[tuple[str | None, str, int], tuple[int, int]]  # (bad stage or None, topic, partition) -> (end, n)
+# (bad stage or None, topic, partition) -> (end, n, first timestamp, last timestamp)
+Tally = dict[tuple[str | None, str, int], tuple[int, int, int | None, int | None]]
 
 
 def _tally(read: DataFrame | None, bad: DataFrame | None) -> Tally:
@@ -555,17 +565,25 @@ def _tally(read: DataFrame | None, bad: DataFrame | None) -> Tally:
 
     from pyspark.sql import functions as F  # noqa: PLC0415
 
-    cols = ["topic", "partition", "offset"]
+    cols = ["topic", "partition", "offset", "timestamp"]
     parts = ([read.select(F.lit(None).cast("string").alias("stage"), *cols)] if read is not None else []) + (
         [bad.select(F.col("error_stage").alias("stage"), *cols)] if bad is not None else [])
     rows = reduce(lambda a, b: a.unionByName(b), parts).coalesce(1).groupBy("stage", "topic", "partition").agg(
-        (F.max("offset") + 1).alias("end"), F.count("*").alias("n")).collect()
-    return {(r.stage, r.topic, r.partition): (r.end, r.n) for r in rows}
+        (F.max("offset") + 1).alias("end"), F.count("*").alias("n"), F.min("timestamp").alias("first"),
+        F.max("timestamp").alias("last")).collect()
+    return {(r.stage, r.topic, r.partition): (r.end, r.n, r.first, r.last) for r in rows}
 
 
 def _ends(job: WindowJob, tally: Tally) -> dict[tuple[str, int], tuple[int, int]]:
     """Per planned range, (end offset, records read); a range that read nothing ends at its start."""
-    return {(r.topic, r.partition): tally.get((None, r.topic, r.partition), (r.start, 0)) for r in job.ranges}
+    return {(r.topic, r.partition): tally.get((None, r.topic, r.partition), (r.start, 0))[:2] for r in job.ranges}
+
+
+def _record_time(tally: Tally) -> list[int | None]:
+    """The Kafka timestamps (ms) of the window's first and last record read: [min, max]."""
+    read = [(first, last) for (stage, _t, _p), (_e, _n, first, last) in tally.items() if stage is None]
+    return [min((f for f, _l in read if f is not None), default=None),
+            max((la for _f, la in read if la is not None), default=None)]
 
 
 def _union(a: DataFrame | None, b: DataFrame) -> DataFrame:

@@ -58,21 +58,26 @@ def timetable(schedule: str | None) -> Any:
     return CronDataIntervalTimetable(schedule, timezone="UTC")
 
 
-def _doc(cfg: PipelineConfig, path: Path) -> str:
+def _doc(cfg: PipelineConfig, path: Path, targets: list[str]) -> str:
+    from cdcflow import assets  # noqa: PLC0415
+
     sinks = ", ".join(f"{s.type}:{s.name}" for s in cfg.sinks)
+    outlets = ", ".join(f"`{uri}`" for uri in targets) or "named by the first window"
     return (f"### cdcflow pipeline `{cfg.name}`\n\n{cfg.description}\n\n"
             f"* config: `{path}`\n* topics: {cfg.source.described}\n* sinks: {sinks}\n"
             f"* window: {cfg.window.max_records} records / {cfg.window.max_duration:g}s, "
             f"stop_on_empty={cfg.window.stop_on_empty}\n* errors: tolerance={cfg.errors.tolerance}, "
-            f"dlq={cfg.errors.dlq_topic}\n\nTrigger with `start_offsets` to replay from given offsets, with "
+            f"dlq={cfg.errors.dlq_topic}\n* assets (events through the alias "
+            f"`{assets.alias_name(cfg.name)}`): {outlets}\n\nTrigger with `start_offsets` to replay from given offsets, with "
             "`start_time` and `end_time` to replay a time range; backfill runs replay their data interval "
             "and never move the stored offsets.")
 
 
 def build_dag(cfg: PipelineConfig, path: Path) -> Any:
     from airflow.providers.standard.operators.python import PythonOperator  # noqa: PLC0415
-    from airflow.sdk import DAG  # noqa: PLC0415
+    from airflow.sdk import DAG, Asset, AssetAlias  # noqa: PLC0415
 
+    from cdcflow import assets  # noqa: PLC0415
     from cdcflow.airflow import tasks  # noqa: PLC0415
 
     default_args = {
@@ -81,11 +86,12 @@ def build_dag(cfg: PipelineConfig, path: Path) -> Any:
         "retry_exponential_backoff": True,
         "max_retry_delay": timedelta(minutes=30),
     }
+    topics, targets = assets.declared(cfg)
     with DAG(
         dag_id=cfg.name, schedule=timetable(cfg.schedule), start_date=START_DATE, catchup=False,
         max_active_runs=1,  # windows of one pipeline never overlap
         params=params_schema(cfg), default_args=default_args, tags=["cdcflow", *cfg.tags],
-        doc_md=_doc(cfg, path), description=cfg.description or None,
+        doc_md=_doc(cfg, path, targets), description=cfg.description or None,
     ) as dag:
         kwargs = {"pipeline": cfg.name}
         plan = PythonOperator(task_id="plan_window", python_callable=tasks.plan_window, op_kwargs=kwargs)
@@ -101,7 +107,10 @@ def build_dag(cfg: PipelineConfig, path: Path) -> Any:
         else:
             process = PythonOperator(task_id="process_window", python_callable=tasks.process_window,
                                      op_kwargs=kwargs)
-        commit = PythonOperator(task_id="commit_offsets", python_callable=tasks.commit_offsets, op_kwargs=kwargs)
+        # lineage: the topics in, the sink targets out; one event per changed target (cdcflow/assets.py)
+        commit = PythonOperator(task_id="commit_offsets", python_callable=tasks.commit_offsets, op_kwargs=kwargs,
+                                inlets=[Asset(uri) for uri in topics],
+                                outlets=[AssetAlias(assets.alias_name(cfg.name))])
         plan >> process >> commit
     return dag
 

@@ -6,7 +6,7 @@ import logging
 import sys
 from typing import Any
 
-from cdcflow import runner
+from cdcflow import assets, runner
 from cdcflow.config import find_pipeline
 from cdcflow.errors import DeadLettersExceeded, PipelineStopped
 
@@ -51,5 +51,14 @@ def process_window(pipeline: str, **context: Any) -> dict[str, Any]:
 
 
 def commit_offsets(pipeline: str, **context: Any) -> dict[str, Any]:
+    """Commit the window's offsets, then name the sink targets it changed: one asset event each
+    (cdcflow/assets.py), which Airflow records when this task succeeds, after the commit."""
+    from airflow.sdk import Asset, AssetAlias  # noqa: PLC0415
+
     cfg = find_pipeline(pipeline)
-    return runner.commit(cfg, context["run_id"])
+    committed = runner.commit(cfg, context["run_id"])
+    alias = context["outlet_events"][AssetAlias(assets.alias_name(cfg.name))]
+    events = runner.asset_events(cfg, context["run_id"])
+    for event in events:
+        alias.add(Asset(event.uri), extra=event.extra)
+    return {**committed, "asset_events": [e.uri for e in events]}

@@ -154,12 +154,15 @@ class ElasticsearchSink:
                 if status < 300:
                     if item.kind == "index":
                         self.stats.upserted += 1
+                        self.stats.count(item.change.key[0], upserted=1)
                     elif item.kind == "delete":
                         self.stats.deleted += 1
+                        self.stats.count(item.change.key[0], deleted=1)
                 elif status == 409:
                     self.stats.stale += item.kind != "tombstone"  # a newer version is already there
                 elif status == 404 and item.kind == "delete":
                     self.stats.deleted += 1  # deleting a missing document is a success
+                    self.stats.count(item.change.key[0], deleted=1)
                 elif status in RETRY_STATUS or status >= 500:
                     retry.append(item)
                     last_error = outcome.get("error") or {"status": status}

@@ -13,7 +13,7 @@ import pytest
 from cdcflow import cdcgen
 from cdcflow.config import load_pipeline
 from cdcflow.offsets import OffsetStore
-from tests.airflow_server import AirflowServer, make_server
+from tests.airflow_server import ROOT, AirflowServer, make_server
 from tests.helpers import bootstrap, expected, table_rows, unique, write_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.usefixtures("services")]
@@ -23,6 +23,12 @@ TASKS = ("plan_window", "process_window", "commit_offsets")
 @pytest.fixture(scope="module")
 def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]:
     srv = make_server(tmp_path_factory.mktemp("scheduler"))
+    # the project's DAG files, and the downstream DAGs the tests write beside them
+    dags = srv.home / "dags"
+    dags.mkdir()
+    for dag_file in (ROOT / "dags").glob("*.py"):
+        (dags / dag_file.name).symlink_to(dag_file)
+    srv.env["AIRFLOW__CORE__DAGS_FOLDER"] = str(dags)
     srv.env["AIRFLOW__CORE__EXECUTOR"] = "cdcflow.airflow.executor.PreloadingLocalExecutor"  # as services.sh
     srv.env["AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC"] = "2"
     srv.env["AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL"] = "5"
@@ -185,3 +191,82 @@ def _wait_for_backfill(server: AirflowServer, dag_id: str, count: int, timeout: 
             return sorted(runs, key=lambda r: r["logical_date"])
         assert time.monotonic() < deadline, f"backfill runs: {[r['state'] for r in runs]}\n{server.log_tail()}"
         time.sleep(2)
+
+
+DOWNSTREAM = """
+from airflow.providers.standard.operators.python import PythonOperator
+from airflow.sdk import DAG, Asset
+from datetime import datetime
+
+def report(**context):
+    return sorted({{e.extra["run_id"] for evs in context["triggering_asset_events"].values() for e in evs}})
+
+with DAG(dag_id={dag_id!r}, schedule=[Asset({uri!r})], start_date=datetime(2026, 1, 1), catchup=False,
+         is_paused_upon_creation=False) as dag:
+    PythonOperator(task_id="report", python_callable=report)
+"""
+
+
+def test_a_window_that_changed_a_table_emits_its_asset_event_after_the_commit_and_runs_the_downstream_dag(
+        airflow: AirflowServer) -> None:
+    """Issue 26: each sink table is an Asset; the commit task emits one event per changed target,
+    with what the window did; a DAG scheduled on the table runs after it; an empty window emits none."""
+    from cdcflow import assets  # noqa: PLC0415
+
+    tag = unique("asset")
+    cfg = load_pipeline(write_pipeline(airflow.config_dir, tag, f"t.{tag}", tag, schedule=None))
+    topic, table = cfg.source.topics[0], cfg.sinks[0].table
+    uri = assets.target_uri(cfg, cfg.sinks[0].name, table)
+    downstream = f"{tag}_report"
+    (airflow.home / "dags" / f"{downstream}.py").write_text(DOWNSTREAM.format(dag_id=downstream, uri=uri))
+    stream = cdcgen.orders_stream(300, 40, seed=7, broken=False)
+    cdcgen.produce(bootstrap(), topic, stream.events)
+    _wait_for_dag(airflow, cfg.name)
+    _wait_for_dag(airflow, downstream)
+    assert airflow.request("PATCH", f"/api/v2/dags/{cfg.name}", {"is_paused": False}).status == 200
+
+    r = airflow.request("POST", f"/api/v2/dags/{cfg.name}/dagRuns", {"dag_run_id": "full", "logical_date": None})
+    assert r.status == 200, r.text
+    assert [x["state"] for x in _wait_for_runs(airflow, cfg.name, ["full"])] == ["success"], airflow.log_tail()
+
+    events = airflow.request("GET", f"/api/v2/assets/events?source_dag_id={cfg.name}").body["asset_events"]
+    assert [(e["uri"], e["source_task_id"], e["source_run_id"]) for e in events] == [(uri, "commit_offsets", "full")]
+    extra = events[0]["extra"]
+    rows = table_rows(table)
+    assert rows == expected(stream.state)
+    store = OffsetStore(airflow.store_url)
+    window = store.get_window(cfg.name, "full")
+    assert {k: extra[k] for k in ("pipeline", "run_id", "sink", "target")} == {
+        "pipeline": cfg.name, "run_id": "full", "sink": cfg.sinks[0].name, "target": table}
+    assert extra["offsets"] == {f"{p.topic}[{p.partition}]": [p.start, p.end] for p in window.partitions if p.records}
+    assert extra["upserted"] + extra["deleted"] == window.stats["sinks"][cfg.sinks[0].name]["upserted"] + \
+        window.stats["sinks"][cfg.sinks[0].name]["deleted"] > 0
+    assert extra["upserted"] >= len(rows)
+    assert extra["record_time"]["from"] <= extra["record_time"]["to"]
+    # emitted after the commit: the event is later than the commit task's start, which committed
+    ti = airflow.request("GET", f"/api/v2/dags/{cfg.name}/dagRuns/full/taskInstances/commit_offsets").body
+    assert events[0]["timestamp"] >= ti["start_date"]
+    assert store.load(cfg.name) == {(p.topic, p.partition): p.end for p in window.partitions}
+
+    # the downstream DAG ran on the event, and saw this run's event
+    deadline = time.monotonic() + 120
+    while not (runs := airflow.request("GET", f"/api/v2/dags/{downstream}/dagRuns").body["dag_runs"]) or \
+            runs[0]["state"] != "success":
+        assert time.monotonic() < deadline, f"downstream runs: {runs}\n{airflow.log_tail()}"
+        time.sleep(2)
+    assert [x["run_type"] for x in runs] == ["asset_triggered"]
+    seen = airflow.request("GET", f"/api/v2/dags/{downstream}/dagRuns/{runs[0]['dag_run_id']}/taskInstances/report/"
+                                  "xcomEntries/return_value").body["value"]
+    assert seen == ["full"]
+    # lineage: the topic is the commit task's inlet, the table an asset
+    listed = {a["uri"] for a in airflow.request("GET", "/api/v2/assets?limit=100").body["assets"]}
+    assert {uri, assets.topic_uri(cfg, topic)} <= listed
+
+    # an empty window (nothing new to read) commits, but emits no event and starts nothing
+    r = airflow.request("POST", f"/api/v2/dags/{cfg.name}/dagRuns", {"dag_run_id": "empty", "logical_date": None})
+    assert r.status == 200, r.text
+    assert [x["state"] for x in _wait_for_runs(airflow, cfg.name, ["empty"])] == ["success"]
+    after = airflow.request("GET", f"/api/v2/assets/events?source_dag_id={cfg.name}").body["asset_events"]
+    assert [e["source_run_id"] for e in after] == ["full"]
+    time.sleep(6)  # three scheduler heartbeats: a run queued by an event would exist by now
+    assert len(airflow.request("GET", f"/api/v2/dags/{downstream}/dagRuns").body["dag_runs"]) == 1
