@@ -84,7 +84,7 @@ def authorize(user: Any, name: str, method: str, runs: bool = False) -> None:
     allowed = get_auth_manager().is_authorized_dag(
         method=method, access_entity=DagAccessEntity.RUN if runs else None, details=DagDetails(id=name), user=user)
     if not allowed:
-        verb = {"GET": "read", "PUT": "change", "POST": "trigger runs of", "DELETE": "change"}.get(method, method)
+        verb = {"GET": "read", "PUT": "change", "POST": "trigger runs of", "DELETE": "delete"}.get(method, method)
         raise HTTPException(403, f"user {user.get_name()!r} may not {verb} pipeline {name!r} (Airflow DAG permissions)")
 
 
@@ -180,6 +180,25 @@ def create_app(service: ctl.Control | None = None) -> FastAPI:
     def get_config(name: str, user: Any = user_dep) -> Any:
         authorize(user, name, "GET")
         return connect.info(ctl.get(name))["config"]
+
+    @app.put("/connectors/{name}/config")
+    def put_config(name: str, user: Any = user_dep, body: Any = Body(default=None)) -> Any:
+        """Connect's create-or-update: 201 for a new pipeline, 200 for a change. Creating needs what
+        changing needs (PUT on the DAG of that name). A new pipeline's DAG appears when Airflow's
+        dag-processor re-parses (ctl.DAG_APPEARS); until then its status is UNASSIGNED."""
+        ctl.check_name(name)
+        authorize(user, name, "PUT")
+        cfg, created = svc.put_config(name, connect.connector_config(name, body), user.get_name())
+        return JSONResponse(connect.info(ctl.Pipeline(cfg.name, Path(), cfg)), status_code=201 if created else 200,
+                            headers={"Location": f"{PREFIX}/connectors/{name}"} if created else None)
+
+    @app.delete("/connectors/{name}", status_code=204)
+    def delete_connector(name: str, user: Any = user_dep) -> Response:
+        """Only while STOPPED (409 otherwise); the offsets and ledger are kept (ctl.KEPT_ON_DELETE)."""
+        ctl.check_name(name)
+        authorize(user, name, "DELETE")
+        svc.delete(name, user.get_name())
+        return Response(status_code=204)
 
     @app.get("/connectors/{name}/status")
     def get_status(name: str, user: Any = user_dep) -> Any:

@@ -76,7 +76,8 @@ ENDPOINTS = [("GET", "/cdcflow/connectors"), ("GET", "/cdcflow/connectors/x"), (
              ("GET", "/cdcflow/connectors/x/dlq"), ("POST", "/cdcflow/connectors/x/dlq/redrive"),
              ("GET", "/cdcflow/connectors/x/windows"), ("POST", "/cdcflow/connectors/x/replay"),
              ("POST", "/cdcflow/connectors/x/run"), ("GET", "/cdcflow/connectors/x/partitions"),
-             ("POST", "/cdcflow/connectors/x/offsets/reset"), ("GET", "/cdcflow/pipelines/x"), ("GET", "/cdcflow/")]
+             ("POST", "/cdcflow/connectors/x/offsets/reset"), ("GET", "/cdcflow/pipelines/x"), ("GET", "/cdcflow/"),
+             ("PUT", "/cdcflow/connectors/x/config"), ("DELETE", "/cdcflow/connectors/x")]
 
 
 def test_every_endpoint_needs_a_user(server: AirflowServer) -> None:
@@ -189,6 +190,96 @@ def test_a_kafka_connect_client_from_pypi_logs_in_with_http_basic(server: Airflo
     health = requests.get(url + "/health", timeout=30)
     assert health.status_code == 200 and health.json() == {"status": "healthy",
                                                            "message": "cdcflow is ready to handle requests"}
+
+
+def test_a_kafka_connect_client_creates_changes_and_deletes_a_pipeline(server: AirflowServer,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """PUT /connectors/{name}/config and DELETE /connectors/{name} with kafka-connect-py (issue 26):
+    201 for a new pipeline, 200 for a change, 400 naming the field for a bad config, 409 until
+    STOPPED, then 204 and the file is gone. The file is nested YAML in the server's config dir."""
+    import requests
+    import yaml
+    from kafka_connect import KafkaConnect
+
+    answers: list[requests.Response] = []  # what the client got, as it got it (real HTTP)
+    for verb in ("put", "delete"):
+        real = getattr(requests, verb)
+        monkeypatch.setattr(requests, verb, lambda *a, real=real, **kw: answers.append(real(*a, **kw)) or answers[-1])
+    name = unique("crud")
+    topic, path, url = f"t.{name}", server.config_dir / f"{name}.yaml", server.base + "/cdcflow"
+    admin = KafkaConnect(url, auth=f"admin:{PASSWORDS['admin']}")
+    config = {"connector.class": "cdcflow.Pipeline", "tasks.max": "1", "topics": topic,
+              "window.max_records": "500", "window.max_duration": "30s",
+              "sinks.0.type": "mysql", "sinks.0.name": "orders", "sinks.0.table": name,
+              "sinks.0.create_table": "true", "sinks.0.primary_key": '["id"]',
+              "errors.tolerance": "all", "errors.dlq_topic": f"{topic}.dlq"}
+    try:
+        created = admin.update_connector(name, config)
+        assert answers[-1].status_code == 201, answers[-1].text
+        assert answers[-1].headers["Location"] == f"/cdcflow/connectors/{name}"
+        assert created["name"] == name and created["type"] == "sink" and created["config"]["topics"] == topic
+        written = yaml.safe_load(path.read_text())  # nested, readable YAML; defaults left out
+        assert written["name"] == name and written["source"] == {"topics": [topic]}
+        assert written["sinks"] == [{"type": "mysql", "name": "orders", "table": name, "primary_key": ["id"],
+                                     "create_table": True}]
+        got = admin.get_connector_config(name)
+        assert {k: got[k] for k in config} == {**config, "window.max_duration": "30.0"}
+        status = admin.get_connector_status(name)["connector"]
+        assert status["state"] == "UNASSIGNED" and "min_file_process_interval" in status["trace"]
+
+        # a change: 200, the same file
+        admin.update_connector(name, {**got, "window.max_records": "250"})
+        assert answers[-1].status_code == 200, answers[-1].text
+        assert admin.get_connector_config(name)["window.max_records"] == "250"
+        assert yaml.safe_load(path.read_text())["window"]["max_records"] == 250
+        assert sorted(p.name for p in server.config_dir.iterdir() if name in p.name) == [path.name]
+
+        # a bad config: Connect's 400, naming the field and what was expected; the file stays
+        with pytest.raises(requests.HTTPError) as bad:
+            admin.update_connector(name, {**got, "window.max_records": "0", "errors.tolerance": "some"})
+        assert bad.value.response.status_code == 400
+        body = bad.value.response.json()
+        assert body["error_code"] == 400 and set(body) == {"error_code", "message"}
+        assert "window.max_records: expected input should be greater than or equal to 1" in body["message"]
+        assert "errors.tolerance: expected input should be 'none' or 'all'" in body["message"]
+        with pytest.raises(requests.HTTPError) as other:
+            admin.update_connector(name, {**got, "name": "another"})
+        assert other.value.response.json()["message"] == (
+            f"Connector name configuration (another) doesn't match connector name in the URL ({name})")
+        assert yaml.safe_load(path.read_text())["window"]["max_records"] == 250
+        # names that are not pipeline names never reach the file system
+        for bad_name in ("..", ".hidden", "a%5Cb"):
+            r = server.request("PUT", f"/cdcflow/connectors/{bad_name}/config", config)
+            assert r.status == 400 and "not a valid pipeline name" in r.body["message"], (bad_name, r.text)
+            r = server.request("DELETE", f"/cdcflow/connectors/{bad_name}")
+            assert r.status == 400 and "not a valid pipeline name" in r.body["message"], (bad_name, r.text)
+        assert sorted(p.name for p in server.config_dir.parent.iterdir() if p.suffix in (".yaml", ".yml")) == []
+        # a viewer may neither create, change nor delete
+        for method, p, body in (("PUT", f"/cdcflow/connectors/{name}/config", got),
+                                ("PUT", f"/cdcflow/connectors/{unique('crud')}/config", config),
+                                ("DELETE", f"/cdcflow/connectors/{name}", None)):
+            r = server.request(method, p, body, user="viewer")
+            assert r.status == 403 and "viewer" in r.body["message"], (method, p, r.text)
+
+        # DELETE only while STOPPED
+        with pytest.raises(requests.HTTPError) as running:
+            admin.delete_connector(name)
+        assert running.value.response.status_code == 409
+        message = running.value.response.json()["message"]
+        assert "STOPPED" in message and f"'/connectors/{name}/stop'" in message and "kept" in message
+        assert path.exists()
+        server.sync_dags()  # what the dag-processor does within min_file_process_interval
+        admin.stop_connector(name)
+        assert admin.delete_connector(name) is None and answers[-1].status_code == 204
+        assert not path.exists()
+        with pytest.raises(requests.HTTPError) as gone:
+            admin.get_connector_config(name)
+        assert gone.value.response.status_code == 404
+        assert gone.value.response.json()["message"].startswith(f"Connector {name} not found")
+        assert name not in admin.list_connectors()
+        assert _store(server).get_state(name) == "stopped"  # kept: the same name created again continues
+    finally:
+        path.unlink(missing_ok=True)
 
 
 def test_pause_resume_stop_restart_map_onto_airflow(server: AirflowServer, use_server_store: None) -> None:

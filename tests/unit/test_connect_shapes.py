@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from cdcflow.config import load_pipeline
+from cdcflow.config import PipelineConfig, load_pipeline
 from cdcflow.control import Status
 from cdcflow.errors import BadRequest
 from cdcflow.web import connect
@@ -84,3 +84,65 @@ def test_plugins_list_every_sink_transform_predicate_and_converter() -> None:
     assert len(by_type["transformation"]) >= 17 and "RegexRouter" in by_type["transformation"]
     assert by_type["predicate"] == {"TopicNameMatches", "HasHeaderKey", "RecordIsTombstone", "Sql"}
     assert connect.plugins(connectors_only=True) == [everything[0]]
+
+
+# -- PUT /connectors/{name}/config: Connect's flat map back to the nested config ---------------------
+
+def _round_trip(cfg: PipelineConfig) -> PipelineConfig:
+    return PipelineConfig.model_validate(connect.connector_config(cfg.name, connect.flat_config(cfg)))
+
+
+def test_a_flat_config_put_back_is_the_same_config() -> None:
+    cfg = load_pipeline(ROOT / "config" / "pipelines" / "demo_orders.yaml")
+    assert _round_trip(cfg) == cfg
+
+
+def test_the_round_trip_keeps_strings_dotted_map_keys_regexes_and_unions() -> None:
+    """The inverse is read from the models: a string field stays a string even when it looks like JSON
+    (a table '2024', a description 'true'), a map of plain values keeps its dotted keys whole
+    (spark.conf, consumer_config, renames), sinks/transforms/predicates pick their member by their
+    'type', and Connect's topics.regex is source.topics_regex."""
+    data = load_pipeline(ROOT / "config" / "pipelines" / "demo_orders.yaml").model_dump(mode="json", exclude_none=True)
+    data.update({
+        "description": "true", "schedule": "@hourly",
+        "source": {"topics_regex": r"demo\.inventory\.[a-z]+$", "consumer_config": {"fetch.min.bytes": 1}},
+        "spark": {"conf": {"spark.sql.shuffle.partitions": "4"}},
+        "transforms": [{"type": "ExtractNewRecordState", "add_fields": ["op", "source.ts_ms"]},
+                       {"type": "ReplaceField", "renames": {"a.b": "c"}},
+                       {"type": "SetSchemaMetadata", "name": "123",
+                        "predicate": {"type": "TopicNameMatches", "pattern": "demo.*"}}],
+        "errors": {"tolerance": "all", "dlq_topic": "dlq.orders", "max_dead_letters": "5%"},
+    })
+    data["sinks"][0]["table"] = "2024"
+    cfg = PipelineConfig.model_validate(data)
+    flat = connect.flat_config(cfg)
+    assert flat["spark.conf.spark.sql.shuffle.partitions"] == "4" and flat["sinks.0.table"] == "2024"
+    assert _round_trip(cfg) == cfg
+    assert connect.validate("cdcflow.Pipeline", flat)["error_count"] == 0
+
+
+def test_a_connect_style_body_with_only_some_keys_is_nested() -> None:
+    body = {"connector.class": "cdcflow.Pipeline", "tasks.max": "1", "topics": "a.orders, b.orders",
+            "window.max_records": "500", "window": '{"stop_on_empty": false}', "source.consumer_config": "{}",
+            "source.consumer_config.fetch.min.bytes": "1024",
+            "sinks.0.type": "mysql", "sinks.0.name": "m", "sinks.0.table": "orders", "sinks.0.create_table": "true"}
+    assert connect.connector_config("p", body) == {
+        "name": "p", "window": {"max_records": 500, "stop_on_empty": False},
+        "source": {"consumer_config": {"fetch.min.bytes": 1024}, "topics": ["a.orders", "b.orders"]},
+        "sinks": [{"type": "mysql", "name": "m", "table": "orders", "create_table": True}]}
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ({"name": "other", "topics": "t"}, "Connector name configuration (other) doesn't match connector name in the URL (p)"),
+    ({"connector.class": "io.confluent.connect.jdbc.JdbcSinkConnector"}, "connector.class: expected cdcflow.Pipeline"),
+    ({"topics": "a", "source.topics": '["b"]'}, "topics ('a') and source.topics"),
+    ({"sinks.0.name": "a", "sinks.2.name": "c"}, "sinks.1: missing"),
+    ({"window": '{"max_records": 5}', "window.max_records": "6"}, "window.max_records: given twice"),
+    ({"window.max_records": "5", "window.max_records.x": "6"}, "window.max_records is given a value (5) and keys"),
+    ({}, "expected a JSON object of config keys"),
+    ([["topics", "a"]], "expected a JSON object of config keys"),
+])
+def test_a_put_body_that_cannot_be_a_config_says_why(body: object, message: str) -> None:
+    with pytest.raises(BadRequest) as err:
+        connect.connector_config("p", body)
+    assert message in str(err.value)

@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from cdcflow import control
 from cdcflow.airflow.dags import DagInfo, DagRunInfo
+from cdcflow.config import load_pipeline
 from cdcflow.errors import BadRequest, Conflict, NotFound
 from cdcflow.offsets import OffsetStore, PartitionWindow
 from tests.helpers import write_pipeline
@@ -120,3 +122,74 @@ def test_parse_time(value: str, ms: int) -> None:
 def test_parse_time_needs_a_zone() -> None:
     with pytest.raises(BadRequest, match="no time zone"):
         control.parse_time("2026-01-01T00:00:00")
+
+
+# -- creating, changing and deleting pipelines ------------------------------------------------------
+
+def test_put_config_creates_then_rewrites_the_same_file(config_dir: Path, svc: tuple[control.Control, FakeDags]) -> None:
+    s, _ = svc
+    data = load_pipeline(config_dir / "p1.yaml").model_dump(mode="json", exclude_none=True)
+    data["name"] = "p2"
+    cfg, created = s.put_config("p2", data, "alice")
+    assert created is True
+    path = config_dir / "p2.yaml"
+    text = path.read_text()
+    assert text.startswith("# Pipeline p2: written by PUT /connectors/p2/config (alice, ")
+    assert "\nsinks:\n- type: mysql\n" in text and "." not in yaml.safe_load(text)["source"]  # nested, not flat
+    assert load_pipeline(path) == cfg and control.get("p2").config == cfg
+    # a pipeline whose file has another name is changed in that file
+    (config_dir / "p1.yaml").rename(config_dir / "orders.yml")
+    changed = {**load_pipeline(config_dir / "orders.yml").model_dump(mode="json"), "description": "changed"}
+    cfg, created = s.put_config("p1", changed, "bob")
+    assert created is False and load_pipeline(config_dir / "orders.yml").description == "changed"
+    assert sorted(p.name for p in config_dir.iterdir()) == ["orders.yml", "p2.yaml"]  # no temporary file left
+
+
+def test_put_config_validates_with_the_file_models(config_dir: Path, svc: tuple[control.Control, FakeDags]) -> None:
+    s, _ = svc
+    data = load_pipeline(config_dir / "p1.yaml").model_dump(mode="json", exclude_none=True)
+    with pytest.raises(BadRequest) as err:
+        s.put_config("p3", {**data, "name": "p3", "window": {"max_records": 0}}, "alice")
+    assert "window.max_records: expected input should be greater than or equal to 1" in str(err.value)
+    with pytest.raises(BadRequest, match="name: expected 'p3'"):
+        s.put_config("p3", data, "alice")
+    for bad in ("../p3", ".p3", "a/b", ""):
+        with pytest.raises(BadRequest, match="not a valid pipeline name"):
+            s.put_config(bad, {**data, "name": bad}, "alice")
+        with pytest.raises(BadRequest, match="not a valid pipeline name"):
+            s.delete(bad, "alice")
+    # a file of that name that defines another pipeline is not overwritten
+    (config_dir / "p4.yaml").write_text((config_dir / "p1.yaml").read_text().replace("name: p1", "name: other"))
+    with pytest.raises(Conflict, match="does not define pipeline 'p4'"):
+        s.put_config("p4", {**data, "name": "p4"}, "alice")
+    assert not (config_dir / "p3.yaml").exists() and "name: other" in (config_dir / "p4.yaml").read_text()
+
+
+def test_delete_needs_stopped_and_keeps_the_offsets(config_dir: Path, svc: tuple[control.Control, FakeDags]) -> None:
+    s, dags = svc
+    dags.add("p1")
+    store = OffsetStore()
+    store.set_offsets("p1", {("t.p1", 0): 10}, "r1")
+    with pytest.raises(Conflict, match=r"must be in the STOPPED state before it can be deleted.*"
+                                       r"'/connectors/p1/stop'.*offsets.*kept"):
+        s.delete("p1", "alice")
+    s.stop("p1", "alice")
+    dags.active = [DagRunInfo("manual__x", "running", "manual", {}, datetime(2026, 1, 1), None)]
+    with pytest.raises(Conflict, match="still queued or running"):
+        s.delete("p1", "alice")
+    dags.active = []
+    assert s.delete("p1", "alice") == config_dir / "p1.yaml"
+    assert not (config_dir / "p1.yaml").exists()
+    with pytest.raises(NotFound, match="Connector p1 not found"):
+        s.delete("p1", "alice")
+    assert store.load("p1") == {("t.p1", 0): 10}  # kept: the same name created again continues
+    write_pipeline(config_dir, "p1", "t.p1", "p1")
+    assert s.status("p1").state == "STOPPED"
+
+
+def test_an_invalid_file_is_not_deleted_through_the_api(config_dir: Path, svc: tuple[control.Control, FakeDags]) -> None:
+    s, _ = svc
+    (config_dir / "bad.yaml").write_text("name: bad\nwindow: {max_records: -1}\n")
+    with pytest.raises(Conflict, match="does not validate"):
+        s.delete("bad", "alice")
+    assert (config_dir / "bad.yaml").exists()
