@@ -342,6 +342,12 @@ class Control:
         return lagmod.from_entries(cfg.name, cfg.group_id, entries, partitions, replays, now,
                                    cfg.monitor.window, cfg.monitor.stop_after)
 
+    def lag_history(self, name: str, per_partition: int = 50) -> dict[tuple[str, int], list[Any]]:
+        """The stored lag entries of each partition, oldest first (``OffsetStore.lag_entries``): the
+        page's lag chart. Reads only; :meth:`lag` samples the broker when its samples are stale."""
+        cfg = valid(name)
+        return dict(store_for(cfg).lag_entries(cfg.name, per_partition=per_partition))
+
     # -- lifecycle -----------------------------------------------------------------------------
     def _dag(self, name: str) -> DagInfo:
         info = self.dags.info(name)

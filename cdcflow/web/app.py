@@ -25,7 +25,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from cdcflow import control as ctl
 from cdcflow.errors import BadRequest, CdcflowError, ConfigError, ControlError
 from cdcflow.lag import burrow_json
-from cdcflow.web import connect
+from cdcflow.web import charts, connect
 
 log = logging.getLogger("cdcflow.web")
 TEMPLATES = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"),
@@ -394,8 +394,11 @@ def create_app(service: ctl.Control | None = None) -> FastAPI:
                                "can_edit": _may(user, name, "PUT"), "can_run": _may(user, name, "POST", runs=True)}
         if p.config is not None:
             ctx["offsets"] = _safe(lambda: svc.offsets(name))
-            ctx["lag"] = _safe(lambda: svc.lag(name))
-            ctx["windows"] = _safe(lambda: svc.windows(name, 15))
+            ctx["lag"] = _safe(lambda: svc.lag(name))  # samples the broker first when its samples are stale
+            ctx["lag_chart"] = _safe(lambda: charts.lag_chart(svc.lag_history(name, charts.LAG_SAMPLES)))
+            ctx["windows"] = _safe(lambda: svc.windows(name, charts.WINDOWS))  # the table shows the newest 15
+            ctx["window_charts"] = (ctx["windows"] if isinstance(ctx["windows"], Failed)
+                                    else _safe(lambda: charts.window_charts(ctx["windows"])))
             ctx["dlq"] = _safe(lambda: svc.dlq(name, 20, _parse_before(before))) if p.config.errors.dlq_topic else None
             ctx["config_yaml"] = yaml.safe_dump(p.config.model_dump(mode="json", exclude_none=True), sort_keys=False)
         return _render("pipeline.html", request, **ctx)

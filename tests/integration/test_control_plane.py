@@ -572,6 +572,63 @@ def test_the_page_in_chromium(server: AirflowServer, use_server_store: None, spa
         viewer.close()
 
 
+CHARTS_JS = """(() => {
+  const chart = (name) => document.querySelector(`#charts svg[data-chart="${name}"]`);
+  const box = (el) => { const r = el.getBoundingClientRect(); return [r.left, r.top, r.width, r.height]; };
+  return {
+    lines: [...chart("lag").querySelectorAll("g.series")].map(g => ({name: g.dataset.series,
+      points: g.querySelector("polyline").getAttribute("points").trim().split(/\\s+/).length,
+      dots: g.querySelectorAll("circle").length})),
+    legend: [...chart("lag").querySelectorAll("g.legend text")].map(t => t.textContent),
+    records: [...chart("records").querySelectorAll("rect.bar")].map(r => [r.querySelector("title").textContent,
+                                                                          +r.getAttribute("height")]),
+    seconds: chart("seconds").querySelectorAll("rect.bar").length,
+    boxes: ["lag", "records", "seconds"].map(n => box(chart(n))),
+    page: document.documentElement.clientWidth,
+  };
+})()"""
+
+
+def test_the_page_draws_lag_and_windows_in_chromium(server: AirflowServer, use_server_store: None, spark: Any) -> None:
+    """Windows that each read part of what waits, with more produced in between: the page draws a lag
+    line per partition and a bar per window, inside the page; screenshot for docs/operating.md."""
+    from tests.browser import Browser
+
+    cfg = _pipeline(server, "charts", window={"max_records": 40})
+    server.sync_dags()
+    name, topic = cfg.name, cfg.source.topics[0]
+    runs = []
+    for i in range(4):
+        stream = cdcgen.orders_stream(60, 20, seed=10 + i, broken=False)
+        cdcgen.produce(bootstrap(), topic, stream.events, create=i == 0)
+        runs.append(f"manual__charts_{i}")
+        runner.run_window(cfg, runs[-1], {}, _store(server), spark)
+    lagging = {tp for tp, rows in _store(server).lag_entries(name).items()
+               if any(e.log_end is not None and e.committed is not None and e.log_end > e.committed for e in rows)}
+    assert lagging  # 40 records a window: every window left some behind
+
+    browser = Browser()
+    try:
+        browser.set_cookie(server.base + "/", "_token", server.tokens["admin"])
+        browser.open(f"{server.base}/cdcflow/pipelines/{name}")
+        drawn = browser.eval(CHARTS_JS)
+        partitions = sorted(f"{t}[{p}]" for t, p in _store(server).load(name))
+        assert [line["name"] for line in drawn["lines"]] == partitions == drawn["legend"]
+        for line in drawn["lines"]:
+            assert line["points"] == line["dots"] >= len(runs)  # a commit per window, a plan from the second on
+        assert [title.split()[0] for title, _ in drawn["records"]] == runs  # oldest at the left
+        assert all(height > 0 for _, height in drawn["records"]) and drawn["seconds"] == len(runs)
+        for left, top, width, height in drawn["boxes"]:
+            assert width > 300 and height > 150 and left >= 0 and left + width <= drawn["page"]
+        text = browser.text("#charts")
+        assert "Lag per partition" in text and f"Records per window (last {len(runs)})" in text
+        assert "Duration per window" in text and "time (UTC)" in text
+        shot = browser.screenshot(SCREENSHOTS / "cdcflow-pipeline-charts.png")
+        assert shot.stat().st_size > 20_000
+    finally:
+        browser.close()
+
+
 def _iframe_text(browser: Any, timeout: float = 40.0) -> str:
     import time
 
