@@ -440,10 +440,21 @@ class SparkConfig(StrictModel):
                               "window holds the shared Spark forever.")
 
 
+class OnDataConfig(StrictModel):
+    """``schedule: on_data``: a window starts when the topics have new records (a trigger in Airflow's
+    triggerer, cdcflow/airflow/triggers.py), not on a clock."""
+
+    min_records: int = Field(default=1, ge=1, description="Start a window once this many records wait.")
+    max_wait: Duration = Field(default=30.0, description="...or once fewer records have waited this long.")
+    poll_interval: Duration = Field(default=5.0, description="How often the trigger reads the topics' ends.")
+
+
 class PipelineConfig(StrictModel):
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$")]
     description: str = ""
-    schedule: str | None = None
+    schedule: str | None = Field(default=None, description="A cron expression or preset (@hourly); on_data: a "
+                                 "window starts when records arrive (see on_data); null: triggered only.")
+    on_data: OnDataConfig = OnDataConfig()
     retries: int = Field(default=3, ge=0, le=100)
     retry_delay: Duration = 30.0
     tags: list[str] = Field(default_factory=list)
@@ -469,7 +480,7 @@ class PipelineConfig(StrictModel):
         names = [s.name for s in self.sinks]
         if len(set(names)) != len(names):
             raise ValueError(f"sink names must be unique, got {names}")
-        if self.window.align == "data_interval" and self.schedule in (None, "@once", "@continuous"):
+        if self.window.align == "data_interval" and self.schedule in (None, "@once", "@continuous", "on_data"):
             raise ValueError(f"window.align data_interval needs a schedule with intervals (a cron expression or "
                              f"a preset such as @hourly), got schedule {self.schedule!r}")
         if self.offset_store.sink is not None:

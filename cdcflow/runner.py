@@ -186,6 +186,22 @@ def stored_offsets(cfg: PipelineConfig, store: OffsetStore) -> dict[TopicPartiti
     return {**stored, **{tp: o for tp, (o, _run) in in_sink.items()}}
 
 
+def backlog(cfg: PipelineConfig, store: OffsetStore) -> dict[TopicPartition, int]:
+    """Per partition, the records the next window would find: the true end (read to EOF) minus the
+    stored offset, or minus initial_offsets' start for a partition with none. Reads ends only: no
+    offset is committed and no consumer group moves."""
+    from connectors.kafka.reader import discover  # noqa: PLC0415
+
+    stored = stored_offsets(cfg, store)
+    waiting = {}
+    for s in discover(consumer_conf(cfg), source_topics(cfg), timeout=10):
+        start = stored.get((s.topic, s.partition))
+        if start is None:
+            start = s.low if cfg.initial_offsets == "earliest" else s.end
+        waiting[(s.topic, s.partition)] = max(0, s.end - start)
+    return waiting
+
+
 def set_offsets(cfg: PipelineConfig, store: OffsetStore, offsets: Mapping[TopicPartition, int | None], by: str) -> None:
     """Operator reset of some partitions (None: forget), in the offset store and, exactly-once, in the sink."""
     values = {tp: o for tp, o in offsets.items() if o is not None}

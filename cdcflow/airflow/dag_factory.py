@@ -48,9 +48,20 @@ def params_schema(cfg: PipelineConfig) -> dict[str, Any]:
     }
 
 
-def timetable(schedule: str | None) -> Any:
+def timetable(cfg: PipelineConfig) -> Any:
     """Cron schedules get data intervals (a run covers [previous tick, this tick)), which backfills
-    and ``window.align`` replay; Airflow 3 would otherwise make them trigger-only with empty intervals."""
+    and ``window.align`` replay; Airflow 3 would otherwise make them trigger-only with empty intervals.
+    ``on_data``: an Asset watched by the triggerer, which fires when records wait (airflow/triggers.py)."""
+    schedule = cfg.schedule
+    if schedule == "on_data":
+        from airflow.sdk import Asset, AssetWatcher  # noqa: PLC0415
+
+        from cdcflow.airflow.triggers import NewRecordsTrigger, watched_asset_uri  # noqa: PLC0415
+
+        trigger = NewRecordsTrigger(cfg.name, cfg.on_data.min_records, cfg.on_data.max_wait,
+                                    cfg.on_data.poll_interval)
+        return [Asset(watched_asset_uri(cfg.name), watchers=[AssetWatcher(name=f"{cfg.name}_new_records",
+                                                                          trigger=trigger)])]
     if schedule is None or schedule in ("@once", "@continuous"):
         return schedule
     from airflow.sdk import CronDataIntervalTimetable  # noqa: PLC0415
@@ -88,7 +99,7 @@ def build_dag(cfg: PipelineConfig, path: Path) -> Any:
     }
     topics, targets = assets.declared(cfg)
     with DAG(
-        dag_id=cfg.name, schedule=timetable(cfg.schedule), start_date=START_DATE, catchup=False,
+        dag_id=cfg.name, schedule=timetable(cfg), start_date=START_DATE, catchup=False,
         max_active_runs=1,  # windows of one pipeline never overlap
         params=params_schema(cfg), default_args=default_args, tags=["cdcflow", *cfg.tags],
         doc_md=_doc(cfg, path, targets), description=cfg.description or None,

@@ -34,7 +34,7 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]
     srv.env["AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL"] = "5"
     try:
         srv.start()
-        srv.start_scheduler()
+        srv.start_scheduler(triggerer=True)
         yield srv
     finally:
         srv.stop()
@@ -270,3 +270,54 @@ def test_a_window_that_changed_a_table_emits_its_asset_event_after_the_commit_an
     assert [e["source_run_id"] for e in after] == ["full"]
     time.sleep(6)  # three scheduler heartbeats: a run queued by an event would exist by now
     assert len(airflow.request("GET", f"/api/v2/dags/{downstream}/dagRuns").body["dag_runs"]) == 1
+
+
+def test_on_data_starts_a_window_when_records_wait_and_batches_a_trickle_until_max_wait(
+        airflow: AirflowServer) -> None:
+    """schedule: on_data: the triggerer's NewRecordsTrigger starts a window when min_records wait, or
+    when fewer have waited max_wait; it commits nothing (the consumer group stays where the last
+    window left it while records wait) and starts one run per burst, not one per poll."""
+    from connectors.kafka.groups import group_offsets  # noqa: PLC0415
+
+    tag = unique("ondata")
+    cfg = load_pipeline(write_pipeline(airflow.config_dir, tag, f"t.{tag}", tag, schedule="on_data",
+                                       on_data={"min_records": 50, "max_wait": "10s", "poll_interval": "1s"}))
+    topic = cfg.source.topics[0]
+    stream = cdcgen.orders_stream(400, 50, seed=11, broken=False)
+    burst, trickle = stream.events[:-5], stream.events[-5:]
+    cdcgen.produce(bootstrap(), topic, burst)
+    _wait_for_dag(airflow, cfg.name)
+    assert airflow.request("PATCH", f"/api/v2/dags/{cfg.name}", {"is_paused": False}).status == 200
+
+    def runs() -> list[dict[str, Any]]:
+        return airflow.request("GET", f"/api/v2/dags/{cfg.name}/dagRuns?order_by=run_after").body["dag_runs"]
+
+    def wait_runs(n: int, timeout: float = 180) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        while len(done := [r for r in runs() if r["state"] in ("success", "failed")]) < n:
+            assert time.monotonic() < deadline, f"runs: {runs()}\n{airflow.log_tail()}"
+            time.sleep(1)
+        return done
+
+    first = wait_runs(1)
+    assert [(r["run_type"], r["state"]) for r in first] == [("asset_triggered", "success")], airflow.log_tail()
+    store = OffsetStore(airflow.store_url)
+    ends = store.load(cfg.name)
+    assert sum(ends.values()) == len(burst)
+    conf = {"bootstrap.servers": bootstrap(), "group.id": cfg.group_id}
+    assert group_offsets(conf, sorted(ends)) == ends  # mirrored by the commit, not by the trigger
+
+    # a trickle below min_records waits for max_wait; meanwhile the trigger polls the ends every
+    # second and moves nothing
+    produced = time.time()
+    cdcgen.produce(bootstrap(), topic, trickle, create=False)
+    time.sleep(5)
+    assert len(runs()) == 1
+    assert store.load(cfg.name) == ends and group_offsets(conf, sorted(ends)) == ends
+    second = wait_runs(2)[-1]
+    assert second["state"] == "success", airflow.log_tail()
+    assert _t(second["start_date"]) - produced >= 9  # max_wait 10 s, polled every second
+    assert sum(store.load(cfg.name).values()) == len(stream.events)
+    assert table_rows(cfg.sinks[0].table) == expected(stream.state)
+    time.sleep(5)  # nothing waits any more: no run is started after the trickle's
+    assert len(runs()) == 2

@@ -132,15 +132,31 @@ def test_align_needs_a_schedule_with_intervals(tmp_path: Path) -> None:
         _cfg(tmp_path, schedule=None, window={"align": "data_interval"})
 
 
-def test_cron_schedules_get_data_intervals() -> None:
+def test_cron_schedules_get_data_intervals(tmp_path: Path) -> None:
     from airflow.sdk import CronDataIntervalTimetable
 
     from cdcflow.airflow.dag_factory import timetable
 
-    assert isinstance(timetable("@hourly"), CronDataIntervalTimetable)
-    assert isinstance(timetable("*/5 * * * *"), CronDataIntervalTimetable)
-    assert timetable(None) is None
-    assert timetable("@once") == "@once"
+    assert isinstance(timetable(_cfg(tmp_path, schedule="@hourly")), CronDataIntervalTimetable)
+    assert isinstance(timetable(_cfg(tmp_path, schedule="*/5 * * * *")), CronDataIntervalTimetable)
+    assert timetable(_cfg(tmp_path, schedule=None)) is None
+    assert timetable(_cfg(tmp_path, schedule="@once")) == "@once"
+
+
+def test_on_data_is_an_asset_watched_by_the_new_records_trigger(tmp_path: Path) -> None:
+    from cdcflow.airflow.dag_factory import timetable
+    from cdcflow.airflow.triggers import NewRecordsTrigger
+
+    cfg = _cfg(tmp_path, schedule="on_data", on_data={"min_records": 50, "max_wait": "2m"})
+    [asset] = timetable(cfg)
+    assert asset.uri == f"cdcflow://{cfg.name}/new-records"
+    [watcher] = asset.watchers
+    assert isinstance(watcher.trigger, NewRecordsTrigger)
+    path, kwargs = watcher.trigger.serialize()
+    assert path == "cdcflow.airflow.triggers.NewRecordsTrigger"
+    assert (kwargs["pipeline"], kwargs["min_records"], kwargs["max_wait"]) == (cfg.name, 50, 120.0)
+    with pytest.raises(ConfigError, match="window.align data_interval needs a schedule with intervals"):
+        _cfg(tmp_path, schedule="on_data", window={"align": "data_interval"})
 
 
 def test_one_writer_per_pipeline(tmp_path: Path) -> None:
