@@ -194,6 +194,8 @@ def downstream() -> int:
     import subprocess  # noqa: PLC0415
 
     print(f"\n== downstream DAG {REPORT_DAG!r} (scheduled on the asset of table demo_orders) ==")
+    newest = runner.offset_store(find_pipeline(PIPELINE)).last_window(PIPELINE)
+    window = newest[0].run_id if newest else "?"
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         out = subprocess.run(["airflow", "dags", "list-runs", REPORT_DAG, "-o", "json"], capture_output=True,
@@ -203,10 +205,12 @@ def downstream() -> int:
             runs = json.loads(listed[-1]) if listed else []
         except ValueError:
             runs = []
-        done = [r for r in runs if r.get("state") == "success"]
+        # the run started by this demo's window: its task's line names the window's run
+        done = [(r["run_id"], line) for r in runs if r.get("state") == "success"
+                and window in (line := _last_line(r["run_id"]))]
         if done:
-            run_id = done[0]["run_id"]
-            print(f"run {run_id}: success; its task printed:\n  demo_orders_report: {_last_line(run_id)}")
+            run_id, line = done[0]
+            print(f"run {run_id}: success; its task printed:\n  demo_orders_report: {line}")
             return 0
         if any(r.get("state") == "failed" for r in runs):
             print(f"the downstream run failed: {runs}")

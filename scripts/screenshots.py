@@ -28,11 +28,14 @@ def main() -> None:
     browser = Browser()
     try:
         browser.set_cookie(base + "/", "_token", token)
-        for path, name, wait in (("/cdcflow/", "pipelines.png", 0), ("/cdcflow/pipelines/demo_orders", "pipeline.png", 0),
-                                 ("/dags/demo_orders/plugin/cdcflow-pipeline", "airflow-dag-tab.png", 8)):
+        shots = (("/cdcflow/", "pipelines.png", 0, None), ("/cdcflow/pipelines/demo_orders", "pipeline.png", 0, None),
+                 ("/cdcflow/pipelines/demo_orders", "pipeline-charts.png", 0, "#charts"),
+                 ("/dags/demo_orders/plugin/cdcflow-pipeline", "airflow-dag-tab.png", 8, None),
+                 ("/assets", "airflow-assets.png", 8, None))  # Airflow's Assets view: the sink tables, the topics
+        for path, name, wait, selector in shots:
             browser.open(base + path)
             time.sleep(wait)
-            print(browser.screenshot(out / name))
+            print(browser.screenshot(out / name, selector))
     finally:
         browser.close()
 

@@ -101,11 +101,17 @@ class Browser:
     def url(self) -> str:
         return str(self.eval("location.href"))
 
-    def screenshot(self, path: Path) -> Path:
-        metrics = self.call("Page.getLayoutMetrics")
-        size = metrics.get("cssContentSize") or metrics["contentSize"]
-        shot = self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True,
-                         clip={"x": 0, "y": 0, "width": size["width"], "height": min(size["height"], 6000), "scale": 1})
+    def screenshot(self, path: Path, selector: str | None = None) -> Path:
+        """The full page, or the element ``selector`` matches (with a small margin)."""
+        if selector is not None:
+            box = self.eval(f"(() => {{ const r = document.querySelector({json.dumps(selector)})"
+                            ".getBoundingClientRect(); return [r.left + scrollX, r.top + scrollY, r.width, r.height]; })()")
+            clip = {"x": max(box[0] - 8, 0), "y": max(box[1] - 8, 0), "width": box[2] + 16, "height": box[3] + 16}
+        else:
+            metrics = self.call("Page.getLayoutMetrics")
+            size = metrics.get("cssContentSize") or metrics["contentSize"]
+            clip = {"x": 0, "y": 0, "width": size["width"], "height": min(size["height"], 6000)}
+        shot = self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True, clip={**clip, "scale": 1})
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(base64.b64decode(shot["data"]))
         return path
