@@ -91,6 +91,11 @@ class SourceConfig(StrictModel):
     """Where the change events come from."""
 
     topics: list[TopicName] = Field(default_factory=list, description="The topics to read; or topics_regex.")
+    format: Literal["debezium", "goldengate", "canal", "maxwell"] = Field(
+        default="debezium", description="What the records are: debezium (Debezium change events, with or "
+        "without the JsonConverter's schema), goldengate (Oracle GoldenGate for Big Data's JSON formatter, "
+        "operation modelled), canal (Canal's flat messages, flatMessage: true) or maxwell (Maxwell's JSON). Each "
+        "is decoded into the same changes; docs/formats.md maps their fields.")
     topics_regex: str | None = Field(
         default=None, description="Read every topic whose whole name matches this regex (Kafka Connect's "
         "topics.regex), e.g. 'dbserver1\\.inventory\\..*'; topics that appear later are picked up at the next "
@@ -107,7 +112,7 @@ class SourceConfig(StrictModel):
     timestamp: Literal["kafka", "source_ts_ms"] = Field(
         default="kafka", description="The time of a record for time ranges (backfills, start_time/end_time, "
         "window.align, offsets set --to-time): the Kafka record timestamp, or the change's source.ts_ms "
-        "(Debezium envelopes).")
+        "(Debezium envelopes, format debezium).")
 
     @field_validator("topics")
     @classmethod
@@ -133,6 +138,9 @@ class SourceConfig(StrictModel):
         if bool(self.topics) == bool(self.topics_regex):
             raise ValueError("expected either topics (a list) or topics_regex, not " +
                              ("both" if self.topics else "neither"))
+        if self.format != "debezium" and self.timestamp == "source_ts_ms":
+            raise ValueError(f"timestamp source_ts_ms reads Debezium's source.ts_ms; with format {self.format} use "
+                             "timestamp: kafka")
         return self
 
     def covers(self, topic: str) -> bool:
@@ -227,6 +235,8 @@ class MySqlColumn(StrictModel):
         return parse_type(self.type)
 
 
+FORMAT_NAMES = {"debezium": "Debezium envelopes", "goldengate": "GoldenGate JSON formatter operations",
+                "canal": "Canal flat messages", "maxwell": "Maxwell rows"}
 KAFKA_PK_COLUMNS = ("__connect_topic", "__connect_partition", "__connect_offset")
 # what a MySQL sink's table name may route by, as the Debezium JDBC sink's collection.name.format
 TABLE_PLACEHOLDERS = ("{topic}", "{source.table}", "{source.db}")
@@ -466,8 +476,8 @@ class PipelineConfig(StrictModel):
         description="Where a change's version comes from; sinks refuse to go back to an older one.",
     )
     transforms: list[TransformConfig] = Field(
-        default_factory=list, description="Single-message transforms, in order. Without transforms the values "
-        "must be Debezium envelopes (json), decoded directly.")
+        default_factory=list, description="Single-message transforms, in order (Debezium records only). Without "
+        "transforms the values are decoded directly, as source.format says.")
     sinks: list[SinkConfig] = Field(min_length=1)
     errors: ErrorsConfig = ErrorsConfig()
     offset_store: OffsetStoreConfig = OffsetStoreConfig()
@@ -497,15 +507,24 @@ class PipelineConfig(StrictModel):
         if self.errors.dlq_topic and self.source.covers(self.errors.dlq_topic):
             raise ValueError("errors.dlq_topic must differ from the source topics" +
                              (" (source.topics_regex matches it)" if self.source.topics_regex else ""))
+        if self.source.format != "debezium" and self.transforms:
+            raise ValueError(f"source.format {self.source.format}: transforms work on Debezium records; "
+                             f"{FORMAT_NAMES[self.source.format]} are decoded directly, without transforms")
+        if self.source.format in ("goldengate", "maxwell"):
+            bare = [s.name for s in self.sinks if s.type == "mysql" and not s.columns]
+            if bare:
+                raise ValueError(f"mysql sinks {bare} need columns: {FORMAT_NAMES[self.source.format]} carry no column "
+                                 "types to create a table from (their values are read by the declared types)")
         if not self.transforms:
             if (self.source.key_converter, self.source.value_converter) != ("json", "json"):
-                raise ValueError("without transforms the values are decoded as Debezium envelopes and need the json "
-                                 "converters; add transforms (e.g. HoistField) to use string, bytes or json_schema")
+                raise ValueError(f"without transforms the values are decoded as {FORMAT_NAMES[self.source.format]} "
+                                 "and need the json converters; add transforms (e.g. HoistField) to use string, "
+                                 "bytes or json_schema")
             bare = [s.name for s in self.sinks if s.type == "mysql" and not s.columns and not s.create_table]
             if bare:
                 raise ValueError(f"mysql sinks {bare} need columns, or create_table: true to create each table from "
-                                 "the Connect schema of its records (the connector's JsonConverter with "
-                                 "schemas.enable=true)")
+                                 "the schema of its records (Debezium's JsonConverter with schemas.enable=true, or "
+                                 "Canal's mysqlType)")
         elif self.versioning == "source_ts_ms" and not any(t.type == "ExtractNewRecordState" for t in self.transforms):
             raise ValueError("versioning source_ts_ms needs an ExtractNewRecordState transform (Debezium topics); "
                              "for other records set versioning: kafka_offset")

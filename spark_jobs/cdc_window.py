@@ -26,10 +26,12 @@ import pyarrow.compute as pc
 
 from cdcflow import errors as cdc_errors
 from cdcflow import faults
-from cdcflow.config import MySqlSinkConfig
+from cdcflow.config import ElasticsearchSinkConfig, MySqlSinkConfig
 from cdcflow.errors import CdcflowError, ConfigError, DeadLettersExceeded, ToleranceExceeded, WindowFailed
 from connectors.base import SinkStats
-from connectors.debezium.envelope import DECODED_SPARK_COLUMNS, Decoder, hints_from_columns
+from connectors.changes import DECODED_SPARK_COLUMNS
+from connectors.debezium.envelope import hints_from_columns
+from connectors.formats import decoder as format_decoder
 from connectors.kafka.dlq import DeadLetterReporter, FailedRecord
 from connectors.kafka.reader import RAW_SPARK_SCHEMA, KafkaRangeReader, ReadOutcome, ReadRange
 from connectors.mysql.offsets import OffsetCommit
@@ -61,6 +63,8 @@ MAX_EXAMPLES = 5
 SMALL_WINDOW = 20_000  # records; up to this, each sink is written by one task (no shuffle)
 SINK_CONCURRENCY = 4  # sink targets written at the same time (routed tables can be many)
 RECORDS_PER_READ_TASK = 5_000  # planned records per read task, in windows that end by themselves
+# the changes the sinks get: read, and not a record that changes nothing (a Maxwell bootstrap-start)
+VALID_CHANGES = "error_stage IS NULL AND change_op IS NOT NULL"
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,7 @@ class WindowJob:
     offsets_mode: str = "advance"
     max_dead_letters: Any = None  # errors.max_dead_letters (cdcflow.config.DeadLetterLimit): the breaker
     spark_timeout: float = 1800.0  # spark.timeout: the window's Spark work is cancelled past it (spark_jobs/deadline.py)
+    source_format: str = "debezium"  # source.format: the decoder of the records (connectors/formats.py)
 
     def offset_commit(self, ends: dict[tuple[str, int], tuple[int, int]]) -> OffsetCommit | None:
         if self.offsets_sink is None:
@@ -126,15 +131,16 @@ class WindowResult:
 # -- executor side ---------------------------------------------------------------------------------
 def _reader(job: WindowJob, tasks: int,
             decode: bool = False) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The read task; with ``decode``, it also decodes the Debezium envelopes of what it read
-    (connectors/debezium/envelope.py: values read by their Connect schema, or by the declared columns)."""
+    """The read task; with ``decode``, it also decodes what it read into changes, by the pipeline's
+    source.format (connectors/formats.py: values read by their schema, or by the declared columns)."""
     need_json = any(tg.config.type == "elasticsearch" for tg in job.sinks)
     hints = hints_from_columns((c.source_field, c.type, c.encoding) for tg in job.sinks
                                if isinstance(tg.config, MySqlSinkConfig) for c in tg.config.columns)
+    key_fields = frozenset(f for tg in job.sinks for f in _key_fields(tg.config))
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         reader = KafkaRangeReader(job.consumer_conf)
-        decoder = Decoder(job.versioning, hints, need_json) if decode else None
+        decoder = format_decoder(job.source_format, job.versioning, hints, need_json, key_fields) if decode else None
         for batch in batches:
             for idx in batch.column("idx").to_pylist():
                 for i, rng in enumerate(job.ranges[idx::tasks]):
@@ -143,6 +149,14 @@ def _reader(job: WindowJob, tasks: int,
                     for raw in reader.read_batches(rng, ReadOutcome(0, 0, "")):
                         yield decoder.decode_batch(raw) if decoder is not None else raw
     return read
+
+
+def _key_fields(cfg: MySqlSinkConfig | ElasticsearchSinkConfig) -> list[str]:
+    """The source fields a sink keys its rows by (an update that changes them moves the row)."""
+    if isinstance(cfg, MySqlSinkConfig):
+        fields = {c.name: c.source_field for c in cfg.columns}
+        return [fields.get(k, k) for k in cfg.primary_key]
+    return list(cfg.id_fields)  # Elasticsearch
 
 
 def read_tasks(ranges: tuple[ReadRange, ...]) -> int:
@@ -379,17 +393,18 @@ def _run(spark: SparkSession, job: WindowJob,
     for target in job.sinks:
         kind = SINK_TYPES[target.config.type]
         for frame in frames:
-            lost = unroutable(target, frame.where("error_stage IS NULL"))
+            changes = frame.where(VALID_CHANGES)
+            lost = unroutable(target, changes)
             if lost is not None:
                 bad = _union(bad, lost.select(*RAW_COLUMNS, F.lit("transform").alias("error_stage"), "error_message",
                                               F.lit(target.component).alias("component")))
             own = reports_own_errors(target, frame)
             if own and _one_job_for_tables(job, target):  # spark_jobs/tables.py
-                tagged, tables = mysql_routes(target, frame.where("error_stage IS NULL"))
+                tagged, tables = mysql_routes(target, changes)
                 if tables:
                     per_sink.append((TableGroup(target, dict(tables)), tagged.select(*GROUP_COLUMNS)))
                 continue
-            for concrete, subset in kind.expand(target, frame.where("error_stage IS NULL")):
+            for concrete, subset in kind.expand(target, changes):
                 projected = kind.project(subset, concrete.config)
                 if own:  # its writer sends what does not fit to the DLQ (see reports_own_errors)
                     per_sink.append((concrete, projected))
@@ -404,6 +419,10 @@ def _run(spark: SparkSession, job: WindowJob,
         bad = _union(bad, frame.where("error_stage IS NOT NULL").select(
             *RAW_COLUMNS, "error_stage", "error_message", F.lit(f"converter:{job.value_converter}").alias("component")))
     assert bad is not None
+    if job.source_format != "debezium":
+        # a record of several changes (connectors/changes.py) may fail in several of them: one dead letter per
+        # record and component, counted once
+        bad = bad.dropDuplicates(["error_stage", "component", "topic", "partition", "offset"])
     tally = _tally(frames[0] if ends is None else None, bad)
     if ends is None:
         ends = _ends(job, tally)
@@ -566,11 +585,14 @@ def _tally(read: DataFrame | None, bad: DataFrame | None) -> Tally:
     from pyspark.sql import functions as F  # noqa: PLC0415
 
     cols = ["topic", "partition", "offset", "timestamp"]
-    parts = ([read.select(F.lit(None).cast("string").alias("stage"), *cols)] if read is not None else []) + (
-        [bad.select(F.col("error_stage").alias("stage"), *cols)] if bad is not None else [])
+    # a record of several changes counts once: its first change (row_index 0) stands for it
+    first = F.col("row_index") == 0 if read is not None and "row_index" in read.columns else F.lit(True)
+    parts = ([read.select(F.lit(None).cast("string").alias("stage"), *cols, first.alias("record"))]
+             if read is not None else []) + ([bad.select(F.col("error_stage").alias("stage"), *cols,
+                                                         F.lit(True).alias("record"))] if bad is not None else [])
     rows = reduce(lambda a, b: a.unionByName(b), parts).coalesce(1).groupBy("stage", "topic", "partition").agg(
-        (F.max("offset") + 1).alias("end"), F.count("*").alias("n"), F.min("timestamp").alias("first"),
-        F.max("timestamp").alias("last")).collect()
+        (F.max("offset") + 1).alias("end"), F.count(F.when(F.col("record"), 1)).alias("n"),
+        F.min("timestamp").alias("first"), F.max("timestamp").alias("last")).collect()
     return {(r.stage, r.topic, r.partition): (r.end, r.n, r.first, r.last) for r in rows}
 
 

@@ -90,7 +90,7 @@ def project_for_sink(changes: DataFrame, sink: MySqlSinkConfig) -> DataFrame:
         raws.append(raw.alias(f"r_{i}"))
     if sink.pk_mode == "kafka":  # every record is its own row: there is nothing to delete
         changes = changes.where(F.col("change_op") == "upsert")
-    base = [*RAW_COLUMNS, "route", "change_op", "version"]
+    base = [*RAW_COLUMNS, "route", "change_op", "version", "row_index"]
     looked_up = changes.select(*base, *raws)
     typed = looked_up.select(*base, *[F.col(f"r_{i}") for i in range(len(sink.columns))],
                              *[_typed(F.col(f"r_{i}"), c.type).alias(f"c_{i}") for i, c in enumerate(sink.columns)])
@@ -111,26 +111,30 @@ def project_for_sink(changes: DataFrame, sink: MySqlSinkConfig) -> DataFrame:
 
 
 def latest_per_key(projected: DataFrame, key_columns: list[str], keep_unfit: bool = False) -> DataFrame:
-    """The last change per key, by version and then offset (the log order).
+    """The last change per key, by version and then offset (the log order), then ``row_index`` (the
+    order of the changes of one record, connectors/changes.py).
 
     The window functions see the key, the log position and the version only; every other column
     rides along in one struct, so the plan's size does not grow with the table's width. With
     ``keep_unfit``, rows whose values do not fit (error_message set) never win their key but are all
     kept, for the writer to send to the DLQ (``cdc_window.reports_own_errors``)."""
     keys = [F.col(c) for c in key_columns]
-    order = ["partition", "offset", "version"]
+    if "row_index" not in projected.columns:
+        projected = projected.withColumn("row_index", F.lit(0))
+    order = ["partition", "offset", "row_index", "version"]
     rest = [c for c in projected.columns if c not in key_columns and c not in order]
     fit = F.col("error_message").isNull() if keep_unfit else F.lit(True)
     packed = projected.select(*key_columns, *order, fit.alias("_fit"), F.struct(*rest).alias("_row"))
     # One shuffle and one sort, by key then log order; both window functions below use that order
     # (a second ordering by version would sort the window's rows again).
-    log = Window.partitionBy(*keys).orderBy("partition", "offset")
+    log = Window.partitionBy(*keys).orderBy("partition", "offset", "row_index")
     # Tombstones (version null) delete at the version of the previous change of their key in the
     # window; one whose delete was in an earlier window has nothing left to do and is dropped.
     filled = packed.withColumn("version", F.coalesce(F.col("version"), F.last("version", ignorenulls=True).over(
         log.rowsBetween(Window.unboundedPreceding, -1))))
-    # the winner: a fitting change first, then highest version, offset, partition (a null version sorts lowest)
-    rank = F.struct("_fit", "version", "offset", "partition")
+    # the winner: a fitting change first, then highest version, offset, partition, row_index (a null version
+    # sorts lowest)
+    rank = F.struct("_fit", "version", "offset", "partition", "row_index")
     best = F.max(rank).over(log.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing))
     winners = filled.withColumn("_best", best).where(
         (F.col("version").isNotNull() & (rank == F.col("_best")) & F.col("_fit")) | ~F.col("_fit"))
@@ -166,5 +170,5 @@ def project_for_elasticsearch(changes: DataFrame, sink: ElasticsearchSinkConfig)
     if sink.behavior_on_null_values == "fail":
         errors.append(F.when(tombstone, F.lit("null value (tombstone) with behavior_on_null_values: fail")))
     message = F.concat_ws("; ", *errors)
-    return changes.select(*RAW_COLUMNS, "change_op", "version", index.alias("c_0"), doc_id.alias("c_1"),
+    return changes.select(*RAW_COLUMNS, "change_op", "version", "row_index", index.alias("c_0"), doc_id.alias("c_1"),
                           F.col("image_json").alias("c_2"), F.when(message != "", message).alias("error_message"))

@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from cdcflow.errors import ConfigError
-from connectors.debezium.envelope import VERSION_SHIFT
+from connectors.changes import VERSION_SHIFT
 
 ROUTE = r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,248}$"  # a Kafka topic name, not starting with '.'
 RESERVED_ROUTE = r"^(?i)cdcflow[_-]"  # cdcflow's own tables (cdcflow_tombstones, …) and index
@@ -66,4 +66,5 @@ def records_to_changes(rec: DataFrame, versioning: str) -> DataFrame:
         F.when(~tombstone, F.to_json(F.col("value"))).alias("image_json"),
         version.cast("bigint").alias("version"), stage.alias("error_stage"), message.alias("error_message"),
         F.col("key").alias("record_key"), F.col("value").alias("record_value"),
+        F.lit(0).alias("row_index"),  # one change per record
     )

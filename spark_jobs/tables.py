@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 RAW_COLUMNS = ["topic", "partition", "offset", "timestamp", "key", "value", "headers"]
 TABLE_COLUMN = "_table"  # the table a change goes to, on the frame the write job gets
-GROUP_COLUMNS = [*RAW_COLUMNS, "route", "change_op", "version", "image", "key_image", TABLE_COLUMN]
+GROUP_COLUMNS = [*RAW_COLUMNS, "route", "change_op", "version", "row_index", "image", "key_image", TABLE_COLUMN]
 
 _DATETIME = r"^\d{4}-\d{2}-\d{2}([ T]\d{2}:\d{2}(:\d{2}(\.\d+)?)?)?$"
 _INTEGER = r"^\s*[+-]?\d+\s*$"
@@ -184,9 +184,11 @@ def project_rows(rows: pa.Table, sink: MySqlSinkConfig) -> pa.Table:
     for error in errors:  # "; "-joined, nulls skipped (null_handling="skip" drops all-null rows in pyarrow 21)
         message = pc.coalesce(pc.binary_join_element_wise(message, error, "; "), message, error)
     base = [*RAW_COLUMNS, "route", "change_op", "version"]
+    row_index = rows.column("row_index") if "row_index" in rows.column_names else pa.array([0] * rows.num_rows,
+                                                                                            pa.int32())
     return pa.table(
-        [*[rows.column(n) for n in base], *values, message],
-        names=[*base, *[f"c_{i}" for i in range(len(values))], "error_message"],
+        [*[rows.column(n) for n in base], row_index, *values, message],
+        names=[*base, "row_index", *[f"c_{i}" for i in range(len(values))], "error_message"],
     )
 
 
@@ -207,22 +209,25 @@ def _codes(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
 
 
 def latest_rows(projected: pa.Table, key_columns: list[str]) -> pa.Table:
-    """The last change per key, by version, then offset, then partition; the rules of
-    ``debezium.latest_per_key`` with ``keep_unfit``: a tombstone (null version) deletes at the version
-    of the change before it in the log (none: dropped); a row that does not fit (error_message set)
-    never wins its key and is kept, for the writer to send to the DLQ."""
+    """The last change per key, by version, then offset, then partition, then row_index (the changes
+    of one record, connectors/changes.py); the rules of ``debezium.latest_per_key`` with
+    ``keep_unfit``: a tombstone (null version) deletes at the version of the change before it in the
+    log (none: dropped); a row that does not fit (error_message set) never wins its key and is kept,
+    for the writer to send to the DLQ."""
     n = projected.num_rows
     if n == 0:
         return projected
     codes = [_codes(projected.column(c)) for c in key_columns]
     partition = projected.column("partition").to_numpy().astype(np.int64)
     offset = projected.column("offset").to_numpy().astype(np.int64)
+    sub = (projected.column("row_index").to_numpy().astype(np.int64) if "row_index" in projected.column_names
+           else np.zeros(n, dtype=np.int64))
     version_col = projected.column("version").combine_chunks()
     has_version = version_col.is_valid().to_numpy(zero_copy_only=False)
     version = version_col.fill_null(0).to_numpy().astype(np.int64)
     fit = projected.column("error_message").combine_chunks().is_null().to_numpy(zero_copy_only=False)
-    # the log order within each key: key, then partition, then offset (np.lexsort: last key is primary)
-    order = np.lexsort((offset, partition, *reversed(codes)))
+    # the log order within each key: key, then partition, offset, row_index (np.lexsort: last key is primary)
+    order = np.lexsort((sub, offset, partition, *reversed(codes)))
     starts = np.ones(n, dtype=bool)
     starts[1:] = np.any(np.stack([c[order][1:] != c[order][:-1] for c in codes]), axis=0)
     group = np.cumsum(starts) - 1
@@ -235,7 +240,7 @@ def latest_rows(projected: pa.Table, key_columns: list[str]) -> pa.Table:
     candidate = fit[order] & filled_ok & keyed
     rows = order[candidate]
     cand_group, cand_version = group[candidate], filled[candidate]
-    pick = np.lexsort((partition[rows], offset[rows], cand_version, cand_group))
+    pick = np.lexsort((sub[rows], partition[rows], offset[rows], cand_version, cand_group))
     last = np.ones(len(pick), dtype=bool)
     last[:-1] = cand_group[pick][1:] != cand_group[pick][:-1]
     winners = rows[pick][last]

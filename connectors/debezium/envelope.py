@@ -1,4 +1,5 @@
-"""Debezium change events -> the window's change rows, inside the read task.
+"""Debezium change events -> the window's change rows, inside the read task (``source.format:
+debezium``, the default; the change model is connectors/changes.py).
 
 Each raw record (Kafka key and value bytes) becomes one change row: ``change_op`` (upsert or
 delete), ``image`` (the row image, field -> exact text, see connectors/debezium/types.py),
@@ -15,13 +16,22 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 import msgspec
-import pyarrow as pa
 
+from connectors.changes import (  # noqa: F401 - DECODED_SPARK_COLUMNS, VERSION_SHIFT: re-exported
+    DECODED_SPARK_COLUMNS,
+    JSON_DECODE,
+    JSON_ENCODE,
+    VERSION_SHIFT,
+    Change,
+    RecordDecoder,
+    RecordError,
+    bigint,
+    text,
+    version_of,
+)
 from connectors.debezium.types import (
     BadValue,
     ColumnHint,
@@ -32,26 +42,13 @@ from connectors.debezium.types import (
     plain_text,
 )
 
-VERSION_SHIFT = 1 << 20  # source_ts_ms versions: ts_ms * 2^20 + (offset mod 2^20), see docs/semantics.md
 MAX_SCHEMAS = 256  # compiled row readers kept per task (a window has few distinct schemas)
 
-_STRING_MAP = pa.map_(pa.string(), pa.string())
-DECODED_FIELDS = [
-    ("change_op", pa.string()), ("image", _STRING_MAP), ("image_json", pa.string()), ("version", pa.int64()),
-    ("error_stage", pa.string()), ("error_message", pa.string()), ("route", pa.string()), ("key_image", _STRING_MAP),
-    ("source_db", pa.string()), ("source_table", pa.string()), ("schema_id", pa.string()), ("row_schema", pa.string()),
-]
-# source_db/source_table: the change's source.db and source.table (table name templates route by them);
-# schema_id: the row's Connect schema (null without one); row_schema: the MySQL table it describes, as
-# JSON (types.mysql_columns), on the first record of each schema_id in a task (null on the others)
-DECODED_SPARK_COLUMNS = ("change_op string, image map<string,string>, image_json string, version bigint, "
-                         "error_stage string, error_message string, route string, key_image map<string,string>, "
-                         "source_db string, source_table string, schema_id string, row_schema string")
 # fields ExtractNewRecordState adds to an unwrapped row (add.fields, delete.handling.mode=rewrite)
 UNWRAPPED_MARKERS = ("__op", "__deleted", "__source_ts_ms")
 
-_DECODE = msgspec.json.Decoder(float_hook=Decimal)
-_ENCODE = msgspec.json.Encoder(decimal_format="number")
+_DECODE = JSON_DECODE
+_ENCODE = JSON_ENCODE
 
 
 class _Envelope(msgspec.Struct):
@@ -89,50 +86,12 @@ _WRAPPED = msgspec.json.Decoder(_Wrapped)
 _RAW_NULL = b"null"
 
 
-class RecordError(Exception):
-    def __init__(self, stage: str, message: str) -> None:
-        super().__init__(message)
-        self.stage, self.message = stage, message
-
-
-@dataclass
-class Change:
-    change_op: str | None = None
-    image: dict[str, str | None] | None = None
-    image_json: str | None = None
-    version: int | None = None
-    error_stage: str | None = None
-    error_message: str | None = None
-    source_db: str | None = None
-    source_table: str | None = None
-    schema_id: str | None = None
-    row_schema: str | None = None
-
-
-def _bigint(value: Any) -> int | None:
-    """Spark's try_cast to bigint: an integer or integer text, else null."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value if -(1 << 63) <= value < (1 << 63) else None
-    if isinstance(value, str):
-        try:
-            return _bigint(int(value.strip()))
-        except ValueError:
-            return None
-    return None
-
-
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
 def _is_null(raw: msgspec.Raw | None) -> bool:
     """An absent part (empty Raw) or a JSON null."""
     return raw is None or len(raw) == 0 or bytes(raw).strip() == _RAW_NULL
 
 
-class Decoder:
+class Decoder(RecordDecoder):
     """Decodes a task's records; keeps the compiled readers of the schemas it has seen."""
 
     def __init__(self, versioning: str, hints: Mapping[str, ColumnHint] | None = None, need_json: bool = True) -> None:
@@ -227,11 +186,11 @@ class Decoder:
             raise RecordError("converter", f"{exc}") from None
         return texts, (_ENCODE.encode(docs).decode("utf-8") if self.need_json else None)
 
-    def decode(self, offset: int, key: bytes | None, value: bytes | None) -> Change:
-        try:
-            return self._decode(offset, key, value)
-        except RecordError as exc:
-            return Change(error_stage=exc.stage, error_message=exc.message)
+    def decode_record(self, offset: int, key: bytes | None, value: bytes | None, topic: str) -> list[Change]:
+        change = self._decode(offset, key, value)
+        if change.change_op == "delete" and change.source_table is None:
+            change.source_db, change.source_table = table_of_topic(topic)
+        return [change]
 
     def _decode(self, offset: int, key: bytes | None, value: bytes | None) -> Change:
         if value is None:  # a tombstone deletes its key at the version of the change before it
@@ -268,10 +227,10 @@ class Decoder:
                 source = _SOURCE.decode(env.source)
             except (msgspec.DecodeError, msgspec.ValidationError):
                 source = _Source()
-        source_ts = _bigint(source.ts_ms)
-        version = self._version(offset, source_ts if source_ts is not None else _bigint(env.ts_ms),
+        source_ts = bigint(source.ts_ms)
+        version = self._version(offset, source_ts if source_ts is not None else bigint(env.ts_ms),
                                 "no source.ts_ms nor ts_ms to version the change by (versioning: source_ts_ms)")
-        origin = {"source_db": _text(source.db), "source_table": _text(source.table)}
+        origin = {"source_db": text(source.db), "source_table": text(source.table)}
         if op == "d":
             if not _is_null(env.before):
                 reader = self._reader(schema, "before")
@@ -289,11 +248,7 @@ class Decoder:
         return Change("upsert", image, doc, version, **origin, **self._schema_of(reader, key))
 
     def _version(self, offset: int, ts: int | None, missing: str) -> int:
-        if self.versioning == "kafka_offset":
-            return offset
-        if ts is None:
-            raise RecordError("transform", missing)
-        return ts * VERSION_SHIFT + offset % VERSION_SHIFT
+        return version_of(self.versioning, offset, ts, missing)
 
     def _schema_of(self, reader: RowReader, key: bytes | None) -> dict[str, str | None]:
         return {"schema_id": reader.schema_id, "row_schema": self._describe(reader, key)}
@@ -316,7 +271,7 @@ class Decoder:
         deleted = plain_text(probe.get("__deleted")) == "true" or op == "d"
         if op is not None and op not in ("c", "r", "u", "d"):
             raise RecordError("transform", f"unknown Debezium op '{op}' in __op (expected c, r, u or d)")
-        version = self._version(offset, _bigint(probe.get("__source_ts_ms")),
+        version = self._version(offset, bigint(probe.get("__source_ts_ms")),
                                 "no __source_ts_ms to version the change by (add source.ts_ms to the "
                                 "ExtractNewRecordState's add.fields, or set versioning: kafka_offset)")
         reader = self._reader(schema, "")
@@ -326,23 +281,8 @@ class Decoder:
         except BadValue as exc:
             raise RecordError("converter", f"{exc}") from None
         doc = _ENCODE.encode(docs).decode("utf-8") if self.need_json else None
-        return Change("delete" if deleted else "upsert", texts, doc, version, source_db=_text(probe.get("__db")),
-                      source_table=_text(probe.get("__table")), **self._schema_of(reader, key))
-
-    # -- a batch --------------------------------------------------------------------------------------
-    def decode_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        """A raw batch (connectors/kafka/reader.RAW_SCHEMA) -> the same columns plus the change columns."""
-        offsets = batch.column("offset").to_pylist()
-        keys = batch.column("key").to_pylist()
-        values = batch.column("value").to_pylist()
-        changes = [self.decode(o, k, v) for o, k, v in zip(offsets, keys, values, strict=True)]
-        topics = batch.column("topic").to_pylist()
-        for change, topic in zip(changes, topics, strict=True):
-            if change.change_op == "delete" and change.source_table is None:
-                change.source_db, change.source_table = table_of_topic(topic)
-        return pa.RecordBatch.from_arrays(
-            [*batch.columns, *_change_arrays(changes, batch.column("topic"))],
-            schema=pa.schema([*batch.schema, *[pa.field(n, t) for n, t in DECODED_FIELDS]]))
+        return Change("delete" if deleted else "upsert", texts, doc, version, source_db=text(probe.get("__db")),
+                      source_table=text(probe.get("__table")), **self._schema_of(reader, key))
 
 
 def table_of_topic(topic: str) -> tuple[str | None, str | None]:
@@ -350,23 +290,6 @@ def table_of_topic(topic: str) -> tuple[str | None, str | None]:
     names"): where a tombstone, which has no source block, is routed by {source.table}."""
     parts = topic.split(".")
     return (parts[-2], parts[-1]) if len(parts) >= 3 else (None, None)
-
-
-def _change_arrays(changes: list[Change], topics: pa.Array) -> list[pa.Array]:
-    return [
-        pa.array([c.change_op for c in changes], pa.string()),
-        pa.array([list(c.image.items()) if c.image is not None else None for c in changes], _STRING_MAP),
-        pa.array([c.image_json for c in changes], pa.string()),
-        pa.array([c.version for c in changes], pa.int64()),
-        pa.array([c.error_stage for c in changes], pa.string()),
-        pa.array([c.error_message for c in changes], pa.string()),
-        topics,
-        pa.nulls(len(changes), _STRING_MAP),
-        pa.array([c.source_db for c in changes], pa.string()),
-        pa.array([c.source_table for c in changes], pa.string()),
-        pa.array([c.schema_id for c in changes], pa.string()),
-        pa.array([c.row_schema for c in changes], pa.string()),
-    ]
 
 
 def hints_from_columns(columns: Iterable[tuple[str, str, str | None]]) -> dict[str, ColumnHint]:

@@ -71,6 +71,7 @@ class DeadLetterReporter:
                  with_context: bool = True, flush_timeout: float = 30.0,
                  already_sent: frozenset[tuple[str, int, int, str]] = frozenset()) -> None:
         self.already_sent = already_sent
+        self._sent: set[tuple[str, int, int, str]] = set()  # a record goes to the DLQ once per component
         self.skipped = 0
         self.topic = topic
         self.pipeline = pipeline
@@ -91,7 +92,11 @@ class DeadLetterReporter:
             self._failures.append(err.str())
 
     def report(self, rec: FailedRecord) -> None:
-        if (rec.topic, rec.partition, rec.offset, rec.component) in self.already_sent:
+        origin = (rec.topic, rec.partition, rec.offset, rec.component)
+        if origin in self._sent:  # another change of the same record (a Canal message of several rows)
+            return
+        self._sent.add(origin)
+        if origin in self.already_sent:
             self.reported += 1  # this window's dead letter, sent by an earlier attempt
             self.skipped += 1
             return

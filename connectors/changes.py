@@ -1,0 +1,242 @@
+"""The change model every source format is decoded into, inside the read task.
+
+One decoder per ``source.format`` (connectors/formats.py registers them: Debezium envelopes,
+Oracle GoldenGate's JSON formatter, Canal's flat messages, Maxwell's JSON) turns each raw Kafka
+record into one or more :class:`Change` rows. The columns are the same for every format
+(``DECODED_FIELDS``): ``change_op`` (upsert, delete, or null for a record that changes nothing),
+``image`` (the row image, field -> exact text), ``image_json`` (the row as a JSON document for
+Elasticsearch), ``version``, ``error_stage``/``error_message`` (a record that cannot be read goes to
+the DLQ, whole), the source database and table (``{source.db}`` / ``{source.table}`` routing), the
+row's schema where the format carries one, and ``row_index``.
+
+A record can hold several changes (a Canal message of a multi-row statement; an update that changes
+a row's key becomes a delete of the old key and an upsert of the new one): :meth:`RecordDecoder.decode_batch`
+repeats the record's raw columns once per change, and ``row_index`` (0, 1, … within the record)
+keeps their order where they share a version, so the last change per key stays the last one
+(spark_jobs/debezium.latest_per_key, spark_jobs/tables.latest_rows). A record whose every change
+is read fails as one: one error row, nothing of it applied.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Protocol
+
+import msgspec
+import pyarrow as pa
+
+from connectors.debezium.types import ColumnHint
+from connectors.mysql.values import hinted_readers, read_row
+
+VERSION_SHIFT = 1 << 20  # source_ts_ms versions: ts_ms * 2^20 + (offset mod 2^20), see docs/semantics.md
+
+STRING_MAP = pa.map_(pa.string(), pa.string())
+DECODED_FIELDS = [
+    ("change_op", pa.string()), ("image", STRING_MAP), ("image_json", pa.string()), ("version", pa.int64()),
+    ("error_stage", pa.string()), ("error_message", pa.string()), ("route", pa.string()), ("key_image", STRING_MAP),
+    ("source_db", pa.string()), ("source_table", pa.string()), ("schema_id", pa.string()), ("row_schema", pa.string()),
+    ("row_index", pa.int32()),
+]
+# source_db/source_table: the change's source database and table (table name templates route by them);
+# schema_id: the row's schema (null without one); row_schema: the MySQL table it describes, as JSON
+# (connectors/debezium/types.mysql_columns), on the first record of each schema_id in a task (null on
+# the others); row_index: the change's place within its record (0 for a record of one change)
+DECODED_SPARK_COLUMNS = ("change_op string, image map<string,string>, image_json string, version bigint, "
+                         "error_stage string, error_message string, route string, key_image map<string,string>, "
+                         "source_db string, source_table string, schema_id string, row_schema string, row_index int")
+
+JSON_DECODE = msgspec.json.Decoder(float_hook=Decimal)  # numbers keep their digits: 19.90 stays 19.90
+JSON_ENCODE = msgspec.json.Encoder(decimal_format="number")
+
+
+class RecordError(Exception):
+    """A record that cannot be read: it goes to the DLQ, with ``stage`` (converter, transform) and why."""
+
+    def __init__(self, stage: str, message: str) -> None:
+        super().__init__(message)
+        self.stage, self.message = stage, message
+
+
+@dataclass
+class Change:
+    change_op: str | None = None
+    image: dict[str, str | None] | None = None
+    image_json: str | None = None
+    version: int | None = None
+    error_stage: str | None = None
+    error_message: str | None = None
+    source_db: str | None = None
+    source_table: str | None = None
+    schema_id: str | None = None
+    row_schema: str | None = None
+    row_index: int = 0
+
+
+class ChangeDecoder(Protocol):
+    """What the read task needs of a format's decoder."""
+
+    def decode_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """A raw batch (connectors/kafka/reader.RAW_SCHEMA) -> its columns, once per change, plus
+        the change columns (``DECODED_FIELDS``)."""
+        ...
+
+
+class RecordDecoder(ABC):
+    """A decoder that reads one record at a time into its changes."""
+
+    @abstractmethod
+    def decode_record(self, offset: int, key: bytes | None, value: bytes | None, topic: str) -> list[Change]:
+        """The record's changes, at least one; raises RecordError for a record that cannot be read."""
+
+    def decode_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        offsets = batch.column("offset").to_pylist()
+        keys = batch.column("key").to_pylist()
+        values = batch.column("value").to_pylist()
+        topics = batch.column("topic").to_pylist()
+        changes: list[Change] = []
+        rows: list[int] = []  # the raw row of each change
+        one_each = True
+        for i, (offset, key, value, topic) in enumerate(zip(offsets, keys, values, topics, strict=True)):
+            try:
+                out = self.decode_record(offset, key, value, topic)
+            except RecordError as exc:
+                out = [Change(error_stage=exc.stage, error_message=exc.message)]
+            out = out or [Change()]  # every record is read and counted, even one that changes nothing
+            one_each = one_each and len(out) == 1
+            for index, change in enumerate(out):
+                change.row_index = index
+                rows.append(i)
+            changes.extend(out)
+        raw = batch if one_each else batch.take(pa.array(rows, pa.int32()))
+        return pa.RecordBatch.from_arrays(
+            [*raw.columns, *change_arrays(changes, raw.column("topic"))],
+            schema=pa.schema([*batch.schema, *[pa.field(n, t) for n, t in DECODED_FIELDS]]))
+
+
+class RowDecoder(RecordDecoder):
+    """A format of row operations (GoldenGate, Canal, Maxwell): built with the pipeline's
+    ``versioning``, the sinks' declared columns (``hints``: how to read values that come without
+    types), whether documents are needed, and the sinks' declared key fields (an update that changes
+    them moves the row: :func:`row_changes`). Values are read by the declared columns unless the
+    format carries its own types."""
+
+    def __init__(self, versioning: str, hints: Mapping[str, ColumnHint] | None = None, need_json: bool = True,
+                 key_fields: frozenset[str] = frozenset()) -> None:
+        self.versioning = versioning
+        self.need_json = need_json
+        self.key_fields = key_fields
+        self.readers = hinted_readers(hints or {}, binary="base64")
+
+    def read(self, row: Mapping[str, Any]) -> tuple[dict[str, str | None], dict[str, Any]]:
+        return read_row(self.readers, row)
+
+
+def change_arrays(changes: list[Change], routes: pa.Array) -> list[pa.Array]:
+    """The change columns of ``DECODED_FIELDS``, in order (``route``: the record's topic)."""
+    return [
+        pa.array([c.change_op for c in changes], pa.string()),
+        pa.array([list(c.image.items()) if c.image is not None else None for c in changes], STRING_MAP),
+        pa.array([c.image_json for c in changes], pa.string()),
+        pa.array([c.version for c in changes], pa.int64()),
+        pa.array([c.error_stage for c in changes], pa.string()),
+        pa.array([c.error_message for c in changes], pa.string()),
+        routes,
+        pa.nulls(len(changes), STRING_MAP),
+        pa.array([c.source_db for c in changes], pa.string()),
+        pa.array([c.source_table for c in changes], pa.string()),
+        pa.array([c.schema_id for c in changes], pa.string()),
+        pa.array([c.row_schema for c in changes], pa.string()),
+        pa.array([c.row_index for c in changes], pa.int32()),
+    ]
+
+
+def bigint(value: Any) -> int | None:
+    """Spark's try_cast to bigint: an integer or integer text, else null."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if -(1 << 63) <= value < (1 << 63) else None
+    if isinstance(value, str):
+        try:
+            return bigint(int(value.strip()))
+        except ValueError:
+            return None
+    return None
+
+
+def text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def version_of(versioning: str, offset: int, ts_ms: int | None, missing: str) -> int:
+    """The change's version: its Kafka offset (``kafka_offset``), or its source time in ms with the
+    offset's low bits (``source_ts_ms``: changes within one millisecond keep their log order).
+    ``missing`` says which field was needed when the record has no time."""
+    if versioning == "kafka_offset":
+        return offset
+    if ts_ms is None:
+        raise RecordError("transform", missing)
+    version = ts_ms * VERSION_SHIFT + offset % VERSION_SHIFT
+    if not -(1 << 63) <= version < 1 << 63:
+        raise RecordError("transform", f"the change's time, {ts_ms} ms since 1970, is out of a version's range "
+                                       "(is it in the unit the format documents?)")
+    return version
+
+
+def json_object(value: bytes | None, what: str) -> dict[str, Any]:
+    """A record value that must be one JSON object (``what`` names the format for the reason)."""
+    if value is None:
+        raise RecordError("converter", f"null value (a tombstone): a {what} message has a value")
+    try:
+        doc = JSON_DECODE.decode(value)
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+        raise RecordError("converter", f"value is not a JSON object (value.converter json): expected a {what} "
+                                       "message") from None
+    if not isinstance(doc, dict):
+        raise RecordError("converter", f"value is JSON but not an object: expected a {what} message")
+    return doc
+
+
+def image_change(op: str, texts: dict[str, str | None], docs: dict[str, Any] | None, version: int,
+                 **origin: str | None) -> Change:
+    """A change of one row image (``docs``: its document values, None when no sink needs them)."""
+    return Change(op, texts, JSON_ENCODE.encode(docs).decode("utf-8") if docs is not None else None, version,
+                  **origin)  # type: ignore[arg-type]
+
+
+def row_changes(op: str, before: Mapping[str, Any] | None, after: Mapping[str, Any] | None,
+                key_fields: frozenset[str]) -> list[tuple[str, Mapping[str, Any]]]:
+    """The changes of one row operation, as (upsert|delete, row image). An update whose key fields
+    (the format's own key names and the sinks' declared keys) differ between the before and the
+    after image moves the row: a delete of the old key, then an upsert of the new one (Debezium's
+    connectors emit the same pair); any other update is an upsert of the after image."""
+    if op == "delete":
+        assert before is not None
+        return [("delete", before)]
+    assert after is not None
+    if op == "update" and before is not None and any(
+            k in before and k in after and before[k] != after[k] for k in key_fields):
+        return [("delete", before), ("upsert", after)]
+    return [("upsert", after)]
+
+
+RowRead = Callable[[Mapping[str, Any]], tuple[dict[str, str | None], dict[str, Any]]]
+
+
+def operation_changes(op: str, before: Mapping[str, Any] | None, after: Mapping[str, Any] | None,
+                      key_fields: frozenset[str], read: RowRead, need_json: bool, version: int,
+                      **origin: str | None) -> list[Change]:
+    """The changes of one row operation (insert, update or delete: :func:`row_changes`), each image
+    read by ``read`` (a value it cannot read raises ValueError, which names the field: the record
+    goes to the DLQ)."""
+    out = []
+    for change_op, row in row_changes(op, before, after, key_fields):
+        try:
+            texts, docs = read(row)
+        except ValueError as exc:
+            raise RecordError("converter", str(exc)) from None
+        out.append(image_change(change_op, texts, docs if need_json else None, version, **origin))
+    return out

@@ -1,0 +1,44 @@
+"""Decoding records in the read task's way, for the decoders' unit tests: raw Kafka records -> the
+change rows (connectors/formats.py), as Python dicts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from connectors.debezium.envelope import hints_from_columns
+from connectors.formats import decoder
+from connectors.kafka.reader import RAW_SCHEMA
+
+
+def raw_batch(records: list[tuple[bytes | None, bytes | None]], topic: str = "t") -> pa.RecordBatch:
+    n = len(records)
+    return pa.RecordBatch.from_pydict({
+        "topic": [topic] * n, "partition": [0] * n, "offset": list(range(n)), "timestamp": [1000 + i for i in range(n)],
+        "key": [k for k, _v in records], "value": [v for _k, v in records], "headers": [[] for _ in range(n)]},
+        schema=RAW_SCHEMA)
+
+
+def decode(source_format: str, records: list[tuple[bytes | None, bytes | None]],
+           columns: list[dict[str, Any]] | None = None,
+           versioning: str = "source_ts_ms", key_fields: frozenset[str] = frozenset(),
+           topic: str = "t") -> list[dict[str, Any]]:
+    """The change rows of ``records``; ``columns``: the sink's declared columns (name, type, field)."""
+    hints = hints_from_columns((c.get("field", c["name"]), c["type"], c.get("encoding")) for c in columns or [])
+    changes = decoder(source_format, versioning, hints, True, key_fields).decode_batch(raw_batch(records, topic))
+    rows = changes.to_pylist()
+    for r in rows:
+        r["image"] = dict(r["image"]) if r["image"] is not None else None
+    return rows
+
+
+def apply(rows: list[dict[str, Any]], key: str = "id") -> dict[str, dict[str, Any]]:
+    """The table the changes leave (in log order, the last change per key), as image texts."""
+    table: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        if r["change_op"] == "upsert":
+            table[r["image"][key]] = r["image"]
+        elif r["change_op"] == "delete":
+            table.pop(r["image"][key], None)
+    return table

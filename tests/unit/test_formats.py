@@ -1,0 +1,111 @@
+"""The four source formats decode the same changes into the same change model
+(connectors/changes.py); the per-key reduction keeps the order of the changes of one record
+(row_index) in Spark (spark_jobs/debezium.latest_per_key) and in Arrow (spark_jobs/tables.latest_rows);
+``source.format`` is validated with the pipeline."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from cdcflow.config import MySqlSinkConfig, parse_pipeline
+from cdcflow.errors import ConfigError
+from connectors.changes import DECODED_SPARK_COLUMNS
+from connectors.formats import decoder
+from connectors.kafka.reader import RAW_SPARK_SCHEMA
+from spark_jobs.debezium import latest_per_key, mysql_key_columns, project_for_sink
+from spark_jobs.tables import key_columns, latest_rows, project_rows
+from tests.fixtures import orders as o
+from tests.fixtures.canal import orders as canal
+from tests.fixtures.debezium import orders as debezium
+from tests.fixtures.goldengate import orders as goldengate
+from tests.fixtures.maxwell import orders as maxwell
+from tests.unit.decoding import decode, raw_batch
+
+GG_COLUMNS = [{**c, "field": c["name"].upper()} for c in o.SINK_COLUMNS]
+SINK = MySqlSinkConfig(type="mysql", table="orders", primary_key=["id"], columns=o.SINK_COLUMNS)
+
+
+def final(rows: list[dict[str, Any]]) -> dict[str, tuple[dict[str, Any], Any]]:
+    """Per key, the image texts and the document of the table the changes leave (in log order)."""
+    table: dict[str, tuple[dict[str, Any], Any]] = {}
+    for r in rows:
+        image = {k.lower(): v for k, v in (r["image"] or {}).items()}
+        if r["change_op"] == "upsert":
+            doc = json.loads(r["image_json"], parse_float=Decimal)
+            table[image["id"]] = (image, {k.lower(): v for k, v in doc.items()})
+        elif r["change_op"] == "delete":
+            table.pop(image["id"], None)
+    return table
+
+
+def test_the_same_changes_in_all_four_formats_leave_the_same_rows_and_documents() -> None:
+    tables = {
+        "debezium": final(decode("debezium", debezium.events(), o.SINK_COLUMNS)),
+        "goldengate": final(decode("goldengate", goldengate.events(), GG_COLUMNS)),
+        "canal": final(decode("canal", canal.events())),
+        "maxwell": final(decode("maxwell", maxwell.events(), o.SINK_COLUMNS)),
+    }
+    assert sorted(tables["debezium"]) == ["3", "4"]
+    assert tables["debezium"]["3"][0] == {"id": "3", "customer": "x y", "amount": "19.90", "qty": "0",
+                                          "created": "1969-12-31 23:59:59.999999", "ship_date": "1960-01-01",
+                                          "paid": "0", "note": "now set"}
+    assert tables["debezium"]["4"][1] == {"id": 4, "customer": "plain", "amount": Decimal("-12345.67"),
+                                          "qty": 9223372036854775808, "created": "2000-01-01T00:00:00.000001",
+                                          "ship_date": "2000-01-01", "paid": 1, "note": "ünïcödé"}
+    for name in ("goldengate", "canal", "maxwell"):
+        assert tables[name] == tables["debezium"], name
+
+
+# UPDATE t SET id = id + 1 WHERE id IN (1, 2) ORDER BY id DESC: one message, 2 -> 3 then 1 -> 2. The key
+# 2 is deleted (row 0) and written again (row 3) by the same record, at the same version.
+MOVE = [(None, canal.dumps({
+    "data": [{"id": "3", "customer": "b"}, {"id": "2", "customer": "a"}], "database": "db", "es": 5000, "id": 1,
+    "isDdl": False, "mysqlType": {"id": "int(11)", "customer": "varchar(64)"}, "old": [{"id": "2"}, {"id": "1"}],
+    "pkNames": ["id"], "sql": "", "sqlType": {"id": 4, "customer": 12}, "table": "t", "ts": 5001, "type": "UPDATE"}))]
+MOVE_SINK = MySqlSinkConfig(type="mysql", table="t", primary_key=["id"], columns=[
+    {"name": "id", "type": "INT"}, {"name": "customer", "type": "VARCHAR(64)"}])
+
+
+def test_the_changes_of_one_record_keep_their_order_in_the_spark_reduction(spark: Any) -> None:
+    df = spark.createDataFrame(decode("canal", MOVE), f"{RAW_SPARK_SCHEMA}, {DECODED_SPARK_COLUMNS}")
+    latest = latest_per_key(project_for_sink(df, MOVE_SINK), mysql_key_columns(MOVE_SINK)).collect()
+    assert sorted((r.c_0, r.change_op, r.c_1) for r in latest) == [
+        (1, "delete", "a"), (2, "upsert", "a"), (3, "upsert", "b")]
+
+
+def test_the_changes_of_one_record_keep_their_order_in_the_arrow_reduction() -> None:
+    batch = decoder("canal", "source_ts_ms", {}, False).decode_batch(raw_batch(MOVE))
+    latest = latest_rows(project_rows(pa.Table.from_batches([batch]), MOVE_SINK), key_columns(MOVE_SINK)).to_pylist()
+    assert sorted((r["c_0"], r["change_op"], r["c_1"], r["row_index"]) for r in latest) == [
+        ("1", "delete", "a", 2), ("2", "upsert", "a", 3), ("3", "upsert", "b", 1)]
+
+
+BASE = """
+name: p
+source: {topics: [t], format: %s}
+versioning: source_ts_ms
+sinks:
+  - {type: mysql, table: t, create_table: true%s}
+"""
+COLUMNS = ", primary_key: [id], columns: [{name: id, type: INT}]"
+
+
+def test_source_format_is_checked_with_the_pipeline() -> None:
+    assert parse_pipeline(BASE % ("canal", "")).source.format == "canal"  # tables from mysqlType
+    assert parse_pipeline(BASE % ("maxwell", COLUMNS)).source.format == "maxwell"
+    assert parse_pipeline("name: p\nsource: {topics: [t]}\nsinks: [{type: elasticsearch, index: i, id_fields: [id]}]"
+                          ).source.format == "debezium"
+    with pytest.raises(ConfigError, match="need columns: GoldenGate JSON formatter operations carry no column types"):
+        parse_pipeline(BASE % ("goldengate", ""))
+    with pytest.raises(ConfigError, match="source.format: expected input should be 'debezium', 'goldengate', "
+                                          "'canal' or 'maxwell'; got 'ogg'"):
+        parse_pipeline(BASE % ("ogg", COLUMNS))
+    with pytest.raises(ConfigError, match="transforms work on Debezium records; Maxwell rows are decoded directly"):
+        parse_pipeline(BASE % ("maxwell", COLUMNS) + "transforms: [{type: ExtractNewRecordState}]\n")
+    with pytest.raises(ConfigError, match="timestamp source_ts_ms reads Debezium's source.ts_ms"):
+        parse_pipeline((BASE % ("canal", "")).replace("format: canal", "format: canal, timestamp: source_ts_ms"))

@@ -1,0 +1,67 @@
+"""Oracle GoldenGate for Big Data's JSON formatter, operation modelled (tests/fixtures/goldengate/orders.py:
+Oracle's "Using the Pluggable Formatters" pages), decoded in the read task: SCHEMA.TABLE for routing,
+op_type I/U/D, values by the declared columns (Oracle's NUMBER without trailing zeros, DATE with a
+time of day), updates as before overlaid with after, key moves, truncate and bad records to the DLQ."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+from connectors.changes import VERSION_SHIFT
+from tests.fixtures import orders as o
+from tests.fixtures.goldengate import orders as fx
+from tests.unit.decoding import apply, decode
+
+COLUMNS = [{**c, "field": c["name"].upper()} for c in o.SINK_COLUMNS]
+
+
+def test_operations_by_the_declared_columns_with_exact_values() -> None:
+    rows = decode("goldengate", fx.events(), COLUMNS)
+    assert [(r["offset"], r["row_index"], r["change_op"], r["image"]["ID"]) for r in rows] == [
+        (0, 0, "upsert", "1"), (1, 0, "upsert", "2"), (2, 0, "upsert", "3"), (3, 0, "upsert", "1"),
+        (4, 0, "upsert", "2"), (5, 0, "delete", "3"), (5, 1, "upsert", "4"), (6, 0, "delete", "2"),
+        (6, 1, "upsert", "3"), (7, 0, "delete", "1")]
+    assert rows[1]["image"] == {"ID": "2", "CUSTOMER": "x y", "AMOUNT": "0.10", "QTY": "0",
+                                "CREATED": "1969-12-31 23:59:59.999999", "SHIP_DATE": "1960-01-01", "PAID": "0",
+                                "NOTE": None}
+    assert json.loads(rows[4]["image_json"], parse_float=Decimal)["AMOUNT"] == Decimal("19.90")  # 19.9 -> scale 2
+    assert (rows[0]["source_db"], rows[0]["source_table"]) == ("INVENTORY", "ORDERS")
+    assert rows[0]["version"] == o.T0 * 1000 * VERSION_SHIFT  # op_ts
+    assert sorted(apply(rows, "ID")) == ["3", "4"]
+
+
+def test_an_update_is_its_before_image_overlaid_with_its_after_image() -> None:
+    before = {"ID": 7, "NAME": "a", "CITY": "x"}
+    compressed = fx.operation("U", o.T0, 99, before=None, after=None)
+    compressed.update(before=before, after={"ID": 7, "CITY": "y", "NAME": None, "NAME_isMissing": True})
+    row = decode("goldengate", [(b"7", fx.message(compressed))])[0]
+    assert row["image"] == {"ID": "7", "NAME": "a", "CITY": "y"}  # a missing column keeps its before value
+    after_only = {**compressed, "before": None, "after": {"ID": 7, "CITY": "z"}}
+    assert decode("goldengate", [(b"7", fx.message(after_only))])[0]["image"] == {"ID": "7", "CITY": "z"}
+
+
+def test_truncate_and_bad_records_go_to_the_dlq_with_their_reason() -> None:
+    insert = json.loads(fx.events()[0][1])
+    records = [
+        (None, fx.message(fx.operation("T", o.T0 + 300, 6000))),
+        (None, fx.message({**insert, "table": "ORDERS"})),
+        (None, fx.message({**insert, "op_type": "X"})),
+        (None, fx.message({**insert, "after": None})),
+        (None, fx.message({**insert, "op_type": "D", "before": None, "after": None})),
+        (None, fx.message({**insert, "op_ts": "yesterday"})),
+        (None, fx.message({**insert, "after": {**insert["after"], "SHIP_DATE": "2024-02-29 10:00:00"}})),
+        (None, fx.message({**insert, "after": {**insert["after"], "QTY": "many"}})),
+    ]
+    rows = decode("goldengate", records, COLUMNS)
+    assert [(r["error_stage"], r["error_message"]) for r in rows] == [
+        ("transform", "truncate is not applied yet: GoldenGate op_type T of INVENTORY.ORDERS (pos "
+                      "00000000000000006000) goes to the dead-letter topic"),
+        ("transform", "field 'table': expected the qualified table name SCHEMA.TABLE, got 'ORDERS'"),
+        ("transform", "unknown GoldenGate op_type 'X' (expected I, U, D or T)"),
+        ("transform", "op_type I without an 'after' image"),
+        ("transform", "op_type D without a 'before' image"),
+        ("transform", "no 'op_ts' (yyyy-MM-dd HH:mm:ss.SSSSSS) to version the change by (versioning: source_ts_ms)"),
+        ("converter", "field 'SHIP_DATE' = '2024-02-29 10:00:00' is not a valid DATE (a date YYYY-MM-DD)"),
+        ("converter", "field 'QTY' = 'many' is not a valid BIGINT UNSIGNED (an integer)"),
+    ]
