@@ -36,6 +36,40 @@ def services() -> None:
                     "(or `source scripts/env.sh` first)", pytrace=False)
 
 
+def _es_indices() -> set[str] | None:
+    """The Elasticsearch indices now, or None when no Elasticsearch answers (a unit-test run)."""
+    import json  # noqa: PLC0415
+    import urllib.request  # noqa: PLC0415
+
+    url = f"http://127.0.0.1:{os.environ.get('CDCFLOW_ES_PORT', '19200')}/_cat/indices?format=json&h=index"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return {row["index"] for row in json.load(resp)}
+    except OSError:
+        return None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _es_indices_removed_after_the_session() -> Iterator[None]:
+    """The indices the tests created are deleted when the session ends, so that repeated runs on one
+    machine never reach Elasticsearch's shard limit (1,000 per node: a run creates a few hundred)."""
+    import urllib.request  # noqa: PLC0415
+
+    before = _es_indices()
+    yield
+    after = _es_indices()
+    if before is None or after is None:
+        return
+    created = sorted(after - before)
+    base = f"http://127.0.0.1:{os.environ.get('CDCFLOW_ES_PORT', '19200')}"
+    for i in range(0, len(created), 50):  # no wildcards: Elasticsearch 8 refuses them in deletes
+        names = ",".join(created[i:i + 50])
+        try:
+            urllib.request.urlopen(urllib.request.Request(f"{base}/{names}", method="DELETE"), timeout=30).close()
+        except OSError:
+            return
+
+
 @pytest.fixture(autouse=True)
 def _classic_spark_after() -> Iterator[None]:
     """A window on the long-lived Spark attaches to Spark Connect in this process, which switches
