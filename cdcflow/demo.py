@@ -53,7 +53,11 @@ def prepare() -> None:
             from elasticsearch import Elasticsearch  # noqa: PLC0415
 
             es = Elasticsearch(get_connection(sink.conn_id).http_url())
-            es.options(ignore_status=404).indices.delete(index=sink.index.replace("{topic}", topic.lower()))
+            index = sink.index.replace("{topic}", topic.lower())
+            es.options(ignore_status=404).indices.delete(index=index)
+            # and the index's tombstones: a delete of an earlier run must not make this run's changes stale
+            es.options(ignore_status=404).delete_by_query(index="cdcflow-tombstones", query={"term": {"index": index}},
+                                                          refresh=True, conflicts="proceed")
             es.close()
     stream = cdcgen.orders_stream(EVENTS, KEYS, seed=SEED, debezium_types=True)
     cdcgen.produce(_bootstrap(), topic, stream.events, partitions=3)
