@@ -479,6 +479,10 @@ class PipelineConfig(StrictModel):
         default_factory=list, description="Single-message transforms, in order (Debezium records only). Without "
         "transforms the values are decoded directly, as source.format says.")
     sinks: list[SinkConfig] = Field(min_length=1)
+    truncate: Literal["ignore", "dlq"] = Field(
+        default="ignore", description="A TRUNCATE of a source table (Debezium op t, GoldenGate T, Canal TRUNCATE): "
+        "ignore (the default, as in Debezium's JDBC sink: counted in the window's stats, the target keeps its rows) "
+        "or dlq (sent to the dead-letter topic, errors.tolerance all). Applying it is not supported yet.")
     errors: ErrorsConfig = ErrorsConfig()
     offset_store: OffsetStoreConfig = OffsetStoreConfig()
     spark: SparkConfig = SparkConfig()

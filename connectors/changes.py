@@ -3,7 +3,9 @@
 One decoder per ``source.format`` (connectors/formats.py registers them: Debezium envelopes,
 Oracle GoldenGate's JSON formatter, Canal's flat messages, Maxwell's JSON) turns each raw Kafka
 record into one or more :class:`Change` rows. The columns are the same for every format
-(``DECODED_FIELDS``): ``change_op`` (upsert, delete, or null for a record that changes nothing),
+(``DECODED_FIELDS``): ``change_op`` (upsert, delete, truncate — a TRUNCATE of the source table,
+applied, ignored or dead-lettered by the pipeline's ``truncate`` setting in spark_jobs/cdc_window.py —
+or null for a record that changes nothing),
 ``image`` (the row image, field -> exact text), ``image_json`` (the row as a JSON document for
 Elasticsearch), ``version``, ``error_stage``/``error_message`` (a record that cannot be read goes to
 the DLQ, whole), the source database and table (``{source.db}`` / ``{source.table}`` routing), the
@@ -58,6 +60,9 @@ class RecordError(Exception):
     def __init__(self, stage: str, message: str) -> None:
         super().__init__(message)
         self.stage, self.message = stage, message
+
+
+TRUNCATE = "truncate"  # change_op of a TRUNCATE of the source table (source_db, source_table)
 
 
 @dataclass

@@ -29,7 +29,7 @@ from cdcflow import faults
 from cdcflow.config import ElasticsearchSinkConfig, MySqlSinkConfig
 from cdcflow.errors import CdcflowError, ConfigError, DeadLettersExceeded, ToleranceExceeded, WindowFailed
 from connectors.base import SinkStats
-from connectors.changes import DECODED_SPARK_COLUMNS
+from connectors.changes import DECODED_SPARK_COLUMNS, TRUNCATE
 from connectors.debezium.envelope import hints_from_columns
 from connectors.formats import decoder as format_decoder
 from connectors.kafka.dlq import DeadLetterReporter, FailedRecord
@@ -63,8 +63,11 @@ MAX_EXAMPLES = 5
 SMALL_WINDOW = 20_000  # records; up to this, each sink is written by one task (no shuffle)
 SINK_CONCURRENCY = 4  # sink targets written at the same time (routed tables can be many)
 RECORDS_PER_READ_TASK = 5_000  # planned records per read task, in windows that end by themselves
-# the changes the sinks get: read, and not a record that changes nothing (a Maxwell bootstrap-start)
-VALID_CHANGES = "error_stage IS NULL AND change_op IS NOT NULL"
+# the changes the sinks get: read, and not a record that changes nothing (a Maxwell bootstrap-start) nor a
+# TRUNCATE (the pipeline's truncate setting: ignored, or dead-lettered by _truncates)
+VALID_CHANGES = f"error_stage IS NULL AND change_op IS NOT NULL AND change_op != '{TRUNCATE}'"
+TRUNCATE_TO_DLQ = ("a TRUNCATE of the source table {table} (truncate: dlq): sent to the dead-letter topic, the target "
+                   "keeps its rows; truncate: ignore skips such records")
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,7 @@ class WindowJob:
     max_dead_letters: Any = None  # errors.max_dead_letters (cdcflow.config.DeadLetterLimit): the breaker
     spark_timeout: float = 1800.0  # spark.timeout: the window's Spark work is cancelled past it (spark_jobs/deadline.py)
     source_format: str = "debezium"  # source.format: the decoder of the records (connectors/formats.py)
+    truncate: str = "ignore"  # truncate: what a TRUNCATE of a source table does (ignore | dlq)
 
     def offset_commit(self, ends: dict[tuple[str, int], tuple[int, int]]) -> OffsetCommit | None:
         if self.offsets_sink is None:
@@ -113,10 +117,12 @@ class WindowResult:
     # exactly-once: what the offset sink's transaction committed ({advanced, left} or {already: run})
     sink_offsets: dict[str, Any] | None = None
     record_time: list[int | None] = field(default_factory=lambda: [None, None])  # Kafka ms: first, last
+    truncates_ignored: int = 0  # TRUNCATEs of source tables left unapplied (truncate: ignore)
 
     def stats(self) -> dict[str, Any]:
         return {"records": self.records, "dead_lettered": self.dead_lettered, "record_time": self.record_time,
                 **({"sink_offsets": self.sink_offsets} if self.sink_offsets is not None else {}),
+                **({"truncates_ignored": self.truncates_ignored} if self.truncates_ignored else {}),
                 "dead_letters": [{"stage": st, "error_class": ec, "count": n}
                                  for (st, ec), n in sorted(self.dead_letters.items())],
                 "sinks": {n: vars(s) for n, s in self.sinks.items()},
@@ -385,7 +391,7 @@ def _run(spark: SparkSession, job: WindowJob,
         # decoded in the read task and checkpointed there (the frame keeps the raw columns), so later
         # stages never re-read Kafka: a recomputation could see a different range
         decoded = ranges.mapInArrow(_reader(job, n, decode=True), f"{RAW_SPARK_SCHEMA}, {DECODED_SPARK_COLUMNS}")
-        frames = [checkpoint(decoded)]
+        frames = [_truncates(job, checkpoint(decoded))]
         ends, read_tally = None, {}
     per_sink = []
     own_targets: set[tuple[str, str]] = set()
@@ -428,12 +434,13 @@ def _run(spark: SparkSession, job: WindowJob,
         ends = _ends(job, tally)
     on_read(ends)  # the read range is in the ledger before anything is applied
     result = WindowResult(ends=ends, records=sum(c for _e, c in ends.values()),
-                          record_time=_record_time({**read_tally, **tally}))
+                          record_time=_record_time({**read_tally, **tally}),
+                          truncates_ignored=sum(v[4] for (stage, _t, _p), v in tally.items() if stage is None))
     t = result.lap("read+decode", t)
     if result.records == 0:
         return result
     bad_by_stage: dict[str, int] = {}
-    for (stage, _t, _p), (_e, c, _first, _last) in tally.items():
+    for (stage, _t, _p), (_e, c, _first, _last, _ignored) in tally.items():
         if stage is not None:
             bad_by_stage[stage] = bad_by_stage.get(stage, 0) + c
     bad_count = sum(bad_by_stage.values())
@@ -572,8 +579,8 @@ def _commit_without_rows(job: WindowJob, target: SinkTarget, commit: OffsetCommi
     return Row(**rows)
 
 
-# (bad stage or None, topic, partition) -> (end, n, first timestamp, last timestamp)
-Tally = dict[tuple[str | None, str, int], tuple[int, int, int | None, int | None]]
+# (bad stage or None, topic, partition) -> (end, n, first timestamp, last timestamp, truncates ignored)
+Tally = dict[tuple[str | None, str, int], tuple[int, int, int | None, int | None, int]]
 
 
 def _tally(read: DataFrame | None, bad: DataFrame | None) -> Tally:
@@ -587,13 +594,34 @@ def _tally(read: DataFrame | None, bad: DataFrame | None) -> Tally:
     cols = ["topic", "partition", "offset", "timestamp"]
     # a record of several changes counts once: its first change (row_index 0) stands for it
     first = F.col("row_index") == 0 if read is not None and "row_index" in read.columns else F.lit(True)
-    parts = ([read.select(F.lit(None).cast("string").alias("stage"), *cols, first.alias("record"))]
-             if read is not None else []) + ([bad.select(F.col("error_stage").alias("stage"), *cols,
-                                                         F.lit(True).alias("record"))] if bad is not None else [])
+    # TRUNCATEs ignored (truncate: ignore; with dlq they are bad records)
+    ignored = ((F.col("change_op") == TRUNCATE) & F.col("error_stage").isNull()
+               if read is not None and "change_op" in read.columns else F.lit(False))
+    parts = ([read.select(F.lit(None).cast("string").alias("stage"), *cols, first.alias("record"),
+                          ignored.alias("truncate"))] if read is not None else []) + (
+        [bad.select(F.col("error_stage").alias("stage"), *cols, F.lit(True).alias("record"),
+                    F.lit(False).alias("truncate"))] if bad is not None else [])
     rows = reduce(lambda a, b: a.unionByName(b), parts).coalesce(1).groupBy("stage", "topic", "partition").agg(
         (F.max("offset") + 1).alias("end"), F.count(F.when(F.col("record"), 1)).alias("n"),
-        F.min("timestamp").alias("first"), F.max("timestamp").alias("last")).collect()
-    return {(r.stage, r.topic, r.partition): (r.end, r.n, r.first, r.last) for r in rows}
+        F.min("timestamp").alias("first"), F.max("timestamp").alias("last"),
+        F.count(F.when(F.col("truncate"), 1)).alias("truncates")).collect()
+    return {(r.stage, r.topic, r.partition): (r.end, r.n, r.first, r.last, r.truncates) for r in rows}
+
+
+def _truncates(job: WindowJob, decoded: DataFrame) -> DataFrame:
+    """truncate: dlq: a TRUNCATE change becomes a bad record (with its table, and how to ignore such
+    records instead); ignore: it stays as it is, left out of the sinks (VALID_CHANGES), counted."""
+    if job.truncate != "dlq":
+        return decoded
+    from pyspark.sql import functions as F  # noqa: PLC0415
+
+    is_truncate = (F.col("change_op") == TRUNCATE) & F.col("error_stage").isNull()
+    table = F.when(F.col("source_table").isNull(), F.col("topic")).otherwise(
+        F.concat_ws(".", "source_db", "source_table"))  # db.table, or the topic where the change names none
+    before, after = TRUNCATE_TO_DLQ.split("{table}")
+    message = F.when(is_truncate, F.concat(F.lit(before), table, F.lit(after))).otherwise(F.col("error_message"))
+    stage = F.when(is_truncate, F.lit("transform")).otherwise(F.col("error_stage"))
+    return decoded.withColumn("error_message", message).withColumn("error_stage", stage)
 
 
 def _ends(job: WindowJob, tally: Tally) -> dict[tuple[str, int], tuple[int, int]]:
@@ -603,7 +631,7 @@ def _ends(job: WindowJob, tally: Tally) -> dict[tuple[str, int], tuple[int, int]
 
 def _record_time(tally: Tally) -> list[int | None]:
     """The Kafka timestamps (ms) of the window's first and last record read: [min, max]."""
-    read = [(first, last) for (stage, _t, _p), (_e, _n, first, last) in tally.items() if stage is None]
+    read = [(first, last) for (stage, _t, _p), (_e, _n, first, last, _tr) in tally.items() if stage is None]
     return [min((f for f, _l in read if f is not None), default=None),
             max((la for _f, la in read if la is not None), default=None)]
 

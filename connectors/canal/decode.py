@@ -27,6 +27,7 @@ from typing import Any
 
 from connectors.changes import (
     JSON_ENCODE,
+    TRUNCATE,
     Change,
     RecordError,
     RowDecoder,
@@ -89,9 +90,12 @@ class CanalDecoder(RowDecoder):
         msg = json_object(value, FORMAT)
         kind, database, table = msg.get("type"), msg.get("database"), msg.get("table")
         where = f"{database}.{table}" if isinstance(database, str) and isinstance(table, str) else "its table"
-        if kind == "TRUNCATE":
-            raise RecordError("transform", f"truncate is not applied yet: Canal TRUNCATE of {where} (sql: "
-                                           f"{str(msg.get('sql'))[:200]!r}) goes to the dead-letter topic")
+        if kind == "TRUNCATE" and isinstance(database, str) and isinstance(table, str):
+            # the pipeline's truncate setting decides (connectors/changes.py)
+            return [Change(TRUNCATE, version=version_of(self.versioning, offset, bigint(msg.get("es")),
+                                                        "no 'es' (the binlog event's time, ms) to version the "
+                                                        "truncate by (versioning: source_ts_ms)"),
+                           source_db=database, source_table=table)]
         if msg.get("isDdl") is True:
             raise RecordError("transform", f"schema changes are not applied yet: Canal {kind} of {where} (isDdl: "
                                            f"true, sql: {str(msg.get('sql'))[:200]!r}) goes to the dead-letter topic")

@@ -27,6 +27,7 @@ from connectors.changes import (  # noqa: F401 - DECODED_SPARK_COLUMNS, VERSION_
     VERSION_SHIFT,
     Change,
     RecordDecoder,
+    TRUNCATE,
     RecordError,
     bigint,
     text,
@@ -219,8 +220,8 @@ class Decoder(RecordDecoder):
         if env.op is None:
             return self._unwrapped(offset, key, row_raw, schema)
         op = env.op if isinstance(env.op, str) else plain_text(env.op)
-        if op not in ("c", "r", "u", "d"):
-            raise RecordError("transform", f"unknown Debezium op '{op}' (expected c, r, u or d)")
+        if op not in ("c", "r", "u", "d", "t"):
+            raise RecordError("transform", f"unknown Debezium op '{op}' (expected c, r, u, d or t)")
         source = _Source()
         if not _is_null(env.source):
             try:
@@ -231,6 +232,8 @@ class Decoder(RecordDecoder):
         version = self._version(offset, source_ts if source_ts is not None else bigint(env.ts_ms),
                                 "no source.ts_ms nor ts_ms to version the change by (versioning: source_ts_ms)")
         origin = {"source_db": text(source.db), "source_table": text(source.table)}
+        if op == "t":  # a TRUNCATE of source.table: the pipeline's truncate setting decides (connectors/changes.py)
+            return Change(TRUNCATE, None, None, version, **origin)
         if op == "d":
             if not _is_null(env.before):
                 reader = self._reader(schema, "before")

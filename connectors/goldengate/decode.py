@@ -28,7 +28,15 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from connectors.changes import Change, RecordError, RowDecoder, json_object, operation_changes, version_of
+from connectors.changes import (
+    TRUNCATE,
+    Change,
+    RecordError,
+    RowDecoder,
+    json_object,
+    operation_changes,
+    version_of,
+)
 from connectors.debezium.types import EPOCH
 from connectors.mysql.values import parse_datetime
 
@@ -40,27 +48,26 @@ MISSING = "_isMissing"
 class GoldenGateDecoder(RowDecoder):
     def decode_record(self, offset: int, key: bytes | None, value: bytes | None, topic: str) -> list[Change]:
         msg = json_object(value, FORMAT)
-        name, op_type, pos = msg.get("table"), msg.get("op_type"), msg.get("pos")
+        name, op_type = msg.get("table"), msg.get("op_type")
         parts = name.split(".") if isinstance(name, str) else []
         if len(parts) < 2 or not all(parts):
             raise RecordError("transform", f"field 'table': expected the qualified table name SCHEMA.TABLE, got "
                                            f"{name!r}")
-        if op_type == "T":
-            raise RecordError("transform", f"truncate is not applied yet: GoldenGate op_type T of {name} (pos "
-                                           f"{pos}) goes to the dead-letter topic")
-        if op_type not in OPERATIONS:
+        if op_type not in (*OPERATIONS, "T"):
             raise RecordError("transform", f"unknown GoldenGate op_type {op_type!r} (expected I, U, D or T)")
+        op_ts = parse_datetime(msg.get("op_ts"))
+        version = version_of(self.versioning, offset,
+                             (op_ts - EPOCH) // timedelta(milliseconds=1) if op_ts is not None else None,
+                             "no 'op_ts' (yyyy-MM-dd HH:mm:ss.SSSSSS) to version the change by (versioning: "
+                             "source_ts_ms)")
+        if op_type == "T":  # a TRUNCATE: the pipeline's truncate setting decides (connectors/changes.py)
+            return [Change(TRUNCATE, version=version, source_db=parts[-2], source_table=parts[-1])]
         op = OPERATIONS[op_type]
         before, after = _image(msg, "before"), _image(msg, "after")
         if op != "insert" and before is None and (op == "delete" or after is None):
             raise RecordError("transform", f"op_type {op_type} without a 'before' image")
         if op != "delete" and after is None:
             raise RecordError("transform", f"op_type {op_type} without an 'after' image")
-        op_ts = parse_datetime(msg.get("op_ts"))
-        version = version_of(self.versioning, offset,
-                             (op_ts - EPOCH) // timedelta(milliseconds=1) if op_ts is not None else None,
-                             "no 'op_ts' (yyyy-MM-dd HH:mm:ss.SSSSSS) to version the change by (versioning: "
-                             "source_ts_ms)")
         if op == "update" and before is not None:
             after = {**before, **(after or {})}
         keys = msg.get("primary_keys")

@@ -3,8 +3,9 @@ formatter, Canal and Maxwell, each the way its producer documents it (tests/fixt
 name the pages), through four pipelines (``source.format``) and real windows on the running Spark
 into MariaDB: the four tables hold the same rows, value by value. Canal's table is created from its
 ``mysqlType``, and its Elasticsearch index (mapping from the same types) holds the same values. A
-Canal TRUNCATE, a DDL statement and a value that does not parse by its type go to the DLQ with
-their reason; a message of N rows counts as one record."""
+Canal TRUNCATE (truncate: dlq), a DDL statement and a value that does not parse by its type go to
+the DLQ with their reason; a GoldenGate TRUNCATE (truncate: ignore) leaves the rows and is counted;
+a message of N rows counts as one record."""
 
 from __future__ import annotations
 
@@ -42,10 +43,11 @@ def mysql_sink(table: str, columns: list[dict[str, Any]] | None) -> dict[str, An
 
 
 def run(config_dir: Path, store: OffsetStore, spark: Any, source_format: str, events: list[tuple[Any, Any]],
-        columns: list[dict[str, Any]] | None,
-        extra_sinks: tuple[dict[str, Any], ...] = ()) -> tuple[Any, dict[str, Any]]:
+        columns: list[dict[str, Any]] | None, extra_sinks: tuple[dict[str, Any], ...] = (),
+        **overrides: Any) -> tuple[Any, dict[str, Any]]:
     table = unique(f"orders_{source_format}")
-    cfg = make_pipeline(config_dir, source={"format": source_format}, sinks=[mysql_sink(table, columns), *extra_sinks])
+    cfg = make_pipeline(config_dir, source={"format": source_format}, sinks=[mysql_sink(table, columns), *extra_sinks],
+                        **overrides)
     cdcgen.produce(bootstrap(), cfg.source.topics[0], [cdcgen.Event(k, v) for k, v in events], partitions=1)
     stats = runner.run_window(cfg, unique("run"), store=store, spark=spark)
     return cfg, {**stats, "table": table}
@@ -89,9 +91,12 @@ def test_the_same_changes_in_four_formats_give_the_same_table(config_dir: Path, 
     canal_events = [*canal.events(), (None, canal.truncate()), (None, canal.alter()), (None, canal.dumps(bad))]
     runs = {
         "debezium": run(config_dir, store, spark, "debezium", debezium.events(), o.SINK_COLUMNS),
-        "goldengate": run(config_dir, store, spark, "goldengate", goldengate.events(),
+        # a GoldenGate TRUNCATE (op_type T) after the changes: truncate: ignore (the default) leaves the rows
+        "goldengate": run(config_dir, store, spark, "goldengate",
+                          [*goldengate.events(), (None, goldengate.message(goldengate.operation("T", o.T0 + 300, 9000)))],
                           [{**c, "field": c["name"].upper()} for c in o.SINK_COLUMNS]),
-        "canal": run(config_dir, store, spark, "canal", canal_events, None, (es_sink,)),
+        # truncate: dlq sends Canal's TRUNCATE to the dead-letter topic
+        "canal": run(config_dir, store, spark, "canal", canal_events, None, (es_sink,), truncate="dlq"),
         "maxwell": run(config_dir, store, spark, "maxwell", maxwell.events(), o.SINK_COLUMNS),
     }
     for name, (_cfg, stats) in runs.items():
@@ -99,8 +104,10 @@ def test_the_same_changes_in_four_formats_give_the_same_table(config_dir: Path, 
 
     # records, not rows: Debezium's 13 events (key moves and deletes with their tombstones), GoldenGate's and
     # Maxwell's 8 operations, Canal's 4 messages of 10 rows and its 3 dead letters
-    assert {n: s["records"] for n, (_c, s) in runs.items()} == {"debezium": 13, "goldengate": 8, "canal": 7,
+    assert {n: s["records"] for n, (_c, s) in runs.items()} == {"debezium": 13, "goldengate": 9, "canal": 7,
                                                                "maxwell": 8}
+    assert {n: s.get("truncates_ignored", 0) for n, (_c, s) in runs.items()} == {
+        "debezium": 0, "goldengate": 1, "canal": 0, "maxwell": 0}
     assert {n: s["dead_lettered"] for n, (_c, s) in runs.items()} == {"debezium": 0, "goldengate": 0, "canal": 3,
                                                                      "maxwell": 0}
 
@@ -121,8 +128,8 @@ def test_the_same_changes_in_four_formats_give_the_same_table(config_dir: Path, 
     dead = [DeadLetter(m.partition(), m.offset(), None, m.key(), m.value(), tuple(m.headers() or ()))
             for m in read_topic(cfg.errors.dlq_topic)]
     assert sorted((d.original_offset, d.context("exception.message")) for d in dead) == [
-        (4, "truncate is not applied yet: Canal TRUNCATE of inventory.orders (sql: 'TRUNCATE TABLE orders') goes to "
-            "the dead-letter topic"),
+        (4, "a TRUNCATE of the source table inventory.orders (truncate: dlq): sent to the dead-letter topic, the "
+            "target keeps its rows; truncate: ignore skips such records"),
         (5, "schema changes are not applied yet: Canal ALTER of inventory.orders (isDdl: true, sql: 'ALTER TABLE "
             "orders ADD COLUMN region VARCHAR(8)') goes to the dead-letter topic"),
         (6, "field 'created' = '2024-13-01 00:00:00.000000' is not a valid DATETIME(6) (a datetime YYYY-MM-DD "

@@ -82,18 +82,22 @@ def test_values_by_mysql_type_bit_enum_set_binary_unsigned_and_times() -> None:
     assert doc(row)["b"] == 513 and doc(row)["ts"] == "2038-01-19T03:14:07.999000" and doc(row)["f"] == Decimal("1.5")
 
 
-def test_ddl_truncate_and_bad_records_go_to_the_dlq_with_their_reason() -> None:
+def test_a_truncate_is_a_truncate_change_of_its_table() -> None:
+    [row] = decode("canal", [(None, fx.truncate())])
+    assert (row["change_op"], row["source_db"], row["source_table"], row["error_stage"]) == (
+        "truncate", "inventory", "orders", None)
+
+
+def test_ddl_and_bad_records_go_to_the_dlq_with_their_reason() -> None:
     good = fx.message(o.STATEMENTS[0], 1)
     bad_value = {**good, "data": [{**good["data"][0], "amount": "12,50"}]}
     no_old = {**fx.message(o.STATEMENTS[1], 2), "old": None}
-    records = [(None, fx.truncate()), (None, fx.alter()), (None, b"{not json"), (None, fx.dumps(bad_value)),
+    records = [(None, fx.alter()), (None, b"{not json"), (None, fx.dumps(bad_value)),
                (None, fx.dumps(no_old)), (None, fx.dumps({**good, "type": "QUERY"})),
                (None, fx.dumps({**good, "es": None})), (None, fx.dumps({**good, "data": []}))]
     rows = decode("canal", records)
     assert [r["offset"] for r in rows] == list(range(len(records)))  # one row per bad record, nothing applied
     assert [(r["error_stage"], r["error_message"]) for r in rows] == [
-        ("transform", "truncate is not applied yet: Canal TRUNCATE of inventory.orders (sql: 'TRUNCATE TABLE "
-                      "orders') goes to the dead-letter topic"),
         ("transform", "schema changes are not applied yet: Canal ALTER of inventory.orders (isDdl: true, sql: 'ALTER "
                       "TABLE orders ADD COLUMN region VARCHAR(8)') goes to the dead-letter topic"),
         ("converter", "value is not a JSON object (value.converter json): expected a Canal flat message"),
@@ -105,4 +109,4 @@ def test_ddl_truncate_and_bad_records_go_to_the_dlq_with_their_reason() -> None:
         ("transform", "no 'es' (the binlog event's time, ms) to version the change by (versioning: source_ts_ms)"),
         ("transform", "field 'data': expected an array of row objects (one per row the INSERT changed), got []"),
     ]
-    assert decode("canal", records[6:7], versioning="kafka_offset")[0]["change_op"] == "upsert"
+    assert decode("canal", records[5:6], versioning="kafka_offset")[0]["change_op"] == "upsert"

@@ -67,7 +67,7 @@ def test_decode_envelopes_wrappers_tombstones_and_errors() -> None:
     assert [(r["error_stage"], r["error_message"]) for r in rows[4:]] == [
         ("converter", "value is not a JSON object (value.converter json)"),
         ("transform", "not a Debezium change event: no 'op' field (expected an envelope with op, before, after, source)"),
-        ("transform", "unknown Debezium op 'z' (expected c, r, u or d)"),
+        ("transform", "unknown Debezium op 'z' (expected c, r, u, d or t)"),
         ("transform", "op 'c' without an 'after' row image"),
         ("converter", "tombstone without a key: nothing to delete"),
         ("transform", "no source.ts_ms nor ts_ms to version the change by (versioning: source_ts_ms)"),

@@ -109,3 +109,17 @@ def test_source_format_is_checked_with_the_pipeline() -> None:
         parse_pipeline(BASE % ("maxwell", COLUMNS) + "transforms: [{type: ExtractNewRecordState}]\n")
     with pytest.raises(ConfigError, match="timestamp source_ts_ms reads Debezium's source.ts_ms"):
         parse_pipeline((BASE % ("canal", "")).replace("format: canal", "format: canal, timestamp: source_ts_ms"))
+
+
+def test_a_debezium_truncate_event_is_a_truncate_change_of_its_table() -> None:
+    """Debezium's MySQL connector writes a TRUNCATE as an event with op "t", a source block and no
+    row images, and no key (mysql.adoc, "truncate events")."""
+    event = {"source": {"version": "2.7.0.Final", "connector": "mysql", "name": "mysql-server-1",
+                        "ts_ms": 1_724_000_000_000, "snapshot": "false", "db": "inventory", "table": "customers",
+                        "server_id": 223344, "gtid": None, "file": "mysql-bin.000003", "pos": 484, "row": 0,
+                        "thread": None, "query": None},
+             "op": "t", "ts_ms": 1_724_000_000_123, "transaction": None}
+    [row] = decode("debezium", [(None, json.dumps(event).encode())])
+    assert (row["change_op"], row["source_db"], row["source_table"], row["error_stage"]) == (
+        "truncate", "inventory", "customers", None)
+    assert row["version"] >> 20 == 1_724_000_000_000

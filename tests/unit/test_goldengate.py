@@ -41,10 +41,16 @@ def test_an_update_is_its_before_image_overlaid_with_its_after_image() -> None:
     assert decode("goldengate", [(b"7", fx.message(after_only))])[0]["image"] == {"ID": "7", "CITY": "z"}
 
 
-def test_truncate_and_bad_records_go_to_the_dlq_with_their_reason() -> None:
+def test_a_truncate_is_a_truncate_change_of_its_table() -> None:
+    [row] = decode("goldengate", [(None, fx.message(fx.operation("T", o.T0 + 300, 6000)))], COLUMNS)
+    assert (row["change_op"], row["source_db"], row["source_table"], row["error_stage"]) == (
+        "truncate", "INVENTORY", "ORDERS", None)
+    assert row["version"] >> 20 == (o.T0 + 300) * 1000  # op_ts, in ms (versioning: source_ts_ms)
+
+
+def test_bad_records_go_to_the_dlq_with_their_reason() -> None:
     insert = json.loads(fx.events()[0][1])
     records = [
-        (None, fx.message(fx.operation("T", o.T0 + 300, 6000))),
         (None, fx.message({**insert, "table": "ORDERS"})),
         (None, fx.message({**insert, "op_type": "X"})),
         (None, fx.message({**insert, "after": None})),
@@ -55,8 +61,6 @@ def test_truncate_and_bad_records_go_to_the_dlq_with_their_reason() -> None:
     ]
     rows = decode("goldengate", records, COLUMNS)
     assert [(r["error_stage"], r["error_message"]) for r in rows] == [
-        ("transform", "truncate is not applied yet: GoldenGate op_type T of INVENTORY.ORDERS (pos "
-                      "00000000000000006000) goes to the dead-letter topic"),
         ("transform", "field 'table': expected the qualified table name SCHEMA.TABLE, got 'ORDERS'"),
         ("transform", "unknown GoldenGate op_type 'X' (expected I, U, D or T)"),
         ("transform", "op_type I without an 'after' image"),
