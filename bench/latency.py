@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import signal
 import statistics
 import sys
 import tempfile
@@ -86,11 +87,17 @@ def _samples(server: Any, schedule: str, samples: int, seed: int) -> list[float]
     return latencies
 
 
+def _interrupted(*_args: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=5)
     parser.add_argument("--seed", type=int, default=26)
     args = parser.parse_args(argv)
+    # a SIGTERM (a killed benchmark) unwinds like Ctrl-C, so the Airflow it started is stopped too
+    signal.signal(signal.SIGTERM, _interrupted)
     with tempfile.TemporaryDirectory(prefix="cdcflow-latency-") as tmp:
         server = make_server(Path(tmp))
         server.env["AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC"] = "2"
