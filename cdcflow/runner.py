@@ -570,15 +570,15 @@ def apply_retention(cfg: PipelineConfig, store: OffsetStore) -> dict[str, Any]:
         except Exception as exc:  # noqa: BLE001
             log.warning("retention: pruning the run records in the MySQL sink of %s failed: %s", cfg.name, exc)
     if cfg.retention.tombstones is not None:
+        from connectors.base import PrunableSink  # noqa: PLC0415
         from spark_jobs.sinks import SINK_TYPES  # noqa: PLC0415
 
         for sink in cfg.sinks:
             target = SINK_TYPES[sink.type].open(sink_target(sink))
-            prune = getattr(target, "prune_tombstones", None)
-            if prune is None:
+            if not isinstance(target, PrunableSink):
                 continue
             try:
-                out[f"tombstones:{sink.name}"] = prune(cfg.retention.tombstones)
+                out[f"tombstones:{sink.name}"] = target.prune_tombstones(cfg.retention.tombstones)
             except Exception as exc:  # noqa: BLE001
                 log.warning("retention: pruning the tombstones of sink %s failed: %s", sink.name, exc)
     return out

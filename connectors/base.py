@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import pyarrow as pa
 
@@ -118,14 +118,29 @@ class Sink(Protocol):
     def close(self) -> None: ...
 
 
+# The optional capabilities of a sink, each a protocol checked with isinstance (runtime_checkable).
+
+@runtime_checkable
 class PrunableSink(Sink, Protocol):
     """A sink that keeps tombstones (deleted keys with their version) and can forget old ones."""
 
     def prune_tombstones(self, older_than_s: float) -> int: ...
 
 
+@runtime_checkable
 class ArrowSink(Sink, Protocol):
     """A sink that takes the window's Arrow batches as they are (typed columns ``c_0``…,
     ``change_op``, ``version`` and the raw columns), for set-based writes with no per-row Python."""
 
     def write_arrow(self, batch: pa.RecordBatch) -> list[FailedRecord]: ...
+
+
+@runtime_checkable
+class OffsetSink(Sink, Protocol):
+    """Exactly-once (``offset_store.sink``): a sink that writes a window's rows and its offsets in
+    one transaction (connectors/mysql/offsets.py). ``begin_window`` returns False when this run's
+    window committed already; ``commit_window`` commits rows and offsets together."""
+
+    def begin_window(self, commit: Any) -> bool: ...
+
+    def commit_window(self, commit: Any, before_commit: Any = ...) -> dict[str, Any]: ...

@@ -312,13 +312,19 @@ YAML
 }
 
 # -- common -----------------------------------------------------------------------------------------
+descendants() { local child; for child in $(pgrep -P "$1" 2>/dev/null); do echo "$child"; descendants "$child"; done; }
+
 stop_one() { # name pidfile
   if pid_alive "$2"; then
-    local pid; pid=$(cat "$2")
+    local pid kids; pid=$(cat "$2")
+    kids=$(descendants "$pid")  # e.g. the scheduler's log server and executor workers, which can outlive it
     say "stopping $1 (pid $pid)"
     kill "$pid"
     for _ in $(seq 1 60); do proc_alive "$pid" || break; sleep 0.5; done
     proc_alive "$pid" && { say "$1 did not stop in 30s: killing"; kill -9 "$pid"; }
+    for kid in $kids; do proc_alive "$kid" && kill "$kid" 2>/dev/null; done
+    sleep 0.5
+    for kid in $kids; do proc_alive "$kid" && kill -9 "$kid" 2>/dev/null; done
   else
     say "$1 is not running (no live PID in $2)"
   fi

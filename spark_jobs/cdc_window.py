@@ -28,7 +28,7 @@ from cdcflow import errors as cdc_errors
 from cdcflow import faults
 from cdcflow.config import ElasticsearchSinkConfig, MySqlSinkConfig
 from cdcflow.errors import CdcflowError, ConfigError, DeadLettersExceeded, ToleranceExceeded, WindowFailed
-from connectors.base import SinkStats
+from connectors.base import ArrowSink, OffsetSink, SinkStats
 from connectors.changes import DECODED_SPARK_COLUMNS, TRUNCATE
 from connectors.debezium.envelope import hints_from_columns
 from connectors.formats import decoder as format_decoder
@@ -256,6 +256,12 @@ def _tables_writer(job: WindowJob,
     return write
 
 
+def _offset_sink(sink: Any, name: str) -> OffsetSink:
+    if not isinstance(sink, OffsetSink):  # the config allows a MySQL sink only (cdcflow/config.py)
+        raise ConfigError(f"offset_store.sink: sink {name!r} cannot commit offsets in its transaction")
+    return sink
+
+
 def _write_target(job: WindowJob, target: SinkTarget, batches: Iterator[pa.RecordBatch], sink: Any,
                   dlq: DeadLetterReporter | None, commit: OffsetCommit | None = None,
                   prepared: bool = False) -> pa.RecordBatch:
@@ -277,14 +283,15 @@ def _write_target(job: WindowJob, target: SinkTarget, batches: Iterator[pa.Recor
             if rec.stage == "sink":
                 classes[rec.error_class] = classes.get(rec.error_class, 0) + 1
 
+    write_arrow = sink.write_arrow if isinstance(sink, ArrowSink) else None  # the batches as they are
+    offsets = _offset_sink(sink, cfg.name) if commit is not None else None  # exactly-once
     if prepared:
         sink.open(prepared=True)
     else:
         sink.open()
-    write_arrow = getattr(sink, "write_arrow", None)  # an ArrowSink takes the batches as they are
     extra: dict[str, Any] = {}
     try:
-        if commit is not None and not sink.begin_window(commit):
+        if commit is not None and offsets is not None and not offsets.begin_window(commit):
             for _batch in batches:  # an earlier attempt of this run committed: nothing to write
                 pass
             extra[SINK_OFFSETS_KEY] = {"already": commit.run_id}
@@ -301,7 +308,8 @@ def _write_target(job: WindowJob, target: SinkTarget, batches: Iterator[pa.Recor
             faults.checkpoint("before_dlq_flush", job.faults)
             dlq.flush()  # before the task reports success, so before any commit
         if commit is not None and SINK_OFFSETS_KEY not in extra:
-            extra[SINK_OFFSETS_KEY] = sink.commit_window(
+            assert offsets is not None
+            extra[SINK_OFFSETS_KEY] = offsets.commit_window(
                 commit, lambda: faults.checkpoint("during_sink_commit", job.faults))
     finally:
         sink.close()
