@@ -38,13 +38,18 @@ def _hostport(host: str | None, port: int | None, default_port: int) -> str:
     return f"{host or 'localhost'}:{port or default_port}"
 
 
-def target_uri(cfg: PipelineConfig, sink_name: str, target: str) -> str:
-    """The URI of one table (MySQL) or index (Elasticsearch) of the sink ``sink_name``."""
+def _sink_uri(cfg: PipelineConfig, sink_name: str) -> str:
+    """Where the sink ``sink_name`` writes, without the table or index (its connection, resolved once)."""
     sink = next(s for s in cfg.sinks if s.name == sink_name)
     conn = get_connection(sink.conn_id)
     if sink.type == "elasticsearch":
-        return f"elasticsearch://{_hostport(conn.host, conn.port, 9200)}/{target}"
-    return f"mysql://{_hostport(conn.host, conn.port, 3306)}/{conn.schema or ''}/{target}"
+        return f"elasticsearch://{_hostport(conn.host, conn.port, 9200)}"
+    return f"mysql://{_hostport(conn.host, conn.port, 3306)}/{conn.schema or ''}"
+
+
+def target_uri(cfg: PipelineConfig, sink_name: str, target: str) -> str:
+    """The URI of one table (MySQL) or index (Elasticsearch) of the sink ``sink_name``."""
+    return f"{_sink_uri(cfg, sink_name)}/{target}"
 
 
 def topic_uri(cfg: PipelineConfig, topic: str) -> str:
@@ -88,10 +93,10 @@ def window_events(cfg: PipelineConfig, window: WindowPlan) -> list[AssetEvent]:
     record_time = stats.get("record_time") or [None, None]
     events = []
     for sink_name, sink_stats in sorted((stats.get("sinks") or {}).items()):
-        for target, (upserted, deleted) in sorted((sink_stats.get("changed") or {}).items()):
-            if not upserted and not deleted:
-                continue
-            events.append(AssetEvent(target_uri(cfg, sink_name, target), {
+        changed = {t: c for t, c in (sink_stats.get("changed") or {}).items() if any(c)}
+        base = _sink_uri(cfg, sink_name) if changed else ""  # a connection lookup per sink, not per table
+        for target, (upserted, deleted) in sorted(changed.items()):
+            events.append(AssetEvent(f"{base}/{target}", {
                 "pipeline": cfg.name, "run_id": window.run_id, "sink": sink_name, "target": target,
                 "offsets": offsets, "upserted": upserted, "deleted": deleted,
                 # the Kafka timestamps of the window's first and last record (for Debezium: when each

@@ -414,14 +414,7 @@ class Control:
             raise Conflict(f"pipeline {name!r} cannot be STOPPED while its file {p.path} does not validate: fix it "
                            f"(PUT /connectors/{name}/config), stop it, then delete it; or remove the file by "
                            f"hand (it has no DAG that could run):\n{p.error}")
-        cfg = p.config
-        store = store_for(cfg)
-        if store.get_state(cfg.name) != "stopped":
-            raise Conflict(DELETE_NEEDS_STOP.replace("{name}", cfg.name))
-        active = self.dags.active_runs(cfg.name) if self.dags.info(cfg.name) is not None else []
-        if active:
-            raise Conflict(f"pipeline {cfg.name!r} is STOPPED but run(s) {[r.run_id for r in active]} are still "
-                           "queued or running; wait for them to end (a stopped pipeline skips them)")
+        self._require_stopped(p.config, DELETE_NEEDS_STOP)
         try:
             p.path.unlink()
         except FileNotFoundError:
@@ -454,10 +447,11 @@ class Control:
         return self.run_now(name, user, conf, note=f"replay requested by {user}")
 
     # -- offsets (Connect: only while STOPPED) --------------------------------------------------
-    def _require_stopped(self, cfg: PipelineConfig) -> OffsetStore:
+    def _require_stopped(self, cfg: PipelineConfig, need_stop: str = OFFSETS_NEED_STOP) -> OffsetStore:
+        """The pipeline is STOPPED (else Conflict with ``need_stop``) and no run is queued or running."""
         store = store_for(cfg)
         if store.get_state(cfg.name) != "stopped":
-            raise Conflict(OFFSETS_NEED_STOP.replace("{name}", cfg.name))
+            raise Conflict(need_stop.replace("{name}", cfg.name))
         active = self.dags.active_runs(cfg.name) if self.dags.info(cfg.name) is not None else []
         if active:
             raise Conflict(f"pipeline {cfg.name!r} is STOPPED but run(s) {[r.run_id for r in active]} are still "

@@ -100,6 +100,8 @@ class SinkStats:
             self.count(target, upserted, deleted)
 
     def count(self, target: str, upserted: int = 0, deleted: int = 0) -> None:
+        if not upserted and not deleted:
+            return
         mine = self.changed.setdefault(target, [0, 0])
         mine[0] += upserted
         mine[1] += deleted

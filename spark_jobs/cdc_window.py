@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -316,8 +316,6 @@ def _write_target(job: WindowJob, target: SinkTarget, batches: Iterator[pa.Recor
     s = sink.stats
     if unfit:
         extra[UNFIT_KEY] = unfit
-    if isinstance(cfg, MySqlSinkConfig) and (s.upserted or s.deleted):  # one MySQL sink writes one table
-        s.count(cfg.table, s.upserted, s.deleted)
     if s.changed:
         extra[CHANGED_KEY] = s.changed
     return pa.RecordBatch.from_pydict({"sink": [cfg.name], "upserted": [s.upserted], "deleted": [s.deleted],
@@ -443,14 +441,14 @@ def _run(spark: SparkSession, job: WindowJob,
     on_read(ends)  # the read range is in the ledger before anything is applied
     result = WindowResult(ends=ends, records=sum(c for _e, c in ends.values()),
                           record_time=_record_time({**read_tally, **tally}),
-                          truncates_ignored=sum(v[4] for (stage, _t, _p), v in tally.items() if stage is None))
+                          truncates_ignored=sum(c.truncates for (stage, _t, _p), c in tally.items() if stage is None))
     t = result.lap("read+decode", t)
     if result.records == 0:
         return result
     bad_by_stage: dict[str, int] = {}
-    for (stage, _t, _p), (_e, c, _first, _last, _ignored) in tally.items():
+    for (stage, _t, _p), counted in tally.items():
         if stage is not None:
-            bad_by_stage[stage] = bad_by_stage.get(stage, 0) + c
+            bad_by_stage[stage] = bad_by_stage.get(stage, 0) + counted.n
     bad_count = sum(bad_by_stage.values())
     if bad_count and job.tolerance == "none":
         raise ToleranceExceeded(f"errors.tolerance is 'none' and {bad_count} record(s) cannot be processed: "
@@ -587,8 +585,18 @@ def _commit_without_rows(job: WindowJob, target: SinkTarget, commit: OffsetCommi
     return Row(**rows)
 
 
-# (bad stage or None, topic, partition) -> (end, n, first timestamp, last timestamp, truncates ignored)
-Tally = dict[tuple[str | None, str, int], tuple[int, int, int | None, int | None, int]]
+class Counted(NamedTuple):
+    """One (stage, topic, partition) of the tally: its end offset, its records, the Kafka timestamps
+    of its first and last record, and the TRUNCATEs it left unapplied (truncate: ignore)."""
+
+    end: int
+    n: int
+    first: int | None
+    last: int | None
+    truncates: int
+
+
+Tally = dict[tuple[str | None, str, int], Counted]  # (bad stage or None for what was read, topic, partition)
 
 
 def _tally(read: DataFrame | None, bad: DataFrame | None) -> Tally:
@@ -613,7 +621,7 @@ def _tally(read: DataFrame | None, bad: DataFrame | None) -> Tally:
         (F.max("offset") + 1).alias("end"), F.count(F.when(F.col("record"), 1)).alias("n"),
         F.min("timestamp").alias("first"), F.max("timestamp").alias("last"),
         F.count(F.when(F.col("truncate"), 1)).alias("truncates")).collect()
-    return {(r.stage, r.topic, r.partition): (r.end, r.n, r.first, r.last, r.truncates) for r in rows}
+    return {(r.stage, r.topic, r.partition): Counted(r.end, r.n, r.first, r.last, r.truncates) for r in rows}
 
 
 def _truncates(job: WindowJob, decoded: DataFrame) -> DataFrame:
@@ -634,14 +642,16 @@ def _truncates(job: WindowJob, decoded: DataFrame) -> DataFrame:
 
 def _ends(job: WindowJob, tally: Tally) -> dict[tuple[str, int], tuple[int, int]]:
     """Per planned range, (end offset, records read); a range that read nothing ends at its start."""
-    return {(r.topic, r.partition): tally.get((None, r.topic, r.partition), (r.start, 0))[:2] for r in job.ranges}
+    read = {(t, p): c for (stage, t, p), c in tally.items() if stage is None}
+    return {(r.topic, r.partition): (c.end, c.n) if (c := read.get((r.topic, r.partition))) else (r.start, 0)
+            for r in job.ranges}
 
 
 def _record_time(tally: Tally) -> list[int | None]:
     """The Kafka timestamps (ms) of the window's first and last record read: [min, max]."""
-    read = [(first, last) for (stage, _t, _p), (_e, _n, first, last, _tr) in tally.items() if stage is None]
-    return [min((f for f, _l in read if f is not None), default=None),
-            max((la for _f, la in read if la is not None), default=None)]
+    read = [c for (stage, _t, _p), c in tally.items() if stage is None]
+    return [min((c.first for c in read if c.first is not None), default=None),
+            max((c.last for c in read if c.last is not None), default=None)]
 
 
 def _union(a: DataFrame | None, b: DataFrame) -> DataFrame:

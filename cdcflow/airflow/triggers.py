@@ -85,13 +85,11 @@ def _probe(pipeline: str) -> _Probe:
     window; blocking (the trigger runs it in a thread)."""
     from cdcflow import runner  # noqa: PLC0415
     from cdcflow.config import find_pipeline  # noqa: PLC0415
+    from cdcflow.control import store_for  # noqa: PLC0415 - one store per URL, not one (and a schema check) per poll
 
     cfg = find_pipeline(pipeline)
-    store = runner.offset_store(cfg)
-    try:
-        waiting = sum(runner.backlog(cfg, store).values())
-        newest = store.last_window(cfg.name)
-        return _Probe(waiting, store.get_state(cfg.name) == "stopped",
-                      newest[0].run_id if newest else None, newest[0].status if newest else None)
-    finally:
-        store.close()
+    store = store_for(cfg)
+    waiting = sum(runner.backlog(cfg, store).values())
+    newest = store.last_window(cfg.name)
+    return _Probe(waiting, store.get_state(cfg.name) == "stopped",
+                  newest[0].run_id if newest else None, newest[0].status if newest else None)

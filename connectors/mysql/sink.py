@@ -451,6 +451,7 @@ class MySqlSink:
                     (self.cfg.table, *key_hash(c.key), c.version) for c in deletes])
                 stats.deleted += len(deletes)
         if count:
+            stats.count(self.cfg.table, stats.upserted, stats.deleted)  # per target: the asset events
             self.stats.add(stats)
 
     def _apply_pending(self) -> list[FailedRecord]:
@@ -518,6 +519,7 @@ class MySqlSink:
             started = time.perf_counter()
         _lap(stats, "commit_s", started)
         stats.extra["set_batches"] = 1
+        stats.count(self.cfg.table, stats.upserted, stats.deleted)  # per target: the asset events
         return stats
 
     def _keys(self, table: pa.Table) -> list[tuple[Any, ...]]:
