@@ -466,6 +466,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exactly-once", action="store_true",
                         help="also run cdcflow -> MySQL with offset_store.sink (the window's rows and offsets in one "
                              "MySQL transaction) after the default run of each round, and report its ratio to it")
+    parser.add_argument("--old-path", action="store_true",
+                        help="also run cdcflow -> MySQL on the older window path (CDCFLOW_WINDOW_PATH=spark: records "
+                             "handed to the JVM, checkpointed, shuffled) in each round, and report the default's "
+                             "ratio to it")
     parser.add_argument("--scaling", action="store_true",
                         help="the memory scaling check: cdcflow alone at --events and at 3x --events, peak RSS ratio")
     args = parser.parse_args(argv)
@@ -577,6 +581,17 @@ def measure(rep: int, args: argparse.Namespace, topic: str, state: dict[int, tup
         checks[f"{key}{tag}"] = mysql_checksum(table) == expected
     cdc = out["cdcflow_mysql"]["events_per_s"]
     ratios: dict[str, Any] = {}
+    if args.old_path:
+        print("cdcflow end to end, Kafka -> Spark -> MySQL, the older window path (CDCFLOW_WINDOW_PATH=spark) ...")
+        drop_table("bench_cdcflow_old")
+        os.environ["CDCFLOW_WINDOW_PATH"] = "spark"
+        try:
+            out["cdcflow_mysql_old_path"] = run_cdcflow(f"bench_old{tag}", topic,
+                                                        [{**mysql_sink, "table": "bench_cdcflow_old"}], spark, tmp)
+        finally:
+            os.environ.pop("CDCFLOW_WINDOW_PATH", None)
+        checks[f"cdcflow_mysql_old_path{tag}"] = mysql_checksum("bench_cdcflow_old") == expected
+        ratios["cdcflow_mysql_vs_old_path"] = round(cdc / out["cdcflow_mysql_old_path"]["events_per_s"], 3)
     if args.exactly_once:
         print("cdcflow end to end, Kafka -> Spark -> MySQL, exactly-once (offset_store.sink) ...")
         drop_table("bench_cdcflow_eo")
@@ -677,6 +692,10 @@ def print_table(r: dict[str, Any]) -> None:
     if "cdcflow_mysql_rows" in r:
         k = r["cdcflow_mysql_rows"]
         line("cdcflow ... MySQL with apply: rows (the old path), events/s", f"{k['events_per_s']:,}  ({k['seconds']} s)")
+    if "cdcflow_mysql_old_path" in r:
+        k = r["cdcflow_mysql_old_path"]
+        line("cdcflow ... MySQL on the older window path, events/s", f"{k['events_per_s']:,}  ({k['seconds']} s, "
+             f"{len(k['windows'])} windows: {[w['seconds'] for w in k['windows']]} s)")
     if "cdcflow_mysql_exactly_once" in r:
         k = r["cdcflow_mysql_exactly_once"]
         line("cdcflow ... MySQL exactly-once (offset_store.sink), events/s", f"{k['events_per_s']:,}  ({k['seconds']} s, "
@@ -710,7 +729,8 @@ def print_table(r: dict[str, Any]) -> None:
     for name in ("cdcflow_mysql", "cdcflow_mysql_exactly_once", "cdcflow_mysql_es", "provider_baseline"):
         if name in r:
             line(f"peak RSS during {name}, MiB", json.dumps(r[name]["peak_rss_mib"]))
-    for name in ("cdcflow_mysql", "cdcflow_mysql_rows", "cdcflow_mysql_es", "provider_baseline"):
+    for name in ("cdcflow_mysql", "cdcflow_mysql_old_path", "cdcflow_mysql_rows", "cdcflow_mysql_es",
+                 "provider_baseline"):
         if name in r and "cpu_seconds" in r[name]:
             line(f"CPU seconds during {name} (where the cores go)", json.dumps(r[name]["cpu_seconds"]))
     line("checks", json.dumps(r["checks"]))

@@ -58,6 +58,7 @@ DLQ_CLASS_KEY = "dlq:"  # sink dead letters by error class ride in the writer's 
 WRITE_SCHEMA = "sink string, upserted long, deleted long, stale long, failed long, extra string"
 SINK_OFFSETS_KEY = "sink_offsets"  # the offset sink's commit result, in its writer's extra stats
 CHANGED_KEY = "changed"  # per table/index: [upserted, deleted] (SinkStats.changed), for the asset events
+SECONDS_KEY = "seconds"  # a per-partition write task's time on one target (spark_jobs/partition_tasks.py)
 UNFIT_KEY = "unfit"  # rows a writer sent to the DLQ because their values do not fit (reports_own_errors)
 MAX_EXAMPLES = 5
 SMALL_WINDOW = 20_000  # records; up to this, each sink is written by one task (no shuffle)
@@ -376,6 +377,10 @@ def _run(spark: SparkSession, job: WindowJob,
     DLQ report when there are bad records, and one write per sink target."""
     from pyspark.sql import functions as F  # noqa: PLC0415
 
+    from spark_jobs import partition_tasks  # noqa: PLC0415
+
+    if partition_tasks.eligible(job):  # the default path: the records stay in the Python workers
+        return partition_tasks.run(spark, job, on_read, deadline, checkpoint)
     from spark_jobs.debezium import RAW_COLUMNS, latest_per_key  # noqa: PLC0415
 
     t = time.perf_counter()
@@ -513,24 +518,33 @@ def _tally_sinks(result: WindowResult, targets: list[tuple[Any, DataFrame]],
                  outcomes: list[tuple[list[Any], float]]) -> None:
     """The sink targets' writer rows into the window's statistics and dead-letter counts."""
     for (target, _projected), (rows, seconds) in zip(targets, outcomes, strict=True):
-        stats = result.sinks.setdefault(target.config.name, SinkStats())
         for row in rows:
-            extra = json.loads(row.extra)
-            if SINK_OFFSETS_KEY in extra:
-                result.sink_offsets = extra.pop(SINK_OFFSETS_KEY)
-            if UNFIT_KEY in extra:
-                unfit = int(extra.pop(UNFIT_KEY))
-                result.dead_lettered += unfit
-                dl = ("transform", "cdcflow.errors.RecordError")
-                result.dead_letters[dl] = result.dead_letters.get(dl, 0) + unfit
-            for key in [k for k in extra if k.startswith(DLQ_CLASS_KEY)]:
-                dl = ("sink", key.removeprefix(DLQ_CLASS_KEY))
-                result.dead_letters[dl] = result.dead_letters.get(dl, 0) + int(extra.pop(key))
-            changed = extra.pop(CHANGED_KEY, {})
-            stats.add(SinkStats(row.upserted, row.deleted, row.stale, row.failed, extra, changed))
-            result.dead_lettered += row.failed
+            count_written(result, target.config.name, row)
         stage = f"sink:{target.config.name}"  # each sink's own job time; they overlap
         result.stages[stage] = result.stages.get(stage, 0.0) + seconds
+
+
+def count_written(result: WindowResult, sink: str, row: Any) -> None:
+    """One writer row (WRITE_SCHEMA) into the window's statistics and dead-letter counts (and, from
+    the per-partition write tasks, its seconds into the sink's stage)."""
+    stats = result.sinks.setdefault(sink, SinkStats())
+    extra = json.loads(row.extra)
+    if SINK_OFFSETS_KEY in extra:
+        result.sink_offsets = extra.pop(SINK_OFFSETS_KEY)
+    if UNFIT_KEY in extra:
+        unfit = int(extra.pop(UNFIT_KEY))
+        result.dead_lettered += unfit
+        dl = ("transform", "cdcflow.errors.RecordError")
+        result.dead_letters[dl] = result.dead_letters.get(dl, 0) + unfit
+    for key in [k for k in extra if k.startswith(DLQ_CLASS_KEY)]:
+        dl = ("sink", key.removeprefix(DLQ_CLASS_KEY))
+        result.dead_letters[dl] = result.dead_letters.get(dl, 0) + int(extra.pop(key))
+    if SECONDS_KEY in extra:
+        stage = f"sink:{sink}"
+        result.stages[stage] = result.stages.get(stage, 0.0) + float(extra.pop(SECONDS_KEY))
+    changed = extra.pop(CHANGED_KEY, {})
+    stats.add(SinkStats(row.upserted, row.deleted, row.stale, row.failed, extra, changed))
+    result.dead_lettered += row.failed
 
 
 def _breaker(job: WindowJob, result: WindowResult) -> None:

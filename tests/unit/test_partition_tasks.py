@@ -1,0 +1,122 @@
+"""The per-partition window path (spark_jobs/partition_tasks.py) without Spark: what one read task
+leaves for the driver and the write tasks, from decoded Debezium envelopes."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pyarrow as pa
+
+from cdcflow.config import ElasticsearchSinkConfig, MySqlSinkConfig
+from connectors.debezium.envelope import Decoder
+from spark_jobs import partition_tasks as pt
+from spark_jobs.cdc_window import WindowJob
+from spark_jobs.sinks import SinkTarget
+from tests.unit.test_debezium import env, raw_batch
+
+MYSQL = MySqlSinkConfig(type="mysql", name="rows", table="orders", primary_key=["id"],
+                        columns=[{"name": "id", "type": "BIGINT"}, {"name": "amount", "type": "DECIMAL(6,2)"}])
+ES = ElasticsearchSinkConfig(type="elasticsearch", name="docs", index="idx-{topic}", id_fields=["id"])
+ROUTED = MySqlSinkConfig(type="mysql", name="routed", table="{source.table}", primary_key=["id"],
+                         columns=[{"name": "id", "type": "BIGINT"}])
+
+
+def job(*sinks: Any, **extra: Any) -> WindowJob:
+    return WindowJob(pipeline="p", run_id="r", consumer_conf={}, producer_conf={}, ranges=(),
+                     sinks=tuple(SinkTarget(s, "url") for s in sinks), versioning="source_ts_ms", tolerance="all",
+                     dlq_topic="dlq", context_headers=True, **extra)
+
+
+def split(j: WindowJob, records: list[tuple[bytes | None, bytes | None]]) -> dict[str, Any]:
+    decoded = pa.Table.from_batches([Decoder("source_ts_ms").decode_batch(raw_batch(records))])
+    out: dict[str, Any] = {"rows": {}, "changes": {}, "bad": [], "tally": None}
+    for batch in pt._split(j, 0, pt._truncate_policy(j, decoded)):
+        kind, target, blob, info = (batch.column(c)[0].as_py() for c in ("kind", "target", "blob", "info"))
+        if kind == pt.TALLY:
+            out["tally"] = json.loads(info)
+        elif kind == pt.BAD:
+            out["bad"] += pt._unpack([blob]).to_pylist()
+        else:
+            out[kind].setdefault(target, []).extend(pt._unpack([blob]).to_pylist())
+    return out
+
+
+K1, K2 = b'{"id": 1}', b'{"id": 2}'
+SOURCE = {"ts_ms": 0, "db": "shop", "table": "orders"}
+
+
+def envelope(op: str, before: Any, after: Any, ts: int) -> bytes:
+    return json.dumps({"op": op, "before": before, "after": after, "source": {**SOURCE, "ts_ms": ts}}).encode()
+
+
+def test_a_read_task_keeps_the_last_change_per_key_and_dead_letters_what_cannot_be_read() -> None:
+    records = [
+        (K1, envelope("c", None, {"id": 1, "amount": "1.50"}, 10)),
+        (K2, envelope("c", None, {"id": 2, "amount": "2.00"}, 11)),
+        (K1, envelope("u", {"id": 1}, {"id": 1, "amount": "1.75"}, 12)),
+        (K1, b"not json"),
+        (K2, envelope("u", {"id": 2}, {"id": 2, "amount": "12345.00"}, 13)),  # does not fit DECIMAL(6,2)
+        (K2, envelope("d", {"id": 2, "amount": "2.00"}, None, 14)),
+    ]
+    out = split(job(MYSQL, ES), records)
+    rows = out["rows"]["rows"]
+    assert [(r["offset"], r["change_op"], r["c_0"], r["c_1"]) for r in rows] == [
+        (2, "upsert", "1", "1.75"), (5, "delete", "2", "2.00")]
+    docs = out["rows"]["docs"]
+    assert [(r["offset"], r["c_0"], r["c_1"], r["change_op"]) for r in docs] == [
+        (2, "idx-t", "1", "upsert"), (5, "idx-t", "2", "delete")]
+    assert json.loads(docs[0]["c_2"]) == {"id": 1, "amount": "1.75"}
+    bad = sorted((r["offset"], r["error_stage"], r["component"], r["error_message"][:40]) for r in out["bad"])
+    assert [b[:3] for b in bad] == [(3, "converter", "converter:json"), (4, "transform", "mysql:rows")]
+    assert bad[1][3] == "field 'amount' = '12345.00' is not a val"
+    counted = {(c[0], c[1], c[2]): c[3:] for c in out["tally"]["counted"]}
+    assert counted[(None, "t", 0)] == [6, 6, 1000, 1005, 0]  # end, records, first/last Kafka time, truncates
+    assert counted[("converter", "t", 0)][:2] == [4, 1]
+    assert counted[("transform", "t", 0)][:2] == [5, 1]
+    assert len(out["tally"]["examples"]) == 2
+
+
+def test_routed_changes_are_tagged_with_their_table_and_unroutable_ones_dead_lettered() -> None:
+    no_table = json.dumps({"op": "c", "after": {"id": 3}, "source": {"ts_ms": 1}}).encode()
+    reserved = json.dumps({"op": "c", "after": {"id": 4}, "source": {"ts_ms": 1, "table": "cdcflow_x"}}).encode()
+    out = split(job(ROUTED), [(K1, envelope("c", None, {"id": 1}, 10)), (b'{"id": 3}', no_table),
+                              (b'{"id": 4}', reserved)])
+    assert [(r["offset"], r["_table"]) for r in out["changes"]["routed"]] == [(0, "orders")]
+    messages = {r["offset"]: r["error_message"] for r in out["bad"]}
+    assert messages[1] == "the change has no source field for table '{source.table}' (source.table / source.db)"
+    assert messages[2].startswith("the routed topic 'cdcflow_x' is reserved")
+    assert out["tally"]["schemas"]["routed"] == [["orders", None, 10 << 20]]
+
+
+def test_truncate_dlq_names_the_table_and_ignore_counts_it() -> None:
+    truncate = json.dumps({"op": "t", "source": {**SOURCE, "ts_ms": 5}}).encode()
+    out = split(job(MYSQL, truncate="dlq"), [(None, truncate)])
+    assert out["bad"][0]["error_message"].startswith("a TRUNCATE of the source table shop.orders (truncate: dlq)")
+    out = split(job(MYSQL), [(None, truncate)])
+    assert out["bad"] == [] and out["rows"] == {}
+    assert out["tally"]["counted"][0][-1] == 1  # one TRUNCATE left unapplied
+
+
+def test_documents_follow_behavior_on_null_values_and_name_a_missing_id() -> None:
+    records = [(K1, envelope("c", None, {"name": "x"}, 10)), (K1, None)]
+    decoded = pa.Table.from_batches([Decoder("source_ts_ms").decode_batch(raw_batch(records))])
+    failing = ES.model_copy(update={"behavior_on_null_values": "fail"})
+    docs = pt.project_documents(decoded, failing).to_pylist()
+    assert docs[0]["error_message"] == "document id field 'id' is missing or null"
+    assert docs[1]["c_1"] == "1"  # a tombstone's id comes from its key
+    assert docs[1]["error_message"] == "null value (tombstone) with behavior_on_null_values: fail"
+    ignoring = ES.model_copy(update={"behavior_on_null_values": "ignore"})
+    assert len(pt.project_documents(decoded, ignoring)) == 1
+
+
+def test_the_driver_merges_the_tasks_row_schemas_first_by_version() -> None:
+    tallies = [{"schemas": {"s": [["a", "v2", 20], ["a", None, 5]]}}, {"schemas": {"s": [["a", "v1", 10],
+                                                                                       ["b", None, 1]]}}]
+    assert pt._described(tallies, "s") == {"a": ["v1", "v2"], "b": []}
+
+
+def test_the_older_path_serves_what_this_one_does_not() -> None:
+    assert pt.eligible(job(MYSQL, ES, ROUTED))
+    assert not pt.eligible(job(MYSQL, transforms=({"type": "x"},)))
+    assert not pt.eligible(job(MYSQL.model_copy(update={"pk_mode": "kafka", "columns": [], "primary_key": []})))
