@@ -119,11 +119,13 @@ class WindowResult:
     sink_offsets: dict[str, Any] | None = None
     record_time: list[int | None] = field(default_factory=lambda: [None, None])  # Kafka ms: first, last
     truncates_ignored: int = 0  # TRUNCATEs of source tables left unapplied (truncate: ignore)
+    read_tasks: int = 0  # the Spark tasks that read the window (spark_jobs/partition_tasks.py)
 
     def stats(self) -> dict[str, Any]:
         return {"records": self.records, "dead_lettered": self.dead_lettered, "record_time": self.record_time,
                 **({"sink_offsets": self.sink_offsets} if self.sink_offsets is not None else {}),
                 **({"truncates_ignored": self.truncates_ignored} if self.truncates_ignored else {}),
+                **({"read_tasks": self.read_tasks} if self.read_tasks else {}),
                 "dead_letters": [{"stage": st, "error_class": ec, "count": n}
                                  for (st, ec), n in sorted(self.dead_letters.items())],
                 "sinks": {n: vars(s) for n, s in self.sinks.items()},
@@ -140,14 +142,9 @@ def _reader(job: WindowJob, tasks: int,
             decode: bool = False) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The read task; with ``decode``, it also decodes what it read into changes, by the pipeline's
     source.format (connectors/formats.py: values read by their schema, or by the declared columns)."""
-    need_json = any(tg.config.type == "elasticsearch" for tg in job.sinks)
-    hints = hints_from_columns((c.source_field, c.type, c.encoding) for tg in job.sinks
-                               if isinstance(tg.config, MySqlSinkConfig) for c in tg.config.columns)
-    key_fields = frozenset(f for tg in job.sinks for f in _key_fields(tg.config))
-
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         reader = KafkaRangeReader(job.consumer_conf)
-        decoder = format_decoder(job.source_format, job.versioning, hints, need_json, key_fields) if decode else None
+        decoder = change_decoder(job) if decode else None
         for batch in batches:
             for idx in batch.column("idx").to_pylist():
                 for i, rng in enumerate(job.ranges[idx::tasks]):
@@ -156,6 +153,15 @@ def _reader(job: WindowJob, tasks: int,
                     for raw in reader.read_batches(rng, ReadOutcome(0, 0, "")):
                         yield decoder.decode_batch(raw) if decoder is not None else raw
     return read
+
+
+def change_decoder(job: WindowJob) -> Any:
+    """The decoder of the pipeline's source.format, with the sinks' declared columns as hints."""
+    need_json = any(tg.config.type == "elasticsearch" for tg in job.sinks)
+    hints = hints_from_columns((c.source_field, c.type, c.encoding) for tg in job.sinks
+                               if isinstance(tg.config, MySqlSinkConfig) for c in tg.config.columns)
+    key_fields = frozenset(f for tg in job.sinks for f in _key_fields(tg.config))
+    return format_decoder(job.source_format, job.versioning, hints, need_json, key_fields)
 
 
 def _key_fields(cfg: MySqlSinkConfig | ElasticsearchSinkConfig) -> list[str]:

@@ -41,10 +41,11 @@ import pyarrow.compute as pc
 
 from cdcflow import faults
 from cdcflow.config import ElasticsearchSinkConfig, MySqlSinkConfig
-from cdcflow.errors import ToleranceExceeded
+from cdcflow.errors import ToleranceExceeded, WindowFailed
 from connectors.base import SinkStats
 from connectors.changes import STRING_MAP, TRUNCATE
 from connectors.kafka.dlq import DeadLetterReporter
+from connectors.kafka.reader import KafkaRangeReader, ReadOutcome, ReadRange
 from spark_jobs import cdc_window as cw
 from spark_jobs.sinks import SINK_TYPES, SinkTarget, is_routed
 from spark_jobs.tables import RAW_COLUMNS, TABLE_COLUMN, TableGroup, key_columns, latest_rows, project_rows
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
 
 PACKED_SCHEMA = "task int, kind string, target string, blob binary, info string"
 TALLY, BAD, ROWS, CHANGES = "tally", "bad", "rows", "changes"  # the kinds of packed row
+SLICE_RECORDS = 50_000  # records per read task in a big window (see pieces)
 BLOB_ROWS = 20_000  # rows per blob: a Spark row holds one blob, whatever the window's size
 BAD_COLUMNS = [*RAW_COLUMNS, "error_stage", "error_message", "component"]
 _ROUTE = r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,248}$"  # spark_jobs/records.ROUTE, in RE2
@@ -245,13 +247,66 @@ def _truncate_policy(job: cw.WindowJob, decoded: pa.Table) -> pa.Table:
     return decoded.set_column(decoded.schema.get_field_index("error_stage"), "error_stage", stage)
 
 
-def _read_task(job: cw.WindowJob, tasks: int) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    decode = cw._reader(job, tasks, decode=True)  # noqa: SLF001 - the read task's reading and decoding
+@dataclass(frozen=True)
+class Piece:
+    """A read task's share of a partition range: the whole range, or one of its consecutive offset
+    slices (``last``: the slice that ends where the range ends)."""
 
+    range: ReadRange
+    split: bool = False
+    last: bool = True
+    group: int = 0  # the index of its range: the slices of one range are written by one task
+
+
+def pieces(ranges: tuple[ReadRange, ...]) -> tuple[Piece, ...]:
+    """A window whose ranges all end by themselves (at EOF or a known stop, never by waiting for new
+    records) and that is big enough is read in slices of about ``SLICE_RECORDS`` consecutive offsets,
+    so that its read tasks keep both cores busy (three partitions on two cores left one idle for a
+    third of the read). Each slice stops at its offset; the records are in the log when the window is
+    planned, so a slice cut short by max_duration would leave a hole: it fails the window instead."""
+    if not all(r.stop_on_eof or r.stop is not None for r in ranges):
+        return tuple(Piece(r) for r in ranges)
+    out: list[Piece] = []
+    for group, r in enumerate(ranges):
+        span = min(r.max_records, r.stop - r.start) if r.stop is not None else r.max_records
+        n = -(-span // SLICE_RECORDS) if span > SLICE_RECORDS * 1.5 else 1
+        if n <= 1:
+            out.append(Piece(r, group=group))
+            continue
+        size = -(-span // n)
+        for k in range(n - 1):
+            start = r.start + k * size
+            out.append(Piece(replace(r, start=start, stop=start + size, max_records=size, eof_ends=r.stop is None),
+                             True, False, group))
+        out.append(Piece(replace(r, start=r.start + (n - 1) * size, max_records=r.max_records - (n - 1) * size),
+                         True, True, group))  # the range's own end: its stop, or EOF and what is left of its budget
+    return tuple(out)
+
+
+def _read_task(job: cw.WindowJob, parts: tuple[Piece, ...],
+               tasks: int) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """Task i reads pieces i, i+tasks, ...; decodes what it read; then :func:`_split`."""
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        batches = list(batches)
-        task = batches[0].column("idx")[0].as_py() if batches and batches[0].num_rows else -1
-        decoded_batches = list(decode(iter(batches)))
+        reader = KafkaRangeReader(job.consumer_conf)
+        decoder = cw.change_decoder(job)
+        decoded_batches = []
+        task = -1
+        for batch in batches:
+            for idx in batch.column("idx").to_pylist():
+                task = idx
+                for i, piece in enumerate(parts[idx::tasks]):
+                    task = piece.group if piece.split else idx  # the slices of a range: one write task
+                    if i:
+                        faults.checkpoint("during_read", job.faults)
+                    outcome = ReadOutcome(0, 0, "")
+                    decoded_batches += [decoder.decode_batch(raw) for raw in reader.read_batches(piece.range, outcome)]
+                    if piece.split and not piece.last and outcome.reason == "deadline":
+                        rng = piece.range
+                        raise WindowFailed(
+                            f"{rng.topic}[{rng.partition}]: the read of offsets {rng.start}..{rng.stop} stopped at "
+                            f"{outcome.end} at the window's max_duration; the slices after it were read, so the "
+                            "window would leave a hole: it fails, nothing is applied and no offset moves. The retry "
+                            "reads the same range; raise window.max_duration if this repeats")
         if not decoded_batches:
             yield _packed(task, TALLY, "", info={"counted": [], "schemas": {}})
             return
@@ -278,12 +333,11 @@ def _split(job: cw.WindowJob, task: int, decoded: pa.Table) -> Iterator[pa.Recor
         cfg = target.config
         name = cfg.name
         if _static(target):
+            keys = _keys(target)
             if isinstance(cfg, MySqlSinkConfig):
                 projected = project_rows(valid, cfg)
-                keys: list[str] | None = key_columns(cfg)
             else:
                 projected = project_documents(valid, cfg)
-                keys = None if cfg.key_ignore else ["c_0", "c_1"]
                 if cfg.mapping is None and projected.num_rows:  # the index mapping from the record schemas
                     routes = (valid.column("route") if "{topic}" in cfg.index
                               else pa.nulls(valid.num_rows, pa.string()))
@@ -361,6 +415,14 @@ def _report_task(job: cw.WindowJob) -> Callable[[Iterator[pa.RecordBatch]], Iter
     return report
 
 
+def _keys(target: SinkTarget) -> list[str] | None:
+    """What "the same row" means for a static target's projected rows (None: every change is its own)."""
+    cfg = target.config
+    if isinstance(cfg, MySqlSinkConfig):
+        return key_columns(cfg)
+    return None if cfg.key_ignore else ["c_0", "c_1"]
+
+
 @dataclass(frozen=True)
 class Targets:
     """What the write tasks write: the static targets by sink name, the dynamic sinks' table groups."""
@@ -369,8 +431,8 @@ class Targets:
     groups: dict[str, TableGroup]
 
 
-def _write_task(job: cw.WindowJob, targets: Targets,
-                commit: Any = None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def _write_task(job: cw.WindowJob, targets: Targets, commit: Any = None,
+                merge: bool = False) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """Each target's rows of this task's blobs, the targets at the same time (MySQL and Elasticsearch
     wait on different servers; every one finishes before the first error is raised); with ``commit``,
     the exactly-once sink's rows of every task in one transaction with the window's offsets."""
@@ -381,8 +443,9 @@ def _write_task(job: cw.WindowJob, targets: Targets,
         else:
             target = targets.static[name]
             table = _unpack(blobs)
-            if commit is not None:  # several read tasks' rows: a key that moved partitions, once
-                table = latest_rows(table, key_columns(target.config))  # type: ignore[arg-type]
+            keys = _keys(target)
+            if (commit is not None or merge) and keys:  # several read tasks' rows: the last change per key again
+                table = latest_rows(table, keys)
             rows = [cw._write_target(job, target, iter(table.to_batches()),  # noqa: SLF001
                                      SINK_TYPES[target.config.type].open(target), cw._dead_letters(job),  # noqa: SLF001
                                      commit)]
@@ -417,9 +480,10 @@ def run(spark: SparkSession, job: cw.WindowJob, on_read: Callable[[dict[tuple[st
     from pyspark.sql import functions as F  # noqa: PLC0415
 
     t = time.perf_counter()
-    n = cw.read_tasks(job.ranges)
+    parts = pieces(job.ranges)
+    n = len(parts) if any(p.split for p in parts) else cw.read_tasks(job.ranges)
     ranges = spark.range(0, n, 1, n).select(F.col("id").cast("int").alias("idx"))
-    packed = checkpoint(ranges.mapInArrow(_read_task(job, n), PACKED_SCHEMA))
+    packed = checkpoint(ranges.mapInArrow(_read_task(job, parts, n), PACKED_SCHEMA))
     tallies = [json.loads(r.info) for r in packed.where(F.col("kind") == TALLY).select("info").collect()]
     tally: cw.Tally = {}
     for info in tallies:
@@ -433,7 +497,8 @@ def run(spark: SparkSession, job: cw.WindowJob, on_read: Callable[[dict[tuple[st
     on_read(ends)  # the read range is in the ledger before anything is applied
     result = cw.WindowResult(ends=ends, records=sum(c for _e, c in ends.values()),
                              record_time=cw._record_time(tally),  # noqa: SLF001
-                             truncates_ignored=sum(c.truncates for (s, _t, _p), c in tally.items() if s is None))
+                             truncates_ignored=sum(c.truncates for (s, _t, _p), c in tally.items() if s is None),
+                             read_tasks=n)
     t = result.lap("read+decode", t)
     if result.records == 0:
         return result
@@ -462,7 +527,10 @@ def run(spark: SparkSession, job: cw.WindowJob, on_read: Callable[[dict[tuple[st
         result.sinks.setdefault(name, SinkStats())
     if others:
         frame = packed.where(F.col("kind").isin(ROWS, CHANGES) & F.col("target").isin(*others))
-        _tally_writes(result, frame.mapInArrow(_write_task(job, targets), cw.WRITE_SCHEMA).collect())
+        sliced = any(p.split for p in parts)
+        if sliced:  # concurrent writes of one key could race a delete: the slices of a range meet in one task
+            frame = frame.repartition(len(job.ranges), "task")
+        _tally_writes(result, frame.mapInArrow(_write_task(job, targets, merge=sliced), cw.WRITE_SCHEMA).collect())
     cw._breaker(job, result)  # noqa: SLF001 - with the rows the sinks rejected, before the exactly-once sink
     if commit is not None:
         target = targets.static[job.offsets_sink]  # type: ignore[index]

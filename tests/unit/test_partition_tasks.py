@@ -120,3 +120,20 @@ def test_the_older_path_serves_what_this_one_does_not() -> None:
     assert pt.eligible(job(MYSQL, ES, ROUTED))
     assert not pt.eligible(job(MYSQL, transforms=({"type": "x"},)))
     assert not pt.eligible(job(MYSQL.model_copy(update={"pk_mode": "kafka", "columns": [], "primary_key": []})))
+
+
+def test_a_big_window_is_read_in_consecutive_slices_that_cover_each_range_once() -> None:
+    from connectors.kafka.reader import ReadRange
+
+    live = ReadRange("t", 0, 100, 120_000, None, 0.0, True)  # ends at EOF or after its budget
+    replay = ReadRange("t", 1, 0, 80_000, 80_000, 0.0, True)  # a replay up to a recorded end
+    small = ReadRange("t", 2, 5, 70_000, None, 0.0, True)
+    parts = pt.pieces((live, replay, small))
+    spans = [(p.range.partition, p.range.start, p.range.stop, p.range.max_records, p.range.eof_ends, p.last)
+             for p in parts]
+    assert spans == [(0, 100, 40_100, 40_000, True, False), (0, 40_100, 80_100, 40_000, True, False),
+                     (0, 80_100, None, 40_000, False, True),
+                     (1, 0, 40_000, 40_000, False, False), (1, 40_000, 80_000, 40_000, False, True),
+                     (2, 5, None, 70_000, False, True)]
+    waiting = ReadRange("t", 0, 0, 500_000, None, 0.0, False)  # waits for new records: never sliced
+    assert [p.range for p in pt.pieces((waiting,))] == [waiting]
