@@ -16,9 +16,9 @@ from connectors.maxwell.decode import MaxwellDecoder
 SourceFormat = Literal["debezium", "goldengate", "canal", "maxwell"]
 
 
-def _debezium(versioning: str, hints: Mapping[str, ColumnHint], need_json: bool,
-              _key_fields: frozenset[str]) -> ChangeDecoder:
-    return DebeziumDecoder(versioning, hints, need_json)  # Debezium sends a key change as delete + create
+def _debezium(versioning: str, hints: Mapping[str, ColumnHint], need_json: bool, _key_fields: frozenset[str],
+              fields: frozenset[str] | None = None) -> ChangeDecoder:
+    return DebeziumDecoder(versioning, hints, need_json, fields)  # Debezium sends a key change as delete + create
 
 
 FORMATS: dict[str, Callable[[str, Mapping[str, ColumnHint], bool, frozenset[str]], ChangeDecoder]] = {
@@ -30,8 +30,11 @@ FORMATS: dict[str, Callable[[str, Mapping[str, ColumnHint], bool, frozenset[str]
 
 
 def decoder(source_format: str, versioning: str, hints: Mapping[str, ColumnHint], need_json: bool,
-            key_fields: frozenset[str] = frozenset()) -> ChangeDecoder:
+            key_fields: frozenset[str] = frozenset(), fields: frozenset[str] | None = None) -> ChangeDecoder:
     """The decoder of ``source_format``. ``hints``: the sinks' declared columns by source field (how
     to read values that come without types); ``key_fields``: the sinks' declared key fields (an
-    update that changes them moves the row)."""
+    update that changes them moves the row); ``fields``: the only row fields the sinks use, where
+    that is known (Debezium reads just those; None: every field)."""
+    if source_format == "debezium":
+        return _debezium(versioning, hints, need_json, key_fields, fields)
     return FORMATS[source_format](versioning, hints, need_json, key_fields)

@@ -161,7 +161,20 @@ def change_decoder(job: WindowJob) -> Any:
     hints = hints_from_columns((c.source_field, c.type, c.encoding) for tg in job.sinks
                                if isinstance(tg.config, MySqlSinkConfig) for c in tg.config.columns)
     key_fields = frozenset(f for tg in job.sinks for f in _key_fields(tg.config))
-    return format_decoder(job.source_format, job.versioning, hints, need_json, key_fields)
+    return format_decoder(job.source_format, job.versioning, hints, need_json, key_fields, _used_fields(job))
+
+
+def _used_fields(job: WindowJob) -> frozenset[str] | None:
+    """The row fields the sinks read, when every sink is a MySQL table of declared columns (no
+    documents, no columns from the record schema, no table named from the record); else None."""
+    fields: set[str] = set()
+    for tg in job.sinks:
+        cfg = tg.config
+        if not isinstance(cfg, MySqlSinkConfig) or not cfg.columns or cfg.pk_mode == "kafka" or any(
+                p in cfg.table for p in ("{", "}")):
+            return None
+        fields.update(c.source_field for c in cfg.columns)
+    return frozenset(fields)
 
 
 def _key_fields(cfg: MySqlSinkConfig | ElasticsearchSinkConfig) -> list[str]:

@@ -95,10 +95,12 @@ def _is_null(raw: msgspec.Raw | None) -> bool:
 class Decoder(RecordDecoder):
     """Decodes a task's records; keeps the compiled readers of the schemas it has seen."""
 
-    def __init__(self, versioning: str, hints: Mapping[str, ColumnHint] | None = None, need_json: bool = True) -> None:
+    def __init__(self, versioning: str, hints: Mapping[str, ColumnHint] | None = None, need_json: bool = True,
+                 fields: frozenset[str] | None = None) -> None:
         self.versioning = versioning
         self.hints = dict(hints or {})
         self.need_json = need_json
+        self.fields = fields  # the row fields the sinks use (None: all); only without documents
         self._readers: dict[bytes, RowReader] = {}
         self._described: set[str] = set()
         self._schemaless = compile_row(None, self.hints)
@@ -182,7 +184,7 @@ class Decoder(RecordDecoder):
         if not isinstance(row, dict):
             raise RecordError("transform", f"the row image is not a JSON object: {bytes(raw)[:80]!r}")
         try:
-            texts, docs = reader.read(row)
+            texts, docs = reader.read(row, self.fields)
         except BadValue as exc:
             raise RecordError("converter", f"{exc}") from None
         return texts, (_ENCODE.encode(docs).decode("utf-8") if self.need_json else None)
@@ -280,7 +282,7 @@ class Decoder(RecordDecoder):
         reader = self._reader(schema, "")
         row = {k: v for k, v in probe.items() if not k.startswith("__")}
         try:
-            texts, docs = reader.read(row)
+            texts, docs = reader.read(row, self.fields)
         except BadValue as exc:
             raise RecordError("converter", f"{exc}") from None
         doc = _ENCODE.encode(docs).decode("utf-8") if self.need_json else None

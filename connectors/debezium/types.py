@@ -424,10 +424,14 @@ class RowReader:
     schema: FieldSchema | None = None  # the row's struct schema (None: schemaless)
     schema_id: str | None = None
 
-    def read(self, row: Mapping[str, Any]) -> tuple[dict[str, str | None], dict[str, Any]]:
+    def read(self, row: Mapping[str, Any],
+             fields: frozenset[str] | None = None) -> tuple[dict[str, str | None], dict[str, Any]]:
+        """The row's values as exact texts and as document values; with ``fields``, only those (the
+        ones the sinks use: the others are never converted)."""
         texts: dict[str, str | None] = {}
         docs: dict[str, Any] = {}
-        for name, value in row.items():
+        items = row.items() if fields is None else ((n, row[n]) for n in fields if n in row)
+        for name, value in items:
             text, doc = self.converters.get(name, self.fallback)(value)
             texts[name] = text
             docs[name] = doc

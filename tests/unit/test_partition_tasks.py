@@ -137,3 +137,14 @@ def test_a_big_window_is_read_in_consecutive_slices_that_cover_each_range_once()
                      (2, 5, None, 70_000, False, True)]
     waiting = ReadRange("t", 0, 0, 500_000, None, 0.0, False)  # waits for new records: never sliced
     assert [p.range for p in pt.pieces((waiting,))] == [waiting]
+
+
+def test_the_decoder_reads_only_the_fields_that_declared_mysql_columns_use() -> None:
+    from spark_jobs.cdc_window import change_decoder
+
+    record = (K1, envelope("c", None, {"id": 1, "amount": "1.50", "note": "x" * 100}, 10))
+    only_mysql = change_decoder(job(MYSQL)).decode_batch(raw_batch([record])).to_pylist()[0]
+    assert dict(only_mysql["image"]) == {"id": "1", "amount": "1.50"}
+    with_documents = change_decoder(job(MYSQL, ES)).decode_batch(raw_batch([record])).to_pylist()[0]
+    assert dict(with_documents["image"])["note"] == "x" * 100  # a document has every field
+    assert json.loads(with_documents["image_json"])["note"] == "x" * 100
