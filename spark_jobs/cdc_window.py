@@ -119,13 +119,11 @@ class WindowResult:
     sink_offsets: dict[str, Any] | None = None
     record_time: list[int | None] = field(default_factory=lambda: [None, None])  # Kafka ms: first, last
     truncates_ignored: int = 0  # TRUNCATEs of source tables left unapplied (truncate: ignore)
-    read_tasks: int = 0  # the Spark tasks that read the window (spark_jobs/partition_tasks.py)
 
     def stats(self) -> dict[str, Any]:
         return {"records": self.records, "dead_lettered": self.dead_lettered, "record_time": self.record_time,
                 **({"sink_offsets": self.sink_offsets} if self.sink_offsets is not None else {}),
                 **({"truncates_ignored": self.truncates_ignored} if self.truncates_ignored else {}),
-                **({"read_tasks": self.read_tasks} if self.read_tasks else {}),
                 "dead_letters": [{"stage": st, "error_class": ec, "count": n}
                                  for (st, ec), n in sorted(self.dead_letters.items())],
                 "sinks": {n: vars(s) for n, s in self.sinks.items()},

@@ -31,21 +31,22 @@ from __future__ import annotations
 import json
 import os
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdcflow import faults
 from cdcflow.config import ElasticsearchSinkConfig, MySqlSinkConfig
-from cdcflow.errors import ToleranceExceeded, WindowFailed
+from cdcflow.errors import ToleranceExceeded
 from connectors.base import SinkStats
 from connectors.changes import STRING_MAP, TRUNCATE
 from connectors.kafka.dlq import DeadLetterReporter
-from connectors.kafka.reader import KafkaRangeReader, ReadOutcome, ReadRange
 from spark_jobs import cdc_window as cw
 from spark_jobs.sinks import SINK_TYPES, SinkTarget, is_routed
 from spark_jobs.tables import RAW_COLUMNS, TABLE_COLUMN, TableGroup, key_columns, latest_rows, project_rows
@@ -56,9 +57,8 @@ if TYPE_CHECKING:
     from spark_jobs.deadline import Deadline
     from spark_jobs.session import Checkpoints
 
-PACKED_SCHEMA = "task int, kind string, target string, blob binary, info string"
+PACKED_SCHEMA = "task int, bucket int, kind string, target string, blob binary, info string"
 TALLY, BAD, ROWS, CHANGES = "tally", "bad", "rows", "changes"  # the kinds of packed row
-SLICE_RECORDS = 50_000  # records per read task in a big window (see pieces)
 BLOB_ROWS = 20_000  # rows per blob: a Spark row holds one blob, whatever the window's size
 BAD_COLUMNS = [*RAW_COLUMNS, "error_stage", "error_message", "component"]
 _ROUTE = r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,248}$"  # spark_jobs/records.ROUTE, in RE2
@@ -103,12 +103,41 @@ def _unpack(blobs: list[bytes]) -> pa.Table:
     return pa.concat_tables([pa.ipc.open_stream(b).read_all() for b in blobs])
 
 
-def _packed(task: int, kind: str, target: str, blob: bytes | None = None, info: Any = None) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pydict({"task": [task], "kind": [kind], "target": [target], "blob": [blob],
-                                       "info": [None if info is None else json.dumps(info)]},
-                                      schema=pa.schema([("task", pa.int32()), ("kind", pa.string()),
+def _packed(task: int, kind: str, target: str, blob: bytes | None = None, info: Any = None,
+            bucket: int = 0) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict({"task": [task], "bucket": [bucket], "kind": [kind], "target": [target],
+                                       "blob": [blob], "info": [None if info is None else json.dumps(info)]},
+                                      schema=pa.schema([("task", pa.int32()), ("bucket", pa.int32()),
+                                                        ("kind", pa.string()),
                                                         ("target", pa.string()), ("blob", pa.binary()),
                                                         ("info", pa.string())]))
+
+
+def buckets(rows: pa.Table, columns: list[str], n: int) -> np.ndarray:
+    """The write task of each row: a hash of its key (``columns``) modulo ``n``, the same in every
+    read task (CRC-32 of the key's text: Python's own str hash differs between processes)."""
+    if n <= 1 or not columns or not rows.num_rows:
+        return np.zeros(rows.num_rows, dtype=np.int64)
+    parts = [pc.cast(rows.column(c), pa.string()) for c in columns]
+    joined = parts[0] if len(parts) == 1 else pc.binary_join_element_wise(*parts, "\x1f")
+    return np.fromiter((zlib.crc32(k.encode()) if k is not None else 0 for k in joined.to_pylist()),
+                       dtype=np.int64, count=rows.num_rows) % n
+
+
+def _bucketed(task: int, kind: str, target: str, rows: pa.Table, columns: list[str] | None,
+              n: int) -> list[pa.RecordBatch]:
+    """``rows`` packed per write task: all the rows of one key (``columns``) go to one write task, so
+    that two tasks never write one key at once (a delete and an older upsert of a key, written by two
+    tasks, could race past the tombstone). Without key columns, the rows stay with their read task."""
+    if not rows.num_rows:
+        return []
+    if not columns or n <= 1:
+        return [_packed(task, kind, target, blob, bucket=task % max(n, 1)) for blob in _pack(rows)]
+    which = buckets(rows, columns, n)
+    out = []
+    for b in np.unique(which).tolist():
+        out += [_packed(task, kind, target, blob, bucket=b) for blob in _pack(rows.filter(pa.array(which == b)))]
+    return out
 
 
 # -- Arrow projections ------------------------------------------------------------------------------
@@ -247,77 +276,25 @@ def _truncate_policy(job: cw.WindowJob, decoded: pa.Table) -> pa.Table:
     return decoded.set_column(decoded.schema.get_field_index("error_stage"), "error_stage", stage)
 
 
-@dataclass(frozen=True)
-class Piece:
-    """A read task's share of a partition range: the whole range, or one of its consecutive offset
-    slices (``last``: the slice that ends where the range ends)."""
+def _read_task(job: cw.WindowJob, tasks: int) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    decode = cw._reader(job, tasks, decode=True)  # noqa: SLF001 - the read task's reading and decoding
 
-    range: ReadRange
-    split: bool = False
-    last: bool = True
-    group: int = 0  # the index of its range: the slices of one range are written by one task
-
-
-def pieces(ranges: tuple[ReadRange, ...]) -> tuple[Piece, ...]:
-    """A window whose ranges all end by themselves (at EOF or a known stop, never by waiting for new
-    records) and that is big enough is read in slices of about ``SLICE_RECORDS`` consecutive offsets,
-    so that its read tasks keep both cores busy (three partitions on two cores left one idle for a
-    third of the read). Each slice stops at its offset; the records are in the log when the window is
-    planned, so a slice cut short by max_duration would leave a hole: it fails the window instead."""
-    if not all(r.stop_on_eof or r.stop is not None for r in ranges):
-        return tuple(Piece(r) for r in ranges)
-    out: list[Piece] = []
-    for group, r in enumerate(ranges):
-        span = min(r.max_records, r.stop - r.start) if r.stop is not None else r.max_records
-        n = -(-span // SLICE_RECORDS) if span > SLICE_RECORDS * 1.5 else 1
-        if n <= 1:
-            out.append(Piece(r, group=group))
-            continue
-        size = -(-span // n)
-        for k in range(n - 1):
-            start = r.start + k * size
-            out.append(Piece(replace(r, start=start, stop=start + size, max_records=size, eof_ends=r.stop is None),
-                             True, False, group))
-        out.append(Piece(replace(r, start=r.start + (n - 1) * size, max_records=r.max_records - (n - 1) * size),
-                         True, True, group))  # the range's own end: its stop, or EOF and what is left of its budget
-    return tuple(out)
-
-
-def _read_task(job: cw.WindowJob, parts: tuple[Piece, ...],
-               tasks: int) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """Task i reads pieces i, i+tasks, ...; decodes what it read; then :func:`_split`."""
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        reader = KafkaRangeReader(job.consumer_conf)
-        decoder = cw.change_decoder(job)
-        decoded_batches = []
-        task = -1
-        for batch in batches:
-            for idx in batch.column("idx").to_pylist():
-                task = idx
-                for i, piece in enumerate(parts[idx::tasks]):
-                    task = piece.group if piece.split else idx  # the slices of a range: one write task
-                    if i:
-                        faults.checkpoint("during_read", job.faults)
-                    outcome = ReadOutcome(0, 0, "")
-                    decoded_batches += [decoder.decode_batch(raw) for raw in reader.read_batches(piece.range, outcome)]
-                    if piece.split and not piece.last and outcome.reason == "deadline":
-                        rng = piece.range
-                        raise WindowFailed(
-                            f"{rng.topic}[{rng.partition}]: the read of offsets {rng.start}..{rng.stop} stopped at "
-                            f"{outcome.end} at the window's max_duration; the slices after it were read, so the "
-                            "window would leave a hole: it fails, nothing is applied and no offset moves. The retry "
-                            "reads the same range; raise window.max_duration if this repeats")
+        batches = list(batches)
+        task = batches[0].column("idx")[0].as_py() if batches and batches[0].num_rows else -1
+        decoded_batches = list(decode(iter(batches)))
         if not decoded_batches:
             yield _packed(task, TALLY, "", info={"counted": [], "schemas": {}})
             return
         decoded = _truncate_policy(job, pa.Table.from_batches(decoded_batches))
-        yield from _split(job, task, decoded)
+        yield from _split(job, task, decoded, tasks)
     return run
 
 
-def _split(job: cw.WindowJob, task: int, decoded: pa.Table) -> Iterator[pa.RecordBatch]:
+def _split(job: cw.WindowJob, task: int, decoded: pa.Table, writers: int = 1) -> Iterator[pa.RecordBatch]:
     """A read task's decoded changes -> its dead letters, each static target's last change per key,
-    each dynamic sink's changes tagged with their table, and the tally."""
+    each dynamic sink's changes tagged with their table (both packed per write task, of ``writers``,
+    by key or table: :func:`_bucketed`), and the tally."""
     stage = decoded.column("error_stage")
     bad_parts = []
     errored = pc.is_valid(stage)
@@ -347,8 +324,8 @@ def _split(job: cw.WindowJob, task: int, decoded: pa.Table) -> Iterator[pa.Recor
                 rejected = projected.filter(unfit)
                 bad_parts.append(_bad_rows(rejected, "transform", rejected.column("error_message"), target.component))
                 projected = projected.filter(pc.invert(unfit))
-            rows = latest_rows(projected, keys) if keys and projected.num_rows else projected
-            out += [_packed(task, ROWS, name, blob) for blob in _pack(rows)] if rows.num_rows else []
+            rows = latest_rows(projected, keys, keep_unresolved=True) if keys and projected.num_rows else projected
+            out += _bucketed(task, ROWS, name, rows, keys, writers)
             continue
         assert isinstance(cfg, MySqlSinkConfig)
         names = _table_names(valid, cfg.table) if is_routed(cfg) else pa.array([cfg.table] * valid.num_rows,
@@ -372,7 +349,7 @@ def _split(job: cw.WindowJob, task: int, decoded: pa.Table) -> Iterator[pa.Recor
                                 "change_op", "version", "row_index", "image", "key_image"]).append_column(
             TABLE_COLUMN, names)
         schemas[name] = _schemas(routed, names)
-        out += [_packed(task, CHANGES, name, blob) for blob in _pack(tagged)]
+        out += _bucketed(task, CHANGES, name, tagged, [TABLE_COLUMN], writers)
     bad = pa.concat_tables(bad_parts) if bad_parts else pa.table(
         {c: pa.array([], t) for c, t in zip(BAD_COLUMNS, [decoded.schema.field(c).type for c in RAW_COLUMNS]
                                             + [pa.string()] * 3, strict=True)})
@@ -431,8 +408,8 @@ class Targets:
     groups: dict[str, TableGroup]
 
 
-def _write_task(job: cw.WindowJob, targets: Targets, commit: Any = None,
-                merge: bool = False) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def _write_task(job: cw.WindowJob, targets: Targets,
+                commit: Any = None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """Each target's rows of this task's blobs, the targets at the same time (MySQL and Elasticsearch
     wait on different servers; every one finishes before the first error is raised); with ``commit``,
     the exactly-once sink's rows of every task in one transaction with the window's offsets."""
@@ -444,7 +421,7 @@ def _write_task(job: cw.WindowJob, targets: Targets, commit: Any = None,
             target = targets.static[name]
             table = _unpack(blobs)
             keys = _keys(target)
-            if (commit is not None or merge) and keys:  # several read tasks' rows: the last change per key again
+            if keys:  # the rows of a key from several read tasks (and tombstones left unresolved there)
                 table = latest_rows(table, keys)
             rows = [cw._write_target(job, target, iter(table.to_batches()),  # noqa: SLF001
                                      SINK_TYPES[target.config.type].open(target), cw._dead_letters(job),  # noqa: SLF001
@@ -480,10 +457,9 @@ def run(spark: SparkSession, job: cw.WindowJob, on_read: Callable[[dict[tuple[st
     from pyspark.sql import functions as F  # noqa: PLC0415
 
     t = time.perf_counter()
-    parts = pieces(job.ranges)
-    n = len(parts) if any(p.split for p in parts) else cw.read_tasks(job.ranges)
+    n = cw.read_tasks(job.ranges)
     ranges = spark.range(0, n, 1, n).select(F.col("id").cast("int").alias("idx"))
-    packed = checkpoint(ranges.mapInArrow(_read_task(job, parts, n), PACKED_SCHEMA))
+    packed = checkpoint(ranges.mapInArrow(_read_task(job, n), PACKED_SCHEMA))
     tallies = [json.loads(r.info) for r in packed.where(F.col("kind") == TALLY).select("info").collect()]
     tally: cw.Tally = {}
     for info in tallies:
@@ -497,8 +473,7 @@ def run(spark: SparkSession, job: cw.WindowJob, on_read: Callable[[dict[tuple[st
     on_read(ends)  # the read range is in the ledger before anything is applied
     result = cw.WindowResult(ends=ends, records=sum(c for _e, c in ends.values()),
                              record_time=cw._record_time(tally),  # noqa: SLF001
-                             truncates_ignored=sum(c.truncates for (s, _t, _p), c in tally.items() if s is None),
-                             read_tasks=n)
+                             truncates_ignored=sum(c.truncates for (s, _t, _p), c in tally.items() if s is None))
     t = result.lap("read+decode", t)
     if result.records == 0:
         return result
@@ -527,10 +502,9 @@ def run(spark: SparkSession, job: cw.WindowJob, on_read: Callable[[dict[tuple[st
         result.sinks.setdefault(name, SinkStats())
     if others:
         frame = packed.where(F.col("kind").isin(ROWS, CHANGES) & F.col("target").isin(*others))
-        sliced = any(p.split for p in parts)
-        if sliced:  # concurrent writes of one key could race a delete: the slices of a range meet in one task
-            frame = frame.repartition(len(job.ranges), "task")
-        _tally_writes(result, frame.mapInArrow(_write_task(job, targets, merge=sliced), cw.WRITE_SCHEMA).collect())
+        if n > 1:  # every key's (and table's) rows of every read task in one write task: _bucketed
+            frame = frame.repartition(n, "bucket")
+        _tally_writes(result, frame.mapInArrow(_write_task(job, targets), cw.WRITE_SCHEMA).collect())
     cw._breaker(job, result)  # noqa: SLF001 - with the rows the sinks rejected, before the exactly-once sink
     if commit is not None:
         target = targets.static[job.offsets_sink]  # type: ignore[index]

@@ -112,8 +112,13 @@ def typed(raw: pa.Array, sql_type: str) -> pa.Array:
     mode; binary, spatial and BIT values as bytes)."""
     t = _parse_type(sql_type)
     if t.base in ("DATETIME", "TIMESTAMP"):
-        fits = pc.match_substring_regex(raw, _DATETIME)
-        return _null_where(pc.invert(fits), pc.replace_substring(raw, "T", " "))
+        # ISO text -> MySQL's form; a bare number that is not one of MySQL's own numeric forms (YYMMDD,
+        # YYYYMMDD, YYMMDDhhmmss, YYYYMMDDhhmmss) is epoch time without its declared encoding: refused,
+        # with what to declare; any other text goes as it is and MySQL checks it (the Spark projection's rules)
+        iso = pc.fill_null(pc.match_substring_regex(raw, _DATETIME), False)
+        epoch = pc.and_(pc.fill_null(pc.match_substring_regex(raw, EPOCH_NUMBER), False),
+                        pc.invert(pc.is_in(pc.utf8_length(raw), pa.array([6, 8, 12, 14], pa.int32()))))
+        return _null_where(epoch, pc.if_else(iso, pc.replace_substring(raw, "T", " "), raw))
     if t.base == "TIME":  # a number of 8+ digits is time since midnight in ms/µs/ns, not [H]HHMMSS
         return _null_where(pc.match_substring_regex(raw, r"^-?[0-9]{8,}$"), raw)
     if t.is_binary or t.is_spatial:  # base64 in the image; spatial: MySQL's internal form (SRID + WKB)
@@ -208,12 +213,14 @@ def _codes(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
 
 
-def latest_rows(projected: pa.Table, key_columns: list[str]) -> pa.Table:
+def latest_rows(projected: pa.Table, key_columns: list[str], keep_unresolved: bool = False) -> pa.Table:
     """The last change per key, by version, then offset, then partition, then row_index (the changes
     of one record, connectors/changes.py); the rules of ``debezium.latest_per_key`` with
     ``keep_unfit``: a tombstone (null version) deletes at the version of the change before it in the
     log (none: dropped); a row that does not fit (error_message set) never wins its key and is kept,
-    for the writer to send to the DLQ."""
+    for the writer to send to the DLQ. ``keep_unresolved``: a key whose only changes here are
+    tombstones keeps its last one, version null, for a later reduction that sees the changes before it
+    (the rows of a key from several read tasks, spark_jobs/partition_tasks.py)."""
     n = projected.num_rows
     if n == 0:
         return projected
@@ -237,7 +244,12 @@ def latest_rows(projected: pa.Table, key_columns: list[str]) -> pa.Table:
     filled_ok = last_valid >= first_of_group
     filled = np.where(filled_ok, version[order][np.maximum(last_valid, 0)], 0)
     keyed = np.all(np.stack([c[order] >= 0 for c in codes]), axis=0)
-    candidate = fit[order] & filled_ok & keyed
+    resolved = filled_ok
+    if keep_unresolved:  # the last change of its key, a tombstone with nothing before it to take a version from
+        last_of_group = np.ones(n, dtype=bool)
+        last_of_group[:-1] = starts[1:]
+        resolved = filled_ok | (last_of_group & ~has_version[order])
+    candidate = fit[order] & resolved & keyed
     rows = order[candidate]
     cand_group, cand_version = group[candidate], filled[candidate]
     pick = np.lexsort((sub[rows], partition[rows], offset[rows], cand_version, cand_group))
@@ -248,8 +260,11 @@ def latest_rows(projected: pa.Table, key_columns: list[str]) -> pa.Table:
     take = np.sort(np.concatenate([winners, unfit]))
     versions = np.empty(n, dtype=np.int64)
     versions[order] = filled
+    known = np.empty(n, dtype=bool)
+    known[order] = filled_ok
     out = projected.take(pa.array(take))
-    return out.set_column(out.schema.get_field_index("version"), "version", pa.array(versions[take], pa.int64()))
+    return out.set_column(out.schema.get_field_index("version"), "version",
+                          pa.array(versions[take], pa.int64(), mask=~known[take]))
 
 
 def prepare_tables(targets: list[SinkTarget]) -> None:

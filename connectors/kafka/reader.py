@@ -55,7 +55,6 @@ class ReadRange:
     stop: int | None  # exclusive; set when replaying a range whose end is known
     deadline: float  # epoch seconds
     stop_on_eof: bool
-    eof_ends: bool = False  # partition EOF ends the read even with a stop (a slice of a stop_on_eof range)
 
 
 @dataclass
@@ -178,7 +177,7 @@ class KafkaRangeReader:
                     err = msg.error()
                     if err is not None:
                         if err.code() == KafkaError._PARTITION_EOF:
-                            if rng.stop_on_eof and (rng.stop is None or rng.eof_ends):
+                            if rng.stop_on_eof and rng.stop is None:
                                 outcome.reason, done = "eof", True
                                 break
                             continue

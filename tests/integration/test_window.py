@@ -39,27 +39,6 @@ def _table(cfg: Any) -> str:
     return cfg.sinks[0].table
 
 
-def test_a_big_window_read_in_slices_keeps_the_log_order_of_every_key(config_dir: Path, store: OffsetStore, spark: Any,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """A window big enough to be read in slices of consecutive offsets (spark_jobs/partition_tasks.pieces;
-    the slice size is lowered here): a key's creates, updates, deletes and tombstones fall into
-    different slices and read tasks, and the table still ends as the log says, with each record once."""
-    from spark_jobs import partition_tasks
-
-    monkeypatch.setattr(partition_tasks, "SLICE_RECORDS", 150)
-    cfg = make_pipeline(config_dir)
-    stream = cdcgen.orders_stream(2400, 40, seed=31)  # each key changes ~60 times, deletes included
-    _produce(cfg, stream, partitions=2)
-
-    stats = runner.run_window(cfg, "sliced", store=store, spark=spark)
-
-    assert stats["read_tasks"] >= 12  # ~1,200 records per partition, slices of up to 150
-    assert table_rows(_table(cfg)) == expected(stream.state)
-    assert stats["records"] == len(stream.events)
-    assert stats["dead_lettered"] == len(stream.broken) == 6
-    assert sum(store.load(cfg.name).values()) == len(stream.events)
-
-
 def test_window_applies_changes_sends_poison_to_dlq_and_commits(config_dir: Path, store: OffsetStore, spark: Any) -> None:
     cfg = make_pipeline(config_dir)
     stream = cdcgen.orders_stream(300, 50, seed=1)

@@ -122,23 +122,6 @@ def test_the_older_path_serves_what_this_one_does_not() -> None:
     assert not pt.eligible(job(MYSQL.model_copy(update={"pk_mode": "kafka", "columns": [], "primary_key": []})))
 
 
-def test_a_big_window_is_read_in_consecutive_slices_that_cover_each_range_once() -> None:
-    from connectors.kafka.reader import ReadRange
-
-    live = ReadRange("t", 0, 100, 120_000, None, 0.0, True)  # ends at EOF or after its budget
-    replay = ReadRange("t", 1, 0, 80_000, 80_000, 0.0, True)  # a replay up to a recorded end
-    small = ReadRange("t", 2, 5, 70_000, None, 0.0, True)
-    parts = pt.pieces((live, replay, small))
-    spans = [(p.range.partition, p.range.start, p.range.stop, p.range.max_records, p.range.eof_ends, p.last)
-             for p in parts]
-    assert spans == [(0, 100, 40_100, 40_000, True, False), (0, 40_100, 80_100, 40_000, True, False),
-                     (0, 80_100, None, 40_000, False, True),
-                     (1, 0, 40_000, 40_000, False, False), (1, 40_000, 80_000, 40_000, False, True),
-                     (2, 5, None, 70_000, False, True)]
-    waiting = ReadRange("t", 0, 0, 500_000, None, 0.0, False)  # waits for new records: never sliced
-    assert [p.range for p in pt.pieces((waiting,))] == [waiting]
-
-
 def test_the_decoder_reads_only_the_fields_that_declared_mysql_columns_use() -> None:
     from spark_jobs.cdc_window import change_decoder
 
@@ -148,3 +131,26 @@ def test_the_decoder_reads_only_the_fields_that_declared_mysql_columns_use() -> 
     with_documents = change_decoder(job(MYSQL, ES)).decode_batch(raw_batch([record])).to_pylist()[0]
     assert dict(with_documents["image"])["note"] == "x" * 100  # a document has every field
     assert json.loads(with_documents["image_json"])["note"] == "x" * 100
+
+
+def test_the_rows_of_one_key_from_two_read_tasks_meet_in_one_write_task_in_log_order() -> None:
+    """A key in two partitions (two read tasks): both tasks send its rows to the same write task, and
+    a tombstone that had nothing before it in its own task deletes at the version before it there."""
+    def task_rows(partition: int, records: list[tuple[bytes | None, bytes | None]]) -> pa.Table:
+        decoded = pa.Table.from_batches([Decoder("source_ts_ms").decode_batch(raw_batch(records))])
+        decoded = decoded.set_column(1, "partition", pa.array([partition] * decoded.num_rows, pa.int32()))
+        out = list(pt._split(job(MYSQL), partition, decoded, writers=4))
+        return [(b.column("bucket")[0].as_py(), pt._unpack([b.column("blob")[0].as_py()]))
+                for b in out if b.column("kind")[0].as_py() == pt.ROWS]
+
+    first = task_rows(0, [(K1, envelope("c", None, {"id": 1, "amount": "1.00"}, 10)),
+                          (K2, envelope("c", None, {"id": 2, "amount": "2.00"}, 11))])
+    second = task_rows(1, [(K1, None)])  # the tombstone of key 1, alone in its task
+    buckets_of = {row["c_0"]: b for b, table in first + second for row in table.to_pylist()}
+    assert len({b for b, t in second}) == 1 and {b for b, t in second} == {buckets_of["1"]}
+    kept = second[0][1].to_pylist()
+    assert [(r["c_0"], r["change_op"], r["version"]) for r in kept] == [("1", "delete", None)]
+    merged = pt.latest_rows(pa.concat_tables([t for b, t in first + second if b == buckets_of["1"]]),
+                            ["c_0"]).to_pylist()
+    assert [(r["c_0"], r["change_op"], r["version"]) for r in merged if r["c_0"] == "1"] == [
+        ("1", "delete", 10 << 20)]
