@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
+from decimal import Decimal
 from typing import Any
 
 import msgspec
@@ -24,10 +25,10 @@ from connectors.changes import (  # noqa: F401 - DECODED_SPARK_COLUMNS, VERSION_
     DECODED_SPARK_COLUMNS,
     JSON_DECODE,
     JSON_ENCODE,
+    TRUNCATE,
     VERSION_SHIFT,
     Change,
     RecordDecoder,
-    TRUNCATE,
     RecordError,
     bigint,
     text,
@@ -80,6 +81,20 @@ class _Source(msgspec.Struct):
     table: Any = None
 
 
+class _Plain(msgspec.Struct):
+    """The common case in one decode: an envelope without the {schema, payload} wrapper, its row
+    images and source block parsed at once (anything else: ``payload`` set, or a part of another
+    shape, fails this decode and takes the general path)."""
+
+    op: Any = None
+    before: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
+    source: _Source | None = None
+    ts_ms: Any = None
+    payload: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
+
+
+_PLAIN = msgspec.json.Decoder(_Plain, float_hook=Decimal)  # numbers keep their digits, as JSON_DECODE
 _TOP = msgspec.json.Decoder(_Top)
 _ENVELOPE = msgspec.json.Decoder(_Envelope)
 _SOURCE = msgspec.json.Decoder(_Source)
@@ -203,6 +218,9 @@ class Decoder(RecordDecoder):
             if image is None:
                 raise RecordError("converter", "tombstone key is not a JSON object (key.converter json)")
             return Change("delete", image, None, offset if self.versioning == "kafka_offset" else None)
+        fast = self._plain(offset, key, value)
+        if fast is not None:
+            return fast
         try:
             top = _TOP.decode(value)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeDecodeError):
@@ -251,6 +269,32 @@ class Decoder(RecordDecoder):
         reader = self._reader(schema, "after")
         image, doc = self._image(env.after, reader)
         return Change("upsert", image, doc, version, **origin, **self._schema_of(reader, key))
+
+    def _plain(self, offset: int, key: bytes | None, value: bytes) -> Change | None:
+        """An upsert or a delete with its row image, in an envelope without the wrapper, decoded in
+        one pass; None for anything else (the general path below reads it, and says what is wrong)."""
+        try:
+            env = _PLAIN.decode(value)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeDecodeError):
+            return None
+        op = env.op
+        if len(env.payload) or op not in ("c", "r", "u", "d"):
+            return None
+        row = env.before if op == "d" else env.after
+        if row is None:
+            return None
+        source = env.source or _Source()
+        source_ts = bigint(source.ts_ms)
+        version = self._version(offset, source_ts if source_ts is not None else bigint(env.ts_ms),
+                                "no source.ts_ms nor ts_ms to version the change by (versioning: source_ts_ms)")
+        reader = self._schemaless
+        try:
+            texts, docs = reader.read(row, self.fields)
+        except BadValue as exc:
+            raise RecordError("converter", f"{exc}") from None
+        return Change("delete" if op == "d" else "upsert", texts,
+                      _ENCODE.encode(docs).decode("utf-8") if self.need_json else None, version,
+                      source_db=text(source.db), source_table=text(source.table), **self._schema_of(reader, key))
 
     def _version(self, offset: int, ts: int | None, missing: str) -> int:
         return version_of(self.versioning, offset, ts, missing)

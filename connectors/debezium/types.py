@@ -210,6 +210,11 @@ def plain_text(value: Any) -> str | None:
 
 
 def _plain(value: Any) -> tuple[str | None, Any]:
+    kind = type(value)
+    if kind is str:  # the common cases first, in one call (this runs for most values of every row)
+        return value, value
+    if kind is int or kind is Decimal:
+        return str(value), value
     return plain_text(value), value
 
 

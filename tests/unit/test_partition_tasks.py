@@ -7,13 +7,14 @@ import json
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 from cdcflow.config import ElasticsearchSinkConfig, MySqlSinkConfig
 from connectors.debezium.envelope import Decoder
 from spark_jobs import partition_tasks as pt
 from spark_jobs.cdc_window import WindowJob
 from spark_jobs.sinks import SinkTarget
-from tests.unit.test_debezium import env, raw_batch
+from tests.unit.test_debezium import raw_batch
 
 MYSQL = MySqlSinkConfig(type="mysql", name="rows", table="orders", primary_key=["id"],
                         columns=[{"name": "id", "type": "BIGINT"}, {"name": "amount", "type": "DECIMAL(6,2)"}])
@@ -154,3 +155,31 @@ def test_the_rows_of_one_key_from_two_read_tasks_meet_in_one_write_task_in_log_o
                             ["c_0"]).to_pylist()
     assert [(r["c_0"], r["change_op"], r["version"]) for r in merged if r["c_0"] == "1"] == [
         ("1", "delete", 10 << 20)]
+
+
+@pytest.mark.parametrize("value", [
+    envelope("c", None, {"id": 1, "amount": 19.90, "nested": {"a": 1.5}, "none": None}, 10),
+    envelope("u", {"id": 1}, {"id": 1, "amount": "12345678901234567890.12"}, 11),
+    envelope("d", {"id": 2, "amount": "2.00"}, None, 12),
+    envelope("r", None, {"id": 3}, 13),
+    json.dumps({"op": "c", "after": {"id": 4}, "ts_ms": 99}).encode(),  # no source block: the envelope's ts_ms
+    json.dumps({"op": "c", "after": {"id": 5}, "source": None, "ts_ms": 7}).encode(),
+    json.dumps({"op": "c", "after": {"id": 6}}).encode(),  # no time at all: a dead letter
+    json.dumps({"op": "d", "before": None, "source": {"ts_ms": 1}}).encode(),  # by key
+    json.dumps({"op": "c", "after": "not an object", "source": {"ts_ms": 1}}).encode(),
+    json.dumps({"op": 7, "after": {"id": 1}, "source": {"ts_ms": 1}}).encode(),
+    json.dumps({"schema": {}, "payload": {"op": "c", "after": {"id": 8}, "source": {"ts_ms": 1}}}).encode(),
+    json.dumps({"op": "t", "source": {"ts_ms": 1, "db": "d", "table": "t"}}).encode(),
+    b'{"op": "c", "after": {"id": 1}',  # broken JSON
+])
+@pytest.mark.parametrize("sinks", [(MYSQL,), (MYSQL, ES)])
+def test_the_one_pass_envelope_decode_agrees_with_the_general_one(value: bytes, sinks: tuple[Any, ...]) -> None:
+    """The common envelope is decoded in one msgspec pass (envelope._plain); every other shape takes
+    the general path. Both must give the same change, or the same reason."""
+    from spark_jobs.cdc_window import change_decoder
+
+    fast = change_decoder(job(*sinks))
+    general = change_decoder(job(*sinks))
+    general._plain = lambda *_a: None  # type: ignore[method-assign]
+    batch = raw_batch([(K1, value)])
+    assert fast.decode_batch(batch).to_pylist() == general.decode_batch(batch).to_pylist()
