@@ -17,13 +17,16 @@ and a sort to find the last change per key. Here the JVM holds only a few large 
    the ledger, fails a window past ``errors.tolerance: none``, sends the dead letters (one task) and
    applies the breaker (``errors.max_dead_letters``), all before any sink is written. It then creates
    or evolves the tables and indices named by the tally.
-3. **write task** (one per read task, on the blobs that read task left): each sink target's rows in
-   turn; the MySQL sink of ``offset_store.sink`` (exactly-once) is written last by one task, in one
-   transaction with the window's offsets, once every other sink succeeded.
+3. **write tasks** get the blobs by a hash of the key (of the table, for a routed sink), so all the
+   rows of a key, from every read task, meet in one write task, which keeps the last change per key
+   again and writes its targets at the same time (threads). Two tasks never write one key: a delete
+   and an older upsert of a key, written at once, could race past the tombstone. The MySQL sink of
+   ``offset_store.sink`` (exactly-once) is written last by one task, in one transaction with the
+   window's offsets, once every other sink succeeded.
 
-A key's changes sit in one partition (Debezium keys records by primary key), so a read task finds
-its last change; a key that moved partitions is written by two tasks, and the sinks' version guard
-keeps the newer one.
+Debezium keys records by primary key, so a key's changes usually sit in one read task; the second
+reduction is for the others (several topics into one table, a primary key that is not the Kafka
+key), and resolves a tombstone whose delete was read by another task.
 """
 
 from __future__ import annotations
