@@ -4,7 +4,7 @@ decoder of the same change model (connectors/changes.py), built inside the read 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Literal
+from typing import Any, Literal
 
 from connectors.canal.decode import CanalDecoder
 from connectors.changes import ChangeDecoder
@@ -21,11 +21,20 @@ def _debezium(versioning: str, hints: Mapping[str, ColumnHint], need_json: bool,
     return DebeziumDecoder(versioning, hints, need_json, fields)  # Debezium sends a key change as delete + create
 
 
-FORMATS: dict[str, Callable[[str, Mapping[str, ColumnHint], bool, frozenset[str]], ChangeDecoder]] = {
+def _all_fields(cls: Callable[[str, Mapping[str, ColumnHint], bool, frozenset[str]], ChangeDecoder]) -> Any:
+    """A format whose decoder reads every field (``fields`` is not used)."""
+    def build(versioning: str, hints: Mapping[str, ColumnHint], need_json: bool, key_fields: frozenset[str],
+              _fields: frozenset[str] | None = None) -> ChangeDecoder:
+        return cls(versioning, hints, need_json, key_fields)
+    return build
+
+
+FORMATS: dict[str, Callable[[str, Mapping[str, ColumnHint], bool, frozenset[str], frozenset[str] | None],
+                            ChangeDecoder]] = {
     "debezium": _debezium,
-    "goldengate": GoldenGateDecoder,
-    "canal": CanalDecoder,
-    "maxwell": MaxwellDecoder,
+    "goldengate": _all_fields(GoldenGateDecoder),
+    "canal": _all_fields(CanalDecoder),
+    "maxwell": _all_fields(MaxwellDecoder),
 }
 
 
@@ -35,6 +44,4 @@ def decoder(source_format: str, versioning: str, hints: Mapping[str, ColumnHint]
     to read values that come without types); ``key_fields``: the sinks' declared key fields (an
     update that changes them moves the row); ``fields``: the only row fields the sinks use, where
     that is known (Debezium reads just those; None: every field)."""
-    if source_format == "debezium":
-        return _debezium(versioning, hints, need_json, key_fields, fields)
-    return FORMATS[source_format](versioning, hints, need_json, key_fields)
+    return FORMATS[source_format](versioning, hints, need_json, key_fields, fields)

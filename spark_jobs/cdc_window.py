@@ -460,26 +460,12 @@ def _run(spark: SparkSession, job: WindowJob,
     tally = _tally(frames[0] if ends is None else None, bad)
     if ends is None:
         ends = _ends(job, tally)
-    on_read(ends)  # the read range is in the ledger before anything is applied
-    result = WindowResult(ends=ends, records=sum(c for _e, c in ends.values()),
-                          record_time=_record_time({**read_tally, **tally}),
-                          truncates_ignored=sum(c.truncates for (stage, _t, _p), c in tally.items() if stage is None))
+    result = read_result(ends, {**read_tally, **tally}, on_read)
     t = result.lap("read+decode", t)
     if result.records == 0:
         return result
-    bad_by_stage: dict[str, int] = {}
-    for (stage, _t, _p), counted in tally.items():
-        if stage is not None:
-            bad_by_stage[stage] = bad_by_stage.get(stage, 0) + counted.n
-    bad_count = sum(bad_by_stage.values())
-    if bad_count and job.tolerance == "none":
-        raise ToleranceExceeded(f"errors.tolerance is 'none' and {bad_count} record(s) cannot be processed: "
-                                f"{_examples(bad)}")
-    if bad_count:
-        result.dead_lettered += sum(r.reported for r in bad.coalesce(1).mapInArrow(_reporter(job), REPORT_SCHEMA).collect())
-        for stage, count in bad_by_stage.items():
-            key = (stage, "cdcflow.errors.RecordError")
-            result.dead_letters[key] = result.dead_letters.get(key, 0) + count
+    send_dead_letters(job, result, tally, lambda: _examples(bad), lambda: sum(
+        r.reported for r in bad.coalesce(1).mapInArrow(_reporter(job), REPORT_SCHEMA).collect()))
     t = result.lap("dlq", t)
     _breaker(job, result)  # before any sink is written: a poison burst applies nothing
 
@@ -562,6 +548,34 @@ def count_written(result: WindowResult, sink: str, row: Any) -> None:
     changed = extra.pop(CHANGED_KEY, {})
     stats.add(SinkStats(row.upserted, row.deleted, row.stale, row.failed, extra, changed))
     result.dead_lettered += row.failed
+
+
+def read_result(ends: dict[tuple[str, int], tuple[int, int]], tally: Tally,
+                on_read: Callable[[dict[tuple[str, int], tuple[int, int]]], None]) -> WindowResult:
+    """The read range into the ledger (before anything is applied), and the window's result so far."""
+    on_read(ends)
+    return WindowResult(ends=ends, records=sum(c for _e, c in ends.values()), record_time=_record_time(tally),
+                        truncates_ignored=sum(c.truncates for (stage, _t, _p), c in tally.items() if stage is None))
+
+
+def send_dead_letters(job: WindowJob, result: WindowResult, tally: Tally, examples: Callable[[], str],
+                      report: Callable[[], int]) -> None:
+    """The window's bad records (the tally's stages): past errors.tolerance none the window fails,
+    naming ``examples()``; else ``report()`` sends them to the DLQ, and they are counted by stage."""
+    bad_by_stage: dict[str, int] = {}
+    for (stage, _t, _p), counted in tally.items():
+        if stage is not None:
+            bad_by_stage[stage] = bad_by_stage.get(stage, 0) + counted.n
+    bad_count = sum(bad_by_stage.values())
+    if not bad_count:
+        return
+    if job.tolerance == "none":
+        raise ToleranceExceeded(f"errors.tolerance is 'none' and {bad_count} record(s) cannot be processed: "
+                                f"{examples()}")
+    result.dead_lettered += report()
+    for stage, count in bad_by_stage.items():
+        key = (stage, "cdcflow.errors.RecordError")
+        result.dead_letters[key] = result.dead_letters.get(key, 0) + count
 
 
 def _breaker(job: WindowJob, result: WindowResult) -> None:

@@ -46,12 +46,11 @@ import pyarrow.compute as pc
 
 from cdcflow import faults
 from cdcflow.config import ElasticsearchSinkConfig, MySqlSinkConfig
-from cdcflow.errors import ToleranceExceeded
 from connectors.base import SinkStats
 from connectors.changes import STRING_MAP, TRUNCATE
 from connectors.kafka.dlq import DeadLetterReporter
 from spark_jobs import cdc_window as cw
-from spark_jobs.sinks import SINK_TYPES, SinkTarget, is_routed
+from spark_jobs.sinks import SINK_TYPES, SinkTarget, es_mappings, is_routed
 from spark_jobs.tables import RAW_COLUMNS, TABLE_COLUMN, TableGroup, key_columns, latest_rows, project_rows
 
 if TYPE_CHECKING:
@@ -416,7 +415,7 @@ def _write_task(job: cw.WindowJob, targets: Targets,
     """Each target's rows of this task's blobs, the targets at the same time (MySQL and Elasticsearch
     wait on different servers; every one finishes before the first error is raised); with ``commit``,
     the exactly-once sink's rows of every task in one transaction with the window's offsets."""
-    def one(name: str, blobs: list[bytes]) -> list[pa.RecordBatch]:
+    def one(name: str, blobs: list[bytes], tasks: set[int]) -> list[pa.RecordBatch]:
         started = time.perf_counter()
         if name in targets.groups:
             rows = list(cw._tables_writer(job, targets.groups[name])(_unpack(blobs).to_batches()))  # noqa: SLF001
@@ -424,8 +423,8 @@ def _write_task(job: cw.WindowJob, targets: Targets,
             target = targets.static[name]
             table = _unpack(blobs)
             keys = _keys(target)
-            if keys:  # the rows of a key from several read tasks (and tombstones left unresolved there)
-                table = latest_rows(table, keys)
+            if keys and (len(tasks) > 1 or table.column("version").null_count):
+                table = latest_rows(table, keys)  # the rows of a key from several read tasks, unresolved tombstones
             rows = [cw._write_target(job, target, iter(table.to_batches()),  # noqa: SLF001
                                      SINK_TYPES[target.config.type].open(target), cw._dead_letters(job),  # noqa: SLF001
                                      commit)]
@@ -439,16 +438,19 @@ def _write_task(job: cw.WindowJob, targets: Targets,
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         blobs: dict[str, list[bytes]] = {}
+        tasks: dict[str, set[int]] = {}  # the read tasks each target's blobs come from
         for batch in batches:
-            for name, blob in zip(batch.column("target").to_pylist(), batch.column("blob").to_pylist(), strict=True):
+            for name, blob, task in zip(batch.column("target").to_pylist(), batch.column("blob").to_pylist(),
+                                        batch.column("task").to_pylist(), strict=True):
                 blobs.setdefault(name, []).append(blob)
+                tasks.setdefault(name, set()).add(task)
         names = [t.config.name for t in job.sinks if t.config.name in blobs]  # in the config's order
         if len(names) <= 1:
             for name in names:
-                yield from one(name, blobs[name])
+                yield from one(name, blobs[name], tasks[name])
             return
         with ThreadPoolExecutor(max_workers=len(names), thread_name_prefix="cdcflow-write") as pool:
-            futures = [pool.submit(one, name, blobs[name]) for name in names]
+            futures = [pool.submit(one, name, blobs[name], tasks[name]) for name in names]
         for future in futures:
             yield from future.result()
     return write
@@ -473,28 +475,15 @@ def run(spark: SparkSession, job: cw.WindowJob, on_read: Callable[[dict[tuple[st
                 max(prior.end, end), prior.n + count, _min(prior.first, first), _max(prior.last, last),
                 prior.truncates + truncates)
     ends = cw._ends(job, tally)  # noqa: SLF001
-    on_read(ends)  # the read range is in the ledger before anything is applied
-    result = cw.WindowResult(ends=ends, records=sum(c for _e, c in ends.values()),
-                             record_time=cw._record_time(tally),  # noqa: SLF001
-                             truncates_ignored=sum(c.truncates for (s, _t, _p), c in tally.items() if s is None))
+    result = cw.read_result(ends, tally, on_read)  # the read range is in the ledger before anything is applied
     t = result.lap("read+decode", t)
     if result.records == 0:
         return result
-    bad_by_stage: dict[str, int] = {}
-    for (stage, _t, _p), counted in tally.items():
-        if stage is not None:
-            bad_by_stage[stage] = bad_by_stage.get(stage, 0) + counted.n
-    bad_count = sum(bad_by_stage.values())
-    if bad_count and job.tolerance == "none":
-        examples = [e for info in tallies for e in info.get("examples", [])][:cw.MAX_EXAMPLES]
-        raise ToleranceExceeded(f"errors.tolerance is 'none' and {bad_count} record(s) cannot be processed: "
-                                f"{'; '.join(examples)}")
-    if bad_count:
-        reported = packed.where(F.col("kind") == BAD).coalesce(1).mapInArrow(_report_task(job), cw.REPORT_SCHEMA)
-        result.dead_lettered += sum(r.reported for r in reported.collect())
-        for stage, count in bad_by_stage.items():
-            key = (stage, "cdcflow.errors.RecordError")
-            result.dead_letters[key] = result.dead_letters.get(key, 0) + count
+    cw.send_dead_letters(
+        job, result, tally,
+        lambda: "; ".join([e for info in tallies for e in info.get("examples", [])][:cw.MAX_EXAMPLES]),
+        lambda: sum(r.reported for r in packed.where(F.col("kind") == BAD).coalesce(1).mapInArrow(
+            _report_task(job), cw.REPORT_SCHEMA).collect()))
     t = result.lap("dlq", t)
     cw._breaker(job, result)  # noqa: SLF001 - before any sink is written: a poison burst applies nothing
 
@@ -507,7 +496,7 @@ def run(spark: SparkSession, job: cw.WindowJob, on_read: Callable[[dict[tuple[st
         frame = packed.where(F.col("kind").isin(ROWS, CHANGES) & F.col("target").isin(*others))
         if n > 1:  # every key's (and table's) rows of every read task in one write task: _bucketed
             frame = frame.repartition(n, "bucket")
-        _tally_writes(result, frame.mapInArrow(_write_task(job, targets), cw.WRITE_SCHEMA).collect())
+        _count_writes(result, frame.mapInArrow(_write_task(job, targets), cw.WRITE_SCHEMA).collect())
     cw._breaker(job, result)  # noqa: SLF001 - with the rows the sinks rejected, before the exactly-once sink
     if commit is not None:
         target = targets.static[job.offsets_sink]  # type: ignore[index]
@@ -516,7 +505,7 @@ def run(spark: SparkSession, job: cw.WindowJob, on_read: Callable[[dict[tuple[st
         if not any(cw.SINK_OFFSETS_KEY in json.loads(r.extra) for r in rows):
             rows.append(cw._commit_without_rows(job, target, commit))  # noqa: SLF001 - no row for this sink
         result.sinks.setdefault(target.config.name, SinkStats())
-        _tally_writes(result, rows)
+        _count_writes(result, rows)
     result.lap("sinks", t)
     return result
 
@@ -558,7 +547,7 @@ def _prepare(job: cw.WindowJob, tallies: list[dict[str, Any]]) -> Targets:
         cfg = target.config
         if _static(target):
             if isinstance(cfg, ElasticsearchSinkConfig) and cfg.mapping is None:
-                target = replace(target, mappings=tuple(_mappings(cfg, _described(tallies, cfg.name))))
+                target = replace(target, mappings=tuple(es_mappings(cfg, _described(tallies, cfg.name))))
             SINK_TYPES[cfg.type].prepare(target)
             static[cfg.name] = target
             continue
@@ -573,20 +562,6 @@ def _prepare(job: cw.WindowJob, tallies: list[dict[str, Any]]) -> Targets:
     return Targets(static, groups)
 
 
-def _mappings(cfg: ElasticsearchSinkConfig, by_route: dict[Any, list[str]]) -> list[tuple[str, str]]:
-    """``sinks._es_expand``: each index's mapping from the Connect schemas of its changes."""
-    out = []
-    for route, descriptions in sorted(by_route.items(), key=lambda kv: kv[0] or ""):
-        properties: dict[str, Any] = {}
-        for text in descriptions:
-            for name, prop in json.loads(text).get("properties", {}).items():
-                properties.setdefault(name, prop)
-        if properties:
-            index = cfg.index.replace("{topic}", route.lower()) if "{topic}" in cfg.index else cfg.index
-            out.append((index, json.dumps({"properties": properties})))
-    return out
-
-
-def _tally_writes(result: cw.WindowResult, rows: list[Any]) -> None:
+def _count_writes(result: cw.WindowResult, rows: list[Any]) -> None:
     for row in rows:
         cw.count_written(result, row.sink, row)

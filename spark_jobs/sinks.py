@@ -304,16 +304,22 @@ def _es_expand(target: SinkTarget, frame: DataFrame) -> list[tuple[SinkTarget, D
         return [(target, frame)]
     routed = "{topic}" in cfg.index
     by_route = schemas_by(frame if routed else frame.withColumn("route", F.lit(None).cast("string")), "route")
-    mappings = []
+    return [(replace(target, mappings=tuple(es_mappings(cfg, by_route))), frame)]
+
+
+def es_mappings(cfg: ElasticsearchSinkConfig, by_route: dict[Any, list[str]]) -> list[tuple[str, str]]:
+    """(index, mapping JSON) of each index the sink routes to, from the row schemas of its changes
+    (``schemas_by``: per route, first by version; the first schema that has a field decides its type)."""
+    out = []
     for route, descriptions in sorted(by_route.items(), key=lambda kv: kv[0] or ""):
         properties: dict[str, Any] = {}
         for text in descriptions:
             for name, prop in json.loads(text).get("properties", {}).items():
                 properties.setdefault(name, prop)
         if properties:
-            index = cfg.index.replace("{topic}", route.lower()) if routed else cfg.index
-            mappings.append((index, json.dumps({"properties": properties})))
-    return [(replace(target, mappings=tuple(mappings)), frame)]
+            index = cfg.index.replace("{topic}", route.lower()) if "{topic}" in cfg.index else cfg.index
+            out.append((index, json.dumps({"properties": properties})))
+    return out
 
 
 SINK_TYPES: dict[str, SinkType] = {

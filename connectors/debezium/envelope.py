@@ -248,9 +248,7 @@ class Decoder(RecordDecoder):
                 source = _SOURCE.decode(env.source)
             except (msgspec.DecodeError, msgspec.ValidationError):
                 source = _Source()
-        source_ts = bigint(source.ts_ms)
-        version = self._version(offset, source_ts if source_ts is not None else bigint(env.ts_ms),
-                                "no source.ts_ms nor ts_ms to version the change by (versioning: source_ts_ms)")
+        version = self._envelope_version(offset, source, env.ts_ms)
         origin = {"source_db": text(source.db), "source_table": text(source.table)}
         if op == "t":  # a TRUNCATE of source.table: the pipeline's truncate setting decides (connectors/changes.py)
             return Change(TRUNCATE, None, None, version, **origin)
@@ -284,9 +282,7 @@ class Decoder(RecordDecoder):
         if row is None:
             return None
         source = env.source or _Source()
-        source_ts = bigint(source.ts_ms)
-        version = self._version(offset, source_ts if source_ts is not None else bigint(env.ts_ms),
-                                "no source.ts_ms nor ts_ms to version the change by (versioning: source_ts_ms)")
+        version = self._envelope_version(offset, source, env.ts_ms)
         reader = self._schemaless
         try:
             texts, docs = reader.read(row, self.fields)
@@ -295,6 +291,12 @@ class Decoder(RecordDecoder):
         return Change("delete" if op == "d" else "upsert", texts,
                       _ENCODE.encode(docs).decode("utf-8") if self.need_json else None, version,
                       source_db=text(source.db), source_table=text(source.table), **self._schema_of(reader, key))
+
+    def _envelope_version(self, offset: int, source: _Source, ts_ms: Any) -> int:
+        """An envelope's version: by source.ts_ms, else the envelope's own ts_ms."""
+        source_ts = bigint(source.ts_ms)
+        return self._version(offset, source_ts if source_ts is not None else bigint(ts_ms),
+                             "no source.ts_ms nor ts_ms to version the change by (versioning: source_ts_ms)")
 
     def _version(self, offset: int, ts: int | None, missing: str) -> int:
         return version_of(self.versioning, offset, ts, missing)
