@@ -20,6 +20,7 @@ from decimal import Decimal
 from typing import Any
 
 import msgspec
+import pyarrow as pa
 
 from connectors.changes import (  # noqa: F401 - DECODED_SPARK_COLUMNS, VERSION_SHIFT: re-exported
     DECODED_SPARK_COLUMNS,
@@ -34,6 +35,7 @@ from connectors.changes import (  # noqa: F401 - DECODED_SPARK_COLUMNS, VERSION_
     text,
     version_of,
 )
+from connectors.debezium.columns import decode_columns
 from connectors.debezium.types import (
     BadValue,
     ColumnHint,
@@ -118,14 +120,14 @@ class Decoder(RecordDecoder):
         self.fields = fields  # the row fields the sinks use (None: all); only without documents
         self._readers: dict[bytes, RowReader] = {}
         self._described: set[str] = set()
-        self._schemaless = compile_row(None, self.hints)
+        self.schemaless = compile_row(None, self.hints)
 
     # -- schemas --------------------------------------------------------------------------------------
-    def _reader(self, schema: msgspec.Raw | None, field: str) -> RowReader:
+    def reader(self, schema: msgspec.Raw | None, field: str) -> RowReader:
         """The reader of the envelope field (before/after; "" for a schema that is the row itself)
         under ``schema`` (the value's schema)."""
         if _is_null(schema):
-            return self._schemaless
+            return self.schemaless
         cache_key = field.encode() + b"\x00" + bytes(schema)  # type: ignore[arg-type]
         reader = self._readers.get(cache_key)
         if reader is None:
@@ -141,16 +143,16 @@ class Decoder(RecordDecoder):
         try:
             parsed = FieldSchema.parse(_DECODE.decode(schema))
         except (msgspec.DecodeError, BadValue, TypeError, AttributeError, KeyError, RecursionError):
-            return self._schemaless
+            return self.schemaless
         row = parsed.field(field) if field else parsed
         if row is None or row.type != "struct":
-            return self._schemaless
+            return self.schemaless
         reader = compile_row(row, self.hints)
         reader.schema = row
         reader.schema_id = hashlib.blake2b(bytes(schema), digest_size=8).hexdigest()
         return reader
 
-    def _describe(self, reader: RowReader, key: bytes | None) -> str | None:
+    def describe(self, reader: RowReader, key: bytes | None) -> str | None:
         """The MySQL table of a row schema, the first time this task sees it (with the key's schema
         for the primary key)."""
         if reader.schema is None or reader.schema_id in self._described:
@@ -187,7 +189,7 @@ class Decoder(RecordDecoder):
         if not isinstance(row, dict):
             return None
         try:
-            return self._reader(schema, "").read(row)[0]
+            return self.reader(schema, "").read(row)[0]
         except (RecordError, BadValue):
             return {k: plain_text(v) for k, v in row.items()}
 
@@ -203,6 +205,13 @@ class Decoder(RecordDecoder):
         except BadValue as exc:
             raise RecordError("converter", f"{exc}") from None
         return texts, (_ENCODE.encode(docs).decode("utf-8") if self.need_json else None)
+
+    def decode_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """Column-wise where no sink needs documents (connectors/debezium/columns.py), the records
+        that decode does not read one by one."""
+        if self.need_json or not batch.num_rows:
+            return super().decode_batch(batch)
+        return decode_columns(self, batch, super().decode_batch)
 
     def decode_record(self, offset: int, key: bytes | None, value: bytes | None, topic: str) -> list[Change]:
         change = self._decode(offset, key, value)
@@ -254,7 +263,7 @@ class Decoder(RecordDecoder):
             return Change(TRUNCATE, None, None, version, **origin)
         if op == "d":
             if not _is_null(env.before):
-                reader = self._reader(schema, "before")
+                reader = self.reader(schema, "before")
                 image, doc = self._image(env.before, reader)
                 return Change("delete", image, doc, version, **origin, **self._schema_of(reader, key))
             key_image = self._key(key)
@@ -264,7 +273,7 @@ class Decoder(RecordDecoder):
                           version, **origin)
         if _is_null(env.after):
             raise RecordError("transform", f"op '{op}' without an 'after' row image")
-        reader = self._reader(schema, "after")
+        reader = self.reader(schema, "after")
         image, doc = self._image(env.after, reader)
         return Change("upsert", image, doc, version, **origin, **self._schema_of(reader, key))
 
@@ -283,7 +292,7 @@ class Decoder(RecordDecoder):
             return None
         source = env.source or _Source()
         version = self._envelope_version(offset, source, env.ts_ms)
-        reader = self._schemaless
+        reader = self.schemaless
         try:
             texts, docs = reader.read(row, self.fields)
         except BadValue as exc:
@@ -302,7 +311,7 @@ class Decoder(RecordDecoder):
         return version_of(self.versioning, offset, ts, missing)
 
     def _schema_of(self, reader: RowReader, key: bytes | None) -> dict[str, str | None]:
-        return {"schema_id": reader.schema_id, "row_schema": self._describe(reader, key)}
+        return {"schema_id": reader.schema_id, "row_schema": self.describe(reader, key)}
 
     def _unwrapped(self, offset: int, key: bytes | None, row_raw: msgspec.Raw | bytes,
                    schema: msgspec.Raw | None) -> Change:
@@ -325,7 +334,7 @@ class Decoder(RecordDecoder):
         version = self._version(offset, bigint(probe.get("__source_ts_ms")),
                                 "no __source_ts_ms to version the change by (add source.ts_ms to the "
                                 "ExtractNewRecordState's add.fields, or set versioning: kafka_offset)")
-        reader = self._reader(schema, "")
+        reader = self.reader(schema, "")
         row = {k: v for k, v in probe.items() if not k.startswith("__")}
         try:
             texts, docs = reader.read(row, self.fields)

@@ -338,7 +338,7 @@ def hinted(hint: ColumnHint) -> Converter:
     """A schemaless value read by its declared column type and ``encoding``."""
     base, enc = hint.base, hint.encoding
     if base in ("DECIMAL", "DEC", "NUMERIC", "FIXED"):
-        return _decimal_converter(hint.scale) if enc == "base64" else _with(_decimal_text_read)
+        return _decimal_converter(hint.scale) if enc == "base64" else DECIMAL_TEXT
     if base == "DATE" and enc != "text":
         def date_read(v: Any) -> tuple[str | None, Any]:
             return _date_read(v) if isinstance(v, int) and not isinstance(v, bool) else _plain(v)
@@ -391,6 +391,12 @@ def _decimal_text_read(v: Any) -> tuple[str | None, Any]:
     if isinstance(v, Decimal | int) and not isinstance(v, bool):
         return decimal_text(Decimal(v)), v
     return _plain(v)  # text: MySQL's DECIMAL (and the projection's check) read the digits as they are
+
+
+DECIMAL_TEXT = _with(_decimal_text_read)
+# converters whose text is the value's own (text as it came, a number's digits): a column-wise decode
+# (connectors/debezium/columns.py) casts such a column instead of calling them per value
+AS_TEXT: frozenset[Converter] = frozenset({_plain, DECIMAL_TEXT})
 
 
 def _numbers_only(numbers: Converter) -> Converter:

@@ -1,0 +1,314 @@
+"""Debezium envelopes decoded column-wise: each distinct row schema once, every record of it at once,
+in Arrow (issue 21; the per-record decode, connectors/debezium/envelope.py, stays for the rest).
+
+A batch's records are grouped by shape: the envelopes without the JsonConverter's wrapper (their
+types come from the sinks' declared columns), and, per distinct ``schema``, the wrapped ones (their
+payload is cut out of the value by the wrapper's byte prefix, so the schema is parsed once, not once
+per record). Each group is parsed by Arrow's JSON reader into typed columns (int64, string, decimal,
+struct …) under a read schema made from the Connect schema or the declared columns, and each used
+field becomes its exact MySQL text: a cast where the text is the value's own (strings, integers,
+booleans, decimals), the field's converter (connectors/debezium/types.py) per value for the logical
+types (Decimal bytes, dates, times …).
+
+The reader is strict: a value of another JSON type than its column's, a duplicate field, a line that
+is not one object, or a value a converter refuses fails the group, and its records take the
+per-record decode, which says per record what is wrong (a dead letter) or reads the odd shape.
+Tombstones, the unwrapped rows of ExtractNewRecordState, deletes without a ``before`` image and
+records that are not a JSON object take it too. So the result is the per-record decode's, record for
+record, except that a number's text is Arrow's (a DOUBLE's 19.90 is 19.9, a DECIMAL read from a JSON
+number has its column's scale): the same value in the column. Only pipelines without documents take
+this decode (Elasticsearch's documents keep each value's JSON type: the per-record decode builds them).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
+
+from connectors.changes import DECODED_FIELDS, JSON_DECODE, STRING_MAP, TRUNCATE, VERSION_SHIFT
+from connectors.debezium.types import AS_TEXT, SPATIAL_TYPES, ColumnHint, Converter, FieldSchema
+
+if TYPE_CHECKING:
+    from connectors.debezium.envelope import Decoder, RowReader
+
+WRAPPED = b'{"schema":'
+MAX_GROUPS = 16  # schemas per batch read column-wise; a batch of more takes the per-record decode for the rest
+_OPS = pa.array(["c", "r", "u", "d", "t"])
+_CHANGE_OPS = pa.array(["upsert", "upsert", "upsert", "delete", TRUNCATE])
+_INTEGERS = frozenset({"TINYINT", "SMALLINT", "MEDIUMINT", "INT", "INTEGER", "BIGINT", "YEAR"})
+_FLOATS = frozenset({"FLOAT", "DOUBLE", "REAL"})
+_DECIMALS = frozenset({"DECIMAL", "DEC", "NUMERIC", "FIXED"})
+_SOURCE = pa.struct([("ts_ms", pa.int64()), ("db", pa.string()), ("table", pa.string())])
+
+
+class _Wrapper(msgspec.Struct):
+    schema: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
+    payload: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
+
+
+_WRAPPER = msgspec.json.Decoder(_Wrapper)
+
+
+class Unsupported(Exception):
+    """A group this decode does not read: its records take the per-record decode."""
+
+
+# -- read types ---------------------------------------------------------------------------------------
+def connect_type(schema: FieldSchema) -> pa.DataType:
+    """The Arrow type a Connect field's JSON value is read as."""
+    kind = schema.type
+    if kind in ("int8", "int16", "int32", "int64"):
+        return pa.int64()
+    if kind in ("float", "double", "float32", "float64"):
+        return pa.float64()
+    if kind == "boolean":
+        return pa.bool_()
+    if kind in ("string", "bytes"):
+        return pa.string()
+    if kind == "struct" and schema.fields:
+        return pa.struct([(n, connect_type(s)) for n, s in schema.fields])
+    raise Unsupported(f"a {kind} field")
+
+
+def declared_type(hint: ColumnHint | None, sample: Any) -> pa.DataType:
+    """The Arrow type a schemaless field is read as: by its value in the group's first record, else
+    by its declared column."""
+    if isinstance(sample, bool):
+        return pa.bool_()
+    if isinstance(sample, str):
+        return pa.string()
+    if isinstance(sample, int | float | Decimal):
+        base = hint.base if hint is not None else ""
+        if base in _DECIMALS and hint is not None:
+            m = re.match(r"^\w+\s*\(\s*(\d+)", hint.type)
+            precision = int(m.group(1)) if m else 10
+            return (pa.decimal128 if precision <= 38 else pa.decimal256)(38 if precision <= 38 else 76, hint.scale)
+        if base in _FLOATS or not isinstance(sample, int):
+            return pa.float64()
+        return pa.int64()
+    base = hint.base if hint is not None else ""
+    if base in SPATIAL_TYPES:  # io.debezium.data.geometry: {wkb, srid} (the text is made of those two)
+        return pa.struct([("wkb", pa.string()), ("srid", pa.int64())])
+    if sample is not None:  # an object or an array
+        raise Unsupported("a structured value without a schema")
+    return pa.int64() if base in _INTEGERS else pa.float64() if base in _FLOATS else pa.string()
+
+
+# -- one group ----------------------------------------------------------------------------------------
+def _read(lines: pa.Array, row: pa.StructType, wrapper_fields: bool) -> pa.Table:
+    """Envelopes (one JSON object per value) -> op, before, after, source, ts_ms columns."""
+    fields = [("op", pa.string()), ("before", row), ("after", row), ("source", _SOURCE), ("ts_ms", pa.int64())]
+    if wrapper_fields:  # an unwrapped envelope must not hold the wrapper's fields
+        fields += [("schema", pa.null()), ("payload", pa.null())]
+    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32)[lines.offset:lines.offset + len(lines) + 1]
+    if np.any(offsets[1:] == offsets[:-1]):
+        raise Unsupported("an empty value")
+    buffer = b"\n".join(lines.to_pylist())
+    if buffer.count(b"\n") != len(lines) - 1:
+        raise Unsupported("a value with a line break")
+    try:
+        table = pj.read_json(pa.BufferReader(buffer), read_options=pj.ReadOptions(use_threads=False,
+                                                                                  block_size=len(buffer) + 1),
+                             parse_options=pj.ParseOptions(explicit_schema=pa.schema(fields),
+                                                           unexpected_field_behavior="ignore"))
+    except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
+        raise Unsupported(str(exc)) from None
+    if table.num_rows != len(lines):
+        raise Unsupported("a value of several JSON objects")
+    return table
+
+
+def _texts(values: pa.Array, convert: Converter) -> pa.Array:
+    """A field's typed values -> its exact MySQL texts."""
+    if convert in AS_TEXT and not pa.types.is_struct(values.type):
+        return values if pa.types.is_string(values.type) else pc.cast(values, pa.string())
+    try:
+        return pa.array([convert(v)[0] for v in values.to_pylist()], pa.string())
+    except Exception as exc:  # a value its converter refuses: the per-record decode says which record  # noqa: BLE001
+        raise Unsupported(str(exc)) from None
+
+
+def _images(names: list[str], texts: list[pa.Array], mask: pa.Array) -> pa.Array:
+    """Per row, {name: text} as one map array, interleaved column-wise."""
+    n, k = len(mask), len(names)
+    offsets = pa.array(np.arange(0, n * k + 1, k, dtype=np.int32) if k else np.zeros(n + 1, np.int32))
+    if not k:
+        return pa.MapArray.from_arrays(offsets, pa.array([], pa.string()), pa.array([], pa.string()), mask=mask)
+    order = (np.arange(k)[None, :] * n + np.arange(n)[:, None]).ravel()
+    values = pa.concat_arrays([t.cast(pa.string()) for t in texts]).take(pa.array(order))
+    keys = pa.array(names, pa.string()).take(pa.array(np.tile(np.arange(k), n)))
+    return pa.MapArray.from_arrays(offsets, keys, values, mask=mask)
+
+
+class _Group:
+    """The records of one shape, and how to read their rows."""
+
+    def __init__(self, rows: np.ndarray, lines: pa.Array, row_type: pa.StructType, converters: dict[str, Converter],
+                 reader: RowReader | None, wrapped: bool) -> None:
+        self.rows, self.lines, self.row_type, self.converters = rows, lines, row_type, converters
+        self.reader, self.wrapped = reader, wrapped
+
+
+def _decode_group(decoder: Decoder, batch: pa.RecordBatch, group: _Group) -> list[pa.Array]:
+    """The change columns (DECODED_FIELDS) of one group's records."""
+    table = _read(group.lines, group.row_type, not group.wrapped)
+    n = table.num_rows
+    op = table.column("op").combine_chunks()
+    which = pc.index_in(op, _OPS)
+    if which.null_count:
+        raise Unsupported("an unknown or missing op")
+    change_op = _CHANGE_OPS.take(which)
+    is_delete = pc.equal(op, "d")
+    is_truncate = pc.equal(op, "t")
+    before, after = table.column("before").combine_chunks(), table.column("after").combine_chunks()
+    if pc.any(pc.and_(is_delete, pc.is_null(before))).as_py():
+        raise Unsupported("a delete without its before image")
+    if pc.any(pc.and_(pc.invert(pc.or_(is_delete, is_truncate)), pc.is_null(after))).as_py():
+        raise Unsupported("an upsert without its after image")
+    source = table.column("source").combine_chunks()
+    source_db, source_table = source.field("db"), source.field("table")
+    if pc.any(pc.and_(is_delete, pc.is_null(source_table))).as_py():
+        raise Unsupported("a delete without source.table")  # the per-record decode names it by the topic
+    offsets = batch.column("offset").take(pa.array(group.rows))
+    if decoder.versioning == "kafka_offset":
+        version = offsets
+    else:
+        ts = pc.coalesce(source.field("ts_ms"), table.column("ts_ms").combine_chunks())
+        if ts.null_count:
+            raise Unsupported("a change without its time")
+        try:
+            version = pc.add_checked(pc.multiply_checked(ts, VERSION_SHIFT), pc.bit_wise_and(offsets, VERSION_SHIFT - 1))
+        except pa.ArrowInvalid as exc:
+            raise Unsupported(str(exc)) from None
+    names, texts = [], []
+    for name, convert in group.converters.items():
+        values = pc.if_else(is_delete, before.field(name), after.field(name))
+        names.append(name)
+        texts.append(_texts(values, convert))
+    image = _images(names, texts, is_truncate)
+    schema_id = row_schema = pa.nulls(n, pa.string())
+    reader = group.reader
+    if reader is not None and reader.schema_id is not None:
+        schema_id = pc.if_else(is_truncate, None, pa.array([reader.schema_id] * n, pa.string()))
+        first = pc.index(pc.invert(is_truncate), True).as_py()
+        key = batch.column("key")[int(group.rows[first])].as_py() if first >= 0 else None
+        described = decoder.describe(reader, key) if first >= 0 else None  # once per schema and task
+        if described is not None:  # on the schema's first change, as the per-record decode does
+            row_schema = pa.array([described, None], pa.string()).take(pa.array((np.arange(n) != first).astype(np.int8)))
+    return [change_op, image, pa.nulls(n, pa.string()), version, pa.nulls(n, pa.string()),
+            pa.nulls(n, pa.string()), batch.column("topic").take(pa.array(group.rows)), pa.nulls(n, STRING_MAP),
+            source_db, source_table, schema_id, row_schema,
+            pa.array(np.zeros(n, np.int32))]
+
+
+# -- grouping ------------------------------------------------------------------------------------------
+def _plain_group(decoder: Decoder, rows: np.ndarray, lines: pa.Array) -> _Group:
+    """The envelopes without the wrapper: their fields are the sinks' (decoder.fields), read by the
+    declared columns."""
+    if decoder.fields is None:
+        raise Unsupported("no declared fields to read a schemaless row by")
+    try:
+        env = JSON_DECODE.decode(lines[0].as_py())
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+        raise Unsupported("the first record is not an envelope") from None
+    sample = env.get("before" if env.get("op") == "d" else "after") if isinstance(env, dict) else None
+    sample = sample if isinstance(sample, dict) else {}
+    names = sorted(decoder.fields)
+    row_type = pa.struct([(n, declared_type(decoder.hints.get(n), sample.get(n))) for n in names])
+    reader = decoder.schemaless
+    return _Group(rows, lines, row_type, {n: reader.converters.get(n, reader.fallback) for n in names}, None, False)
+
+
+def _wrapper_prefix(first: bytes) -> tuple[bytes, msgspec.Raw] | None:
+    """The bytes before the payload in a JsonConverter value ({"schema":…,"payload":), and its schema;
+    None for a value of another layout."""
+    try:
+        top = _WRAPPER.decode(first)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeDecodeError):
+        return None
+    prefix = WRAPPED + bytes(top.schema) + b',"payload":'
+    return (prefix, top.schema) if first.startswith(prefix) else None
+
+
+def _wrapped_group(decoder: Decoder, rows: np.ndarray, whole: pa.Array, prefix: bytes, schema: msgspec.Raw) -> _Group:
+    """The records of one schema (``whole``: their values, each starting with ``prefix``), their
+    payloads cut out."""
+    after = decoder.reader(schema, "after")  # compiled once per schema
+    before = decoder.reader(schema, "before")
+    if after.schema is None or before.schema != after.schema:
+        raise Unsupported("a schema without one row struct")
+    if pc.any(pc.invert(_ends_with(whole, b"}"))).as_py():
+        raise Unsupported("a wrapper of another layout")
+    used = [(n, s) for n, s in after.schema.fields if decoder.fields is None or n in decoder.fields]
+    row_type = pa.struct([(n, connect_type(s)) for n, s in used])
+    lines = pc.binary_slice(whole, len(prefix), -1)
+    return _Group(rows, lines, row_type, {n: after.converters[n] for n, _s in used}, after, True)
+
+
+def _starts_with(values: pa.Array, prefix: bytes) -> np.ndarray:
+    head = pc.binary_slice(values, 0, len(prefix))
+    return pc.fill_null(pc.equal(head, pa.scalar(prefix, pa.binary())), False).to_numpy(zero_copy_only=False)
+
+
+def _ends_with(values: pa.Array, suffix: bytes) -> pa.Array:
+    return pc.equal(pc.binary_slice(values, -len(suffix)), pa.scalar(suffix, pa.binary()))
+
+
+def decode_columns(decoder: Decoder, batch: pa.RecordBatch,
+                   per_record: Callable[[pa.RecordBatch], pa.RecordBatch]) -> pa.RecordBatch:
+    """``batch`` decoded: its groups column-wise, the rest by ``per_record``, in the batch's order."""
+    values = batch.column("value")
+    n = batch.num_rows
+    wrapped = _starts_with(values, WRAPPED)
+    plain = _starts_with(values, b"{") & ~wrapped
+    parts: list[tuple[np.ndarray, list[pa.Array]]] = []
+    slow = np.ones(n, dtype=bool)
+    if plain.any():
+        rows = np.flatnonzero(plain)
+        try:
+            parts.append((rows, _decode_group(decoder, batch, _plain_group(decoder, rows, values.take(rows)))))
+            slow[rows] = False
+        except Unsupported:
+            pass
+    pending = wrapped.copy()
+    for _ in range(MAX_GROUPS):  # one schema at a time: the first pending record's, byte for byte
+        if not pending.any():
+            break
+        rows = np.flatnonzero(pending)
+        found = _wrapper_prefix(values[int(rows[0])].as_py())
+        if found is None:
+            pending[rows[0]] = False
+            continue
+        prefix, schema = found
+        members = rows[_starts_with(values.take(rows), prefix)]
+        pending[members] = False
+        try:
+            group = _wrapped_group(decoder, members, values.take(members), prefix, schema)
+            parts.append((members, _decode_group(decoder, batch, group)))
+            slow[members] = False
+        except Unsupported:
+            pass
+    if not parts:
+        return per_record(batch)
+    names = [f for f, _t in DECODED_FIELDS]
+    chunks = [(rows, pa.RecordBatch.from_arrays(cols, names=names)) for rows, cols in parts]
+    if slow.any():
+        rows = np.flatnonzero(slow)
+        decoded = per_record(batch.take(pa.array(rows)))
+        if decoded.num_rows != len(rows):  # a record of several changes: keep the batch whole
+            return per_record(batch)
+        chunks.append((rows, decoded.select(names)))
+    order = np.concatenate([rows for rows, _c in chunks])
+    changes = pa.Table.from_batches([c for _r, c in chunks]).combine_chunks()
+    changes = changes.take(pa.array(np.argsort(order, kind="stable")))
+    schema = pa.schema([*batch.schema, *[pa.field(f, t) for f, t in DECODED_FIELDS]])
+    return pa.RecordBatch.from_arrays([*batch.columns, *[changes.column(f).combine_chunks() for f in names]],
+                                      schema=schema)

@@ -1,0 +1,130 @@
+"""The column-wise Debezium decode (connectors/debezium/columns.py) against the per-record one, on
+change events written as Debezium's MySQL connector writes them (tests/fixtures/debezium/
+mysql_all_types.py: every type, in each connector mode, with and without the schema wrapper)."""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from bench.workload import Workload
+from connectors.changes import RecordDecoder
+from connectors.debezium import columns
+from connectors.debezium.envelope import Decoder, hints_from_columns
+from tests.fixtures.debezium import mysql_all_types as fx
+from tests.integration.test_debezium_types import COLUMNS, SCHEMALESS_ENCODINGS
+from tests.unit.decoding import raw_batch
+
+
+def _decoders(columns_: list[dict[str, Any]] | None, fields: bool, versioning: str = "source_ts_ms") -> Decoder:
+    hints = hints_from_columns((c.get("field", c["name"]), c["type"], c.get("encoding")) for c in columns_ or [])
+    used = frozenset(c.get("field", c["name"]) for c in columns_ or []) if fields else None
+    return Decoder(versioning, hints, need_json=False, fields=used)
+
+
+def _both(columns_: list[dict[str, Any]] | None, records: list[tuple[bytes | None, bytes | None]], fields: bool,
+          versioning: str = "source_ts_ms") -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
+    """(column-wise rows, per-record rows, records the column-wise decode left to the per-record one)."""
+    batch = raw_batch(records, fx.TOPIC)
+    slow = [0]
+
+    fast_decoder = _decoders(columns_, fields, versioning)
+
+    def per_record(b: pa.RecordBatch) -> pa.RecordBatch:
+        slow[0] += b.num_rows
+        return RecordDecoder.decode_batch(fast_decoder, b)
+
+    fast = columns.decode_columns(fast_decoder, batch, per_record)
+    assert fast.schema == RecordDecoder.decode_batch(_decoders(columns_, fields, versioning), batch).schema
+    reference = RecordDecoder.decode_batch(_decoders(columns_, fields, versioning), batch)
+    return fast.to_pylist(), reference.to_pylist(), slow[0]
+
+
+def _value(text: str | None) -> Any:
+    """A text as the value MySQL reads from it (a number's digits may differ: 19.90 and 19.9)."""
+    if text is None:
+        return None
+    try:
+        return Decimal(text)
+    except InvalidOperation:
+        return text
+
+
+def _same(fast: list[dict[str, Any]], reference: list[dict[str, Any]]) -> None:
+    assert len(fast) == len(reference)
+    for i, (f, r) in enumerate(zip(fast, reference, strict=True)):
+        fi, ri = f.pop("image"), r.pop("image")
+        assert f == r, i
+        if ri is None:
+            assert fi is None, i
+            continue
+        fmap = {k: _value(v) for k, v in fi if v is not None}
+        rmap = {k: _value(v) for k, v in ri if v is not None}
+        assert fmap == rmap, i
+
+
+@pytest.mark.parametrize("modes", [
+    {"time_precision_mode": "adaptive_time_microseconds"}, {"time_precision_mode": "connect"},
+    {"time_precision_mode": "adaptive"},
+    {"decimal_mode": "string", "binary_mode": "hex", "bigint_unsigned_mode": "precise"},
+    {"decimal_mode": "double", "binary_mode": "base64", "bigint_unsigned_mode": "long"}])
+@pytest.mark.parametrize("fields", [True, False])
+def test_every_type_with_the_schema_wrapper_decodes_as_record_by_record(modes: dict[str, str], fields: bool) -> None:
+    binary = modes.get("binary_mode")
+    declared = [{**c, **({"encoding": binary} if binary and c["name"] in ("c_binary", "c_varbinary", "c_blob")
+                         else {})} for c in COLUMNS]
+    records = fx.events(**modes)
+    fast, reference, slow = _both(declared, records, fields)
+    _same(fast, reference)
+    assert slow == sum(1 for _k, v in records if v is None)  # only the tombstone is read record by record
+
+
+def test_every_type_without_the_wrapper_decodes_as_record_by_record() -> None:
+    declared = [{**c, **({"encoding": SCHEMALESS_ENCODINGS[c["name"]]} if c["name"] in SCHEMALESS_ENCODINGS else {})}
+                for c in COLUMNS]
+    records = fx.events(schemas=False)
+    fast, reference, slow = _both(declared, records, True)
+    _same(fast, reference)
+    assert slow == 1
+
+
+@pytest.mark.parametrize("versioning", ["source_ts_ms", "kafka_offset"])
+def test_the_bench_stream_decodes_column_wise(versioning: str) -> None:
+    declared = [{"name": "id", "type": "BIGINT"}, {"name": "customer", "type": "VARCHAR(32)"},
+                {"name": "status", "type": "VARCHAR(16)"}, {"name": "amount", "type": "DECIMAL(10,2)"},
+                {"name": "updated_at", "type": "BIGINT", "field": "updated_ms"}]
+    records = [(k, v) for k, v, *_ in Workload(2_000, 300, 7).stream()]
+    fast, reference, slow = _both(declared, records, True, versioning)
+    _same(fast, reference)
+    assert slow == 0
+
+
+def test_odd_records_take_the_per_record_decode_and_keep_their_place() -> None:
+    """A broken record, a value of another JSON type, an unwrapped row, a tombstone and a truncate
+    among good records: the result is the per-record decode's, in the batch's order."""
+    declared = [{"name": "id", "type": "BIGINT"}, {"name": "name", "type": "VARCHAR(20)"}]
+    good = [(b'{"id":%d}' % i, b'{"op":"c","after":{"id":%d,"name":"n%d"},"source":{"ts_ms":%d,"db":"d",'
+             b'"table":"t"},"ts_ms":1}' % (i, i, 1000 + i)) for i in range(6)]
+    odd = [(b'{"id":9}', b'{"op":"c","after":{"id":"nine"},"source":{"ts_ms":5}}'),  # a string id
+           (b'{"id":9}', b'{"op":"c","after":{'),  # broken JSON
+           (b'{"id":9}', None),  # a tombstone
+           (None, b'{"id":9,"name":"x","__deleted":"true","__source_ts_ms":7}'),  # unwrapped
+           (None, b'{"op":"t","source":{"ts_ms":8,"db":"d","table":"t"}}'),  # a truncate
+           (b'{"id":9}', b'{"op":"x","after":{"id":9},"source":{"ts_ms":5}}')]  # an unknown op
+    records = [good[0], odd[0], good[1], odd[1], good[2], odd[2], good[3], odd[3], good[4], odd[4], good[5], odd[5]]
+    fast, reference, slow = _both(declared, records, True)
+    _same(fast, reference)
+    assert slow > 0
+
+
+def test_a_group_with_a_value_its_converter_refuses_is_read_record_by_record() -> None:
+    declared = [{"name": "id", "type": "BIGINT"}, {"name": "d", "type": "DATE"}]
+    records = [(b'{"id":1}', b'{"op":"c","after":{"id":1,"d":19000},"source":{"ts_ms":5}}'),
+               (b'{"id":2}', b'{"op":"c","after":{"id":2,"d":99999999},"source":{"ts_ms":6}}')]
+    fast, reference, slow = _both(declared, records, True)
+    _same(fast, reference)
+    assert slow == 2
+    assert reference[1]["error_stage"] == "converter"
