@@ -10,14 +10,20 @@ field becomes its exact MySQL text: a cast where the text is the value's own (st
 booleans, decimals), the field's converter (connectors/debezium/types.py) per value for the logical
 types (Decimal bytes, dates, times …).
 
+Where a sink needs documents (Elasticsearch), each row's JSON document is made column-wise too:
+strings escaped, numbers and booleans as they read, each logical type's document value by its
+converter. Without a field list (no declared columns name every field a sink uses), a schemaless
+group reads the first record's fields, and any other field the records have by its JSON type.
+
 The reader is strict: a value of another JSON type than its column's, a duplicate field, a line that
 is not one object, or a value a converter refuses fails the group, and its records take the
 per-record decode, which says per record what is wrong (a dead letter) or reads the odd shape.
 Tombstones, the unwrapped rows of ExtractNewRecordState, deletes without a ``before`` image and
 records that are not a JSON object take it too. So the result is the per-record decode's, record for
 record, except that a number's text is Arrow's (a DOUBLE's 19.90 is 19.9, a DECIMAL read from a JSON
-number has its column's scale): the same value in the column. Only pipelines without documents take
-this decode (Elasticsearch's documents keep each value's JSON type: the per-record decode builds them).
+number has its column's scale: the same value), and that a field a record lacks is null in its image
+and document (the per-record decode leaves it out: the same row in MySQL and the same document in
+Elasticsearch searches).
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from connectors.changes import DECODED_FIELDS, JSON_DECODE, STRING_MAP, TRUNCATE, VERSION_SHIFT
+from connectors.changes import DECODED_FIELDS, JSON_DECODE, JSON_ENCODE, STRING_MAP, TRUNCATE, VERSION_SHIFT
 from connectors.debezium.types import AS_TEXT, SPATIAL_TYPES, ColumnHint, Converter, FieldSchema
 
 if TYPE_CHECKING:
@@ -103,8 +109,9 @@ def declared_type(hint: ColumnHint | None, sample: Any) -> pa.DataType:
 
 
 # -- one group ----------------------------------------------------------------------------------------
-def _read(lines: pa.Array, row: pa.StructType, wrapper_fields: bool) -> pa.Table:
-    """Envelopes (one JSON object per value) -> op, before, after, source, ts_ms columns."""
+def _read(lines: pa.Array, row: pa.StructType, wrapper_fields: bool, infer: bool = False) -> pa.Table:
+    """Envelopes (one JSON object per value) -> op, before, after, source, ts_ms columns; with
+    ``infer``, the fields the read schema does not name are read too, by their JSON types."""
     fields = [("op", pa.string()), ("before", row), ("after", row), ("source", _SOURCE), ("ts_ms", pa.int64())]
     if wrapper_fields:  # an unwrapped envelope must not hold the wrapper's fields
         fields += [("schema", pa.null()), ("payload", pa.null())]
@@ -118,7 +125,7 @@ def _read(lines: pa.Array, row: pa.StructType, wrapper_fields: bool) -> pa.Table
         table = pj.read_json(pa.BufferReader(buffer), read_options=pj.ReadOptions(use_threads=False,
                                                                                   block_size=len(buffer) + 1),
                              parse_options=pj.ParseOptions(explicit_schema=pa.schema(fields),
-                                                           unexpected_field_behavior="ignore"))
+                                                           unexpected_field_behavior="infer" if infer else "ignore"))
     except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
         raise Unsupported(str(exc)) from None
     if table.num_rows != len(lines):
@@ -126,14 +133,45 @@ def _read(lines: pa.Array, row: pa.StructType, wrapper_fields: bool) -> pa.Table
     return table
 
 
-def _texts(values: pa.Array, convert: Converter) -> pa.Array:
-    """A field's typed values -> its exact MySQL texts."""
-    if convert in AS_TEXT and not pa.types.is_struct(values.type):
-        return values if pa.types.is_string(values.type) else pc.cast(values, pa.string())
+def _texts(values: pa.Array, convert: Converter, documents: bool) -> tuple[pa.Array, pa.Array | None]:
+    """A field's typed values -> its exact MySQL texts and (``documents``) its JSON in documents."""
+    if convert in AS_TEXT and not pa.types.is_struct(values.type) and not pa.types.is_list(values.type):
+        texts = values if pa.types.is_string(values.type) or pa.types.is_null(values.type) \
+            else pc.cast(values, pa.string())
+        if not documents:
+            return texts, None
+        return texts, _json_strings(values) if pa.types.is_string(values.type) else texts
     try:
-        return pa.array([convert(v)[0] for v in values.to_pylist()], pa.string())
+        converted = [convert(v) for v in values.to_pylist()]
+        texts = pa.array([t for t, _d in converted], pa.string())
     except Exception as exc:  # a value its converter refuses: the per-record decode says which record  # noqa: BLE001
         raise Unsupported(str(exc)) from None
+    if not documents:
+        return texts, None
+    return texts, pa.array([None if d is None else JSON_ENCODE.encode(d).decode("utf-8") for _t, d in converted],
+                           pa.string())
+
+
+def _json_strings(values: pa.Array) -> pa.Array:
+    """Strings as JSON string literals (null stays null): quotes and backslashes escaped here, a
+    string with a control character by the JSON encoder."""
+    if pc.any(pc.match_substring_regex(values, "[\x00-\x1f]")).as_py():
+        return pa.array([None if v is None else JSON_ENCODE.encode(v).decode("utf-8") for v in values.to_pylist()],
+                        pa.string())
+    escaped = pc.replace_substring(pc.replace_substring(values, "\\", "\\\\"), '"', '\\"')
+    return pc.binary_join_element_wise('"', escaped, '"', "")
+
+
+def _documents(names: list[str], fragments: list[pa.Array], mask: pa.Array) -> pa.Array:
+    """Per row, the JSON object of its fields (each fragment already JSON; null is null)."""
+    parts: list[Any] = []
+    for i, (name, fragment) in enumerate(zip(names, fragments, strict=True)):
+        parts += [("{" if i == 0 else ",") + JSON_ENCODE.encode(name).decode("utf-8") + ":",
+                  pc.fill_null(fragment.cast(pa.string()), "null")]
+    if not parts:
+        return pc.if_else(mask, None, pa.array(["{}"] * len(mask), pa.string()))
+    documents = pc.binary_join_element_wise(*parts, "}", "")
+    return pc.if_else(mask, None, documents)
 
 
 def _images(names: list[str], texts: list[pa.Array], mask: pa.Array) -> pa.Array:
@@ -149,17 +187,32 @@ def _images(names: list[str], texts: list[pa.Array], mask: pa.Array) -> pa.Array
 
 
 class _Group:
-    """The records of one shape, and how to read their rows."""
+    """The records of one shape, and how to read their rows (``infer``: fields beyond the read
+    schema's are read too, each with the fallback converter)."""
 
     def __init__(self, rows: np.ndarray, lines: pa.Array, row_type: pa.StructType, converters: dict[str, Converter],
-                 reader: RowReader | None, wrapped: bool) -> None:
+                 reader: RowReader | None, wrapped: bool, infer: bool = False, fallback: Converter | None = None) -> None:
         self.rows, self.lines, self.row_type, self.converters = rows, lines, row_type, converters
-        self.reader, self.wrapped = reader, wrapped
+        self.reader, self.wrapped, self.infer, self.fallback = reader, wrapped, infer, fallback
+
+
+def _fields(before: pa.DataType, after: pa.DataType, group: _Group) -> dict[str, Converter]:
+    """The row fields to read: the read schema's, and with ``infer`` those the records added (the
+    before and after images must agree on them)."""
+    if not group.infer:
+        return group.converters
+    extra_after = [f.name for f in after if f.name not in group.converters]
+    extra_before = [f.name for f in before if f.name not in group.converters]
+    if extra_after != extra_before or any(pa.types.is_struct(f.type) or pa.types.is_list(f.type)
+                                          for f in after if f.name in extra_after):
+        raise Unsupported("fields beyond the first record's that differ between images or are structured")
+    assert group.fallback is not None
+    return {**group.converters, **{name: group.fallback for name in extra_after}}
 
 
 def _decode_group(decoder: Decoder, batch: pa.RecordBatch, group: _Group) -> list[pa.Array]:
     """The change columns (DECODED_FIELDS) of one group's records."""
-    table = _read(group.lines, group.row_type, not group.wrapped)
+    table = _read(group.lines, group.row_type, not group.wrapped, group.infer)
     n = table.num_rows
     op = table.column("op").combine_chunks()
     which = pc.index_in(op, _OPS)
@@ -188,12 +241,19 @@ def _decode_group(decoder: Decoder, batch: pa.RecordBatch, group: _Group) -> lis
             version = pc.add_checked(pc.multiply_checked(ts, VERSION_SHIFT), pc.bit_wise_and(offsets, VERSION_SHIFT - 1))
         except pa.ArrowInvalid as exc:
             raise Unsupported(str(exc)) from None
-    names, texts = [], []
-    for name, convert in group.converters.items():
-        values = pc.if_else(is_delete, before.field(name), after.field(name))
+    names, texts, fragments = [], [], []
+    row_fields = _fields(before.type, after.type, group)
+    for name, convert in row_fields.items():
+        try:
+            values = pc.if_else(is_delete, before.field(name), after.field(name))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError) as exc:
+            raise Unsupported(f"field {name!r} of two types: {exc}") from None
+        text, fragment = _texts(values, convert, decoder.need_json)
         names.append(name)
-        texts.append(_texts(values, convert))
+        texts.append(text)
+        fragments.append(fragment)
     image = _images(names, texts, is_truncate)
+    documents = _documents(names, fragments, is_truncate) if decoder.need_json else pa.nulls(n, pa.string())
     schema_id = row_schema = pa.nulls(n, pa.string())
     reader = group.reader
     if reader is not None and reader.schema_id is not None:
@@ -203,7 +263,7 @@ def _decode_group(decoder: Decoder, batch: pa.RecordBatch, group: _Group) -> lis
         described = decoder.describe(reader, key) if first >= 0 else None  # once per schema and task
         if described is not None:  # on the schema's first change, as the per-record decode does
             row_schema = pa.array([described, None], pa.string()).take(pa.array((np.arange(n) != first).astype(np.int8)))
-    return [change_op, image, pa.nulls(n, pa.string()), version, pa.nulls(n, pa.string()),
+    return [change_op, image, documents, version, pa.nulls(n, pa.string()),
             pa.nulls(n, pa.string()), batch.column("topic").take(pa.array(group.rows)), pa.nulls(n, STRING_MAP),
             source_db, source_table, schema_id, row_schema,
             pa.array(np.zeros(n, np.int32))]
@@ -213,18 +273,18 @@ def _decode_group(decoder: Decoder, batch: pa.RecordBatch, group: _Group) -> lis
 def _plain_group(decoder: Decoder, rows: np.ndarray, lines: pa.Array) -> _Group:
     """The envelopes without the wrapper: their fields are the sinks' (decoder.fields), read by the
     declared columns."""
-    if decoder.fields is None:
-        raise Unsupported("no declared fields to read a schemaless row by")
     try:
         env = JSON_DECODE.decode(lines[0].as_py())
     except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
         raise Unsupported("the first record is not an envelope") from None
     sample = env.get("before" if env.get("op") == "d" else "after") if isinstance(env, dict) else None
     sample = sample if isinstance(sample, dict) else {}
-    names = sorted(decoder.fields)
+    infer = decoder.fields is None  # every field: the first record's, and any other the records have
+    names = list(sample) if infer else sorted(decoder.fields)  # type: ignore[arg-type]
     row_type = pa.struct([(n, declared_type(decoder.hints.get(n), sample.get(n))) for n in names])
     reader = decoder.schemaless
-    return _Group(rows, lines, row_type, {n: reader.converters.get(n, reader.fallback) for n in names}, None, False)
+    return _Group(rows, lines, row_type, {n: reader.converters.get(n, reader.fallback) for n in names}, None, False,
+                  infer, reader.fallback)
 
 
 def _wrapper_prefix(first: bytes) -> tuple[bytes, msgspec.Raw] | None:

@@ -207,9 +207,9 @@ class Decoder(RecordDecoder):
         return texts, (_ENCODE.encode(docs).decode("utf-8") if self.need_json else None)
 
     def decode_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        """Column-wise where no sink needs documents (connectors/debezium/columns.py), the records
-        that decode does not read one by one."""
-        if self.need_json or not batch.num_rows:
+        """Column-wise (connectors/debezium/columns.py); the records that decode does not read, one
+        by one."""
+        if not batch.num_rows:
             return super().decode_batch(batch)
         return decode_columns(self, batch, super().decode_batch)
 

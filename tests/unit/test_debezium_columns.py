@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from bench.workload import Workload
-from connectors.changes import RecordDecoder
+from connectors.changes import JSON_DECODE, RecordDecoder
 from connectors.debezium import columns
 from connectors.debezium.envelope import Decoder, hints_from_columns
 from tests.fixtures.debezium import mysql_all_types as fx
@@ -19,27 +19,29 @@ from tests.integration.test_debezium_types import COLUMNS, SCHEMALESS_ENCODINGS
 from tests.unit.decoding import raw_batch
 
 
-def _decoders(columns_: list[dict[str, Any]] | None, fields: bool, versioning: str = "source_ts_ms") -> Decoder:
+def _decoder(columns_: list[dict[str, Any]] | None, fields: bool, versioning: str = "source_ts_ms",
+             documents: bool = False) -> Decoder:
     hints = hints_from_columns((c.get("field", c["name"]), c["type"], c.get("encoding")) for c in columns_ or [])
     used = frozenset(c.get("field", c["name"]) for c in columns_ or []) if fields else None
-    return Decoder(versioning, hints, need_json=False, fields=used)
+    return Decoder(versioning, hints, need_json=documents, fields=used)
 
 
 def _both(columns_: list[dict[str, Any]] | None, records: list[tuple[bytes | None, bytes | None]], fields: bool,
-          versioning: str = "source_ts_ms") -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
+          versioning: str = "source_ts_ms",
+          documents: bool = False) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
     """(column-wise rows, per-record rows, records the column-wise decode left to the per-record one)."""
     batch = raw_batch(records, fx.TOPIC)
     slow = [0]
 
-    fast_decoder = _decoders(columns_, fields, versioning)
+    fast_decoder = _decoder(columns_, fields, versioning, documents)
 
     def per_record(b: pa.RecordBatch) -> pa.RecordBatch:
         slow[0] += b.num_rows
         return RecordDecoder.decode_batch(fast_decoder, b)
 
     fast = columns.decode_columns(fast_decoder, batch, per_record)
-    assert fast.schema == RecordDecoder.decode_batch(_decoders(columns_, fields, versioning), batch).schema
-    reference = RecordDecoder.decode_batch(_decoders(columns_, fields, versioning), batch)
+    assert fast.schema == RecordDecoder.decode_batch(_decoder(columns_, fields, versioning, documents), batch).schema
+    reference = RecordDecoder.decode_batch(_decoder(columns_, fields, versioning, documents), batch)
     return fast.to_pylist(), reference.to_pylist(), slow[0]
 
 
@@ -53,9 +55,18 @@ def _value(text: str | None) -> Any:
         return text
 
 
+def _document(text: str | None) -> Any:
+    """A document as its values: numbers by value, fields that are null left out."""
+    if text is None:
+        return None
+    doc = JSON_DECODE.decode(text)
+    return {k: v for k, v in doc.items() if v is not None}
+
+
 def _same(fast: list[dict[str, Any]], reference: list[dict[str, Any]]) -> None:
     assert len(fast) == len(reference)
     for i, (f, r) in enumerate(zip(fast, reference, strict=True)):
+        assert _document(f.pop("image_json")) == _document(r.pop("image_json")), i
         fi, ri = f.pop("image"), r.pop("image")
         assert f == r, i
         if ri is None:
@@ -71,33 +82,36 @@ def _same(fast: list[dict[str, Any]], reference: list[dict[str, Any]]) -> None:
     {"time_precision_mode": "adaptive"},
     {"decimal_mode": "string", "binary_mode": "hex", "bigint_unsigned_mode": "precise"},
     {"decimal_mode": "double", "binary_mode": "base64", "bigint_unsigned_mode": "long"}])
-@pytest.mark.parametrize("fields", [True, False])
-def test_every_type_with_the_schema_wrapper_decodes_as_record_by_record(modes: dict[str, str], fields: bool) -> None:
+@pytest.mark.parametrize(("fields", "documents"), [(True, False), (False, False), (False, True)])
+def test_every_type_with_the_schema_wrapper_decodes_as_record_by_record(modes: dict[str, str], fields: bool,
+                                                                        documents: bool) -> None:
     binary = modes.get("binary_mode")
     declared = [{**c, **({"encoding": binary} if binary and c["name"] in ("c_binary", "c_varbinary", "c_blob")
                          else {})} for c in COLUMNS]
     records = fx.events(**modes)
-    fast, reference, slow = _both(declared, records, fields)
+    fast, reference, slow = _both(declared, records, fields, documents=documents)
     _same(fast, reference)
     assert slow == sum(1 for _k, v in records if v is None)  # only the tombstone is read record by record
 
 
-def test_every_type_without_the_wrapper_decodes_as_record_by_record() -> None:
+@pytest.mark.parametrize(("fields", "documents"), [(True, False), (False, True)])
+def test_every_type_without_the_wrapper_decodes_as_record_by_record(fields: bool, documents: bool) -> None:
     declared = [{**c, **({"encoding": SCHEMALESS_ENCODINGS[c["name"]]} if c["name"] in SCHEMALESS_ENCODINGS else {})}
                 for c in COLUMNS]
     records = fx.events(schemas=False)
-    fast, reference, slow = _both(declared, records, True)
+    fast, reference, slow = _both(declared, records, fields, documents=documents)
     _same(fast, reference)
     assert slow == 1
 
 
-@pytest.mark.parametrize("versioning", ["source_ts_ms", "kafka_offset"])
-def test_the_bench_stream_decodes_column_wise(versioning: str) -> None:
+@pytest.mark.parametrize(("versioning", "documents"), [("source_ts_ms", False), ("kafka_offset", False),
+                                                       ("source_ts_ms", True)])
+def test_the_bench_stream_decodes_column_wise(versioning: str, documents: bool) -> None:
     declared = [{"name": "id", "type": "BIGINT"}, {"name": "customer", "type": "VARCHAR(32)"},
                 {"name": "status", "type": "VARCHAR(16)"}, {"name": "amount", "type": "DECIMAL(10,2)"},
                 {"name": "updated_at", "type": "BIGINT", "field": "updated_ms"}]
     records = [(k, v) for k, v, *_ in Workload(2_000, 300, 7).stream()]
-    fast, reference, slow = _both(declared, records, True, versioning)
+    fast, reference, slow = _both(declared, records, not documents, versioning, documents)
     _same(fast, reference)
     assert slow == 0
 
