@@ -254,7 +254,7 @@ def _tables_writer(job: WindowJob,
     changes, the projection and the last change per key in Arrow, then the table's writer; one
     connection and one dead-letter producer for them all."""
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from connectors.mysql.sink import MySqlSink, writer_engine  # noqa: PLC0415
+        from connectors.mysql.sink import MySqlSink, read_newest_tombstones, writer_engine  # noqa: PLC0415
 
         received = list(batches)
         if not received:
@@ -262,13 +262,14 @@ def _tables_writer(job: WindowJob,
         engine = writer_engine(group.target.url, shared=True)
         dlq = _dead_letters(job)
         try:
-            for name, rows in by_table(pa.Table.from_batches(received)):
-                target = group.tables[name]
+            tables = [(group.tables[name], rows) for name, rows in by_table(pa.Table.from_batches(received))]
+            sinks = [MySqlSink(t.config, t.url, engine=engine) for t, _rows in tables]  # type: ignore[arg-type]
+            read_newest_tombstones(engine, sinks)  # one query for the task's tables (each open() would read its own)
+            for (target, rows), sink in zip(tables, sinks, strict=True):
                 cfg = target.config
                 assert isinstance(cfg, MySqlSinkConfig)
                 latest = latest_rows(project_rows(rows, cfg), key_columns(cfg))
-                yield _write_target(job, target, iter(latest.to_batches()), MySqlSink(cfg, target.url, engine=engine),
-                                    dlq, prepared=True)
+                yield _write_target(job, target, iter(latest.to_batches()), sink, dlq, prepared=True)
         finally:
             engine.dispose()
     return write

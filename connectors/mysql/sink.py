@@ -66,6 +66,7 @@ DATA_ERRORS = frozenset({1048, 1062, 1264, 1265, 1292, 1364, 1366, 1367, 1406, 1
 RETRY_ERRORS = frozenset({1205, 1213})
 # Problems of the deployment rather than of a record: fail the window with the server's words.
 CONFIG_ERRORS = frozenset({1044, 1045, 1049, 1054, 1059, 1103, 1117, 1118, 1142, 1146, 1166, 1170})
+ROW_PATH_MAX = 64  # a set of at most this many changes is applied on the row path: no staging tables to make
 SET_PAYLOAD_BYTES = 4_000_000  # per INSERT of the staging load: well under max_allowed_packet (16 MiB default)
 UPSERT_STAGE, DELETE_STAGE = "cdcflow_stage_upserts", "cdcflow_stage_deletes"
 HASH_COLUMN, KEY_JSON_COLUMN = "__cdc_key_hash", "__cdc_key_json"
@@ -168,6 +169,7 @@ class MySqlSink:
         self._shared = engine
         self._window: sa.Connection | None = None  # exactly-once: the window's one transaction
         self._newest_tombstone: int | None = None
+        self._known_tombstone: tuple[int | None] | None = None  # read for many tables at once: read_newest_tombstones
         self._columns = [c.name for c in cfg.columns]
         self._data_columns = [c for c in self._columns if c not in cfg.primary_key]
         self._build_sql()
@@ -279,6 +281,9 @@ class MySqlSink:
         """Connect, create or evolve the table (``prepared``: :func:`prepare_tables` did it) and
         read the newest tombstone."""
         self._engine = self._shared or self._make_engine(writer=True)
+        if prepared and self._known_tombstone is not None:
+            self._newest_tombstone = self._known_tombstone[0]
+            return
         try:
             with self._engine.begin() as conn:
                 if not prepared:
@@ -466,6 +471,9 @@ class MySqlSink:
             size = self.cfg.batch_size
             return [f for i in range(0, len(changes), size) for f in self._apply(changes[i:i + size])]
 
+        if table.num_rows <= ROW_PATH_MAX:  # a few rows: fewer statements than the staging tables take
+            changes = [c for batch in table.to_batches() for c in arrow_changes(batch, self.cfg)]
+            return self._apply(changes)
         try:
             return self._transact(lambda: self.stats.add(self._apply_set(table)), by_rows)
         except bulk.NotBulkLoadable:  # e.g. a binary column: the row path binds it as a parameter
@@ -579,6 +587,23 @@ class MySqlSink:
                                f"({code}) {detail}")
         return SinkUnavailable(f"sink {self.name!r}: MySQL at {where} failed while {doing} "
                                f"table {self.cfg.table!r}: ({code}) {detail}")
+
+
+def read_newest_tombstones(engine: sa.Engine, sinks: Sequence[MySqlSink]) -> None:
+    """Each sink's newest tombstone, for many tables in one query (what :meth:`MySqlSink.open`
+    reads per table). The tables must be prepared (:func:`prepare_tables`: the tombstone table exists)."""
+    if not sinks:
+        return
+    tables = [s.cfg.table for s in sinks]
+    marks = ", ".join(["%s"] * len(tables))
+    try:
+        with engine.connect() as conn:
+            found = dict(conn.exec_driver_sql(f"SELECT table_name, MAX(version) FROM {quote(TOMBSTONES)} "
+                                              f"WHERE table_name IN ({marks}) GROUP BY table_name", tuple(tables)).all())
+    except DBAPIError as exc:
+        raise sinks[0]._infra_error("reading the newest tombstones of", exc) from exc  # noqa: SLF001
+    for sink in sinks:
+        sink._known_tombstone = (found.get(sink.cfg.table),)  # noqa: SLF001
 
 
 def prepare_tables(url: str, sinks: Sequence[MySqlSink]) -> None:

@@ -26,6 +26,13 @@ HOSTILE = ["it's", 'say "hi"', "back\\slash", "tab\there", "new\nline", "cr\rlf"
            "100% sure", "'); DROP TABLE x; --", "emoji \U0001F600 é", "", "NULL", "\\N", "\\"]
 
 
+@pytest.fixture(autouse=True)
+def _small_sets_take_the_set_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests' sets are small; the set path is what they test (a set of at most ROW_PATH_MAX
+    changes takes the row path: test_a_small_set_takes_the_row_path_with_the_same_result)."""
+    monkeypatch.setattr(mysql_sink, "ROW_PATH_MAX", 0)
+
+
 def make_sink(table: str, apply: str, **extra: Any) -> MySqlSink:
     cfg = MySqlSinkConfig(type="mysql", name="m", table=table, primary_key=["id"], columns=COLUMNS,
                           create_table=True, apply=apply, batch_size=7, **extra)
@@ -82,6 +89,30 @@ def test_set_path_writes_exactly_what_the_row_path_writes_for_hostile_values() -
     finally:
         for s in sinks:
             s.close()
+
+
+def test_a_small_set_takes_the_row_path_with_the_same_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mysql_sink, "ROW_PATH_MAX", 64)
+    t_small, t_set = unique("small"), unique("set")
+    small = make_sink(t_small, "set")
+    try:
+        assert apply(small, hostile_changes()) == []
+        monkeypatch.setattr(mysql_sink, "ROW_PATH_MAX", 0)
+        big = make_sink(t_set, "set")
+        assert apply(big, hostile_changes()) == []
+        big.close()
+        assert table_rows(t_small) == table_rows(t_set)
+        assert "set_batches" not in small.stats.extra and small.stats.upserted == len(HOSTILE) + 1
+        assert small.stats.deleted == 1
+        # the row path keeps the guard: an older replay neither goes back nor resurrects the delete
+        monkeypatch.setattr(mysql_sink, "ROW_PATH_MAX", 64)
+        small.close()
+        small = make_sink(t_small, "set")
+        assert apply(small, [("upsert", 1, 0, "older", Decimal("1.00"), None, None),
+                             ("upsert", 60, 101, "deleted before", None, None, None)]) == []
+        assert table_rows(t_small) == table_rows(t_set) and small.stats.stale == 1
+    finally:
+        small.close()
 
 
 def test_set_path_never_goes_back_and_never_resurrects_a_delete() -> None:
