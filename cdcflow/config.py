@@ -262,7 +262,8 @@ class MySqlSinkConfig(StrictModel):
         default_factory=list, description="Explicit column mapping; empty: from the record schema (Debezium's "
         "Connect schema, schemas.enable=true, or the schema the transforms leave), with create_table: true.")
     create_table: bool = Field(default=False, description="Create missing tables (Kafka Connect's auto.create).")
-    auto_evolve: bool = Field(default=False, description="Add nullable columns for new fields; never drops any.")
+    auto_evolve: bool = Field(default=False, description="Add the declared columns the table lacks, nullable; never "
+                              "drops any. A table made from the record schema follows schema_changes instead.")
     batch_size: int = Field(default=500, ge=1, le=10_000, description="Rows per statement on the row path.")
     apply: Literal["set", "rows"] = Field(
         default="set", description="set: bulk-load each batch of changes into a temporary table and apply it "
@@ -483,6 +484,13 @@ class PipelineConfig(StrictModel):
         default="ignore", description="A TRUNCATE of a source table (Debezium op t, GoldenGate T, Canal TRUNCATE): "
         "ignore (the default, as in Debezium's JDBC sink: counted in the window's stats, the target keeps its rows) "
         "or dlq (sent to the dead-letter topic, errors.tolerance all). Applying it is not supported yet.")
+    schema_changes: Literal["lenient", "evolve", "ignore", "fail"] = Field(
+        default="lenient", description="What a window does when the record schema of a table made from it "
+        "(create_table without columns) differs from the table in MySQL (docs/schema-changes.md): lenient (the "
+        "default) adds columns, widens types, adds ENUM/SET values, drops NOT NULL and keeps dropped columns as "
+        "nullable; evolve also converts to another type that holds every old value; ignore runs no DDL and "
+        "writes the columns the table has; fail stops the window. A narrowing change or another primary key "
+        "always stops the window, named; nothing is written and no offset moves.")
     errors: ErrorsConfig = ErrorsConfig()
     offset_store: OffsetStoreConfig = OffsetStoreConfig()
     spark: SparkConfig = SparkConfig()

@@ -532,7 +532,7 @@ def _process(cfg: PipelineConfig, window: WindowPlan, p: RunParams, store: Offse
         key_converter=cfg.source.key_converter, value_converter=cfg.source.value_converter,
         dead_letters_sent=_sent_before(cfg, window, store), faults=faults.active(),
         offsets_sink=cfg.offset_store.sink, spark_timeout=cfg.spark.timeout, max_dead_letters=cfg.errors.max_dead_letters,
-        source_format=cfg.source.format, truncate=cfg.truncate,
+        source_format=cfg.source.format, truncate=cfg.truncate, schema_changes=cfg.schema_changes,
         offsets_mode="keep" if not window.moves_offsets else "advance" if window.origin == "stored" else "set")
     spark = spark or get_spark(cfg.spark, app_name=f"cdcflow-{cfg.name}")
     faults.checkpoint("before_read")

@@ -45,6 +45,7 @@ from spark_jobs.tables import (
     by_table,
     key_columns,
     latest_rows,
+    prepare_derived,
     prepare_tables,
     project_rows,
 )
@@ -99,6 +100,7 @@ class WindowJob:
     spark_timeout: float = 1800.0  # spark.timeout: the window's Spark work is cancelled past it (spark_jobs/deadline.py)
     source_format: str = "debezium"  # source.format: the decoder of the records (connectors/formats.py)
     truncate: str = "ignore"  # truncate: what a TRUNCATE of a source table does (ignore | dlq)
+    schema_changes: str = "lenient"  # tables made from the record schema: connectors/mysql/evolution.py
 
     def offset_commit(self, ends: dict[tuple[str, int], tuple[int, int]]) -> OffsetCommit | None:
         if self.offsets_sink is None:
@@ -119,11 +121,13 @@ class WindowResult:
     sink_offsets: dict[str, Any] | None = None
     record_time: list[int | None] = field(default_factory=lambda: [None, None])  # Kafka ms: first, last
     truncates_ignored: int = 0  # TRUNCATEs of source tables left unapplied (truncate: ignore)
+    schema_changes: list[dict[str, Any]] = field(default_factory=list)  # DDL run and changes ignored, per column
 
     def stats(self) -> dict[str, Any]:
         return {"records": self.records, "dead_lettered": self.dead_lettered, "record_time": self.record_time,
                 **({"sink_offsets": self.sink_offsets} if self.sink_offsets is not None else {}),
                 **({"truncates_ignored": self.truncates_ignored} if self.truncates_ignored else {}),
+                **({"schema_changes": self.schema_changes} if self.schema_changes else {}),
                 "dead_letters": [{"stage": st, "error_class": ec, "count": n}
                                  for (st, ec), n in sorted(self.dead_letters.items())],
                 "sinks": {n: vars(s) for n, s in self.sinks.items()},
@@ -435,9 +439,9 @@ def _run(spark: SparkSession, job: WindowJob,
                                               F.lit(target.component).alias("component")))
             own = reports_own_errors(target, frame)
             if own and _one_job_for_tables(job, target):  # spark_jobs/tables.py
-                tagged, tables = mysql_routes(target, changes)
+                tagged, tables, described = mysql_routes(target, changes)
                 if tables:
-                    per_sink.append((TableGroup(target, dict(tables)), tagged.select(*GROUP_COLUMNS)))
+                    per_sink.append((TableGroup(target, dict(tables), described), tagged.select(*GROUP_COLUMNS)))
                 continue
             for concrete, subset in kind.expand(target, changes):
                 projected = kind.project(subset, concrete.config)
@@ -479,7 +483,11 @@ def _run(spark: SparkSession, job: WindowJob,
         started = time.perf_counter()
         activate(spark)  # this thread's active session (see spark_jobs.session.activate)
         if isinstance(target, TableGroup):  # every table of the sink in one job: all of a table's changes in one task
-            prepare_tables(list(target.tables.values()))
+            if target.config.columns:
+                prepare_tables(list(target.tables.values()))
+            else:  # tables from the record schema: created, or changed by the schema_changes policy
+                target, found = prepare_derived(target, job.schema_changes)
+                result.schema_changes += found
             grouped = projected.coalesce(1) if small else projected.repartition(TABLE_COLUMN)
             return grouped.mapInArrow(_tables_writer(job, target), WRITE_SCHEMA).collect(), time.perf_counter() - started
         kind = SINK_TYPES[target.config.type]

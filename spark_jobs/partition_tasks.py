@@ -37,7 +37,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -408,6 +408,7 @@ class Targets:
 
     static: dict[str, SinkTarget]
     groups: dict[str, TableGroup]
+    schema_changes: list[dict[str, Any]] = field(default_factory=list)  # run (or ignored) before the writes
 
 
 def _write_task(job: cw.WindowJob, targets: Targets,
@@ -488,6 +489,7 @@ def run(spark: SparkSession, job: cw.WindowJob, on_read: Callable[[dict[tuple[st
     cw._breaker(job, result)  # noqa: SLF001 - before any sink is written: a poison burst applies nothing
 
     targets = _prepare(job, tallies)
+    result.schema_changes += targets.schema_changes
     commit = job.offset_commit(ends)
     others = [t.config.name for t in job.sinks if not (commit is not None and t.config.name == job.offsets_sink)]
     for name in others:
@@ -539,10 +541,11 @@ def _prepare(job: cw.WindowJob, tallies: list[dict[str, Any]]) -> Targets:
     sink's tables derived from the row schemas the read tasks saw and created, and each Elasticsearch
     index without a declared mapping given one from those schemas."""
     from spark_jobs.sinks import derive_from_connect  # noqa: PLC0415
-    from spark_jobs.tables import prepare_tables  # noqa: PLC0415
+    from spark_jobs.tables import prepare_derived, prepare_tables  # noqa: PLC0415
 
     static: dict[str, SinkTarget] = {}
     groups: dict[str, TableGroup] = {}
+    changes: list[dict[str, Any]] = []
     for target in job.sinks:
         cfg = target.config
         if _static(target):
@@ -552,14 +555,20 @@ def _prepare(job: cw.WindowJob, tallies: list[dict[str, Any]]) -> Targets:
             static[cfg.name] = target
             continue
         assert isinstance(cfg, MySqlSinkConfig)
+        described = _described(tallies, cfg.name)
         tables = {}
-        for table, descriptions in sorted(_described(tallies, cfg.name).items()):
+        for table, descriptions in sorted(described.items()):
             eff = (cfg.model_copy(update={"table": table}) if cfg.columns
                    else derive_from_connect(target, table, descriptions))
             tables[table] = replace(target, config=eff)
-        prepare_tables(list(tables.values()))
-        groups[cfg.name] = TableGroup(target, tables)
-    return Targets(static, groups)
+        group = TableGroup(target, tables, described)
+        if cfg.columns:
+            prepare_tables(list(tables.values()))
+        else:  # tables from the record schema: created, or changed by the schema_changes policy
+            group, found = prepare_derived(group, job.schema_changes)
+            changes += found
+        groups[cfg.name] = group
+    return Targets(static, groups, changes)
 
 
 def _count_writes(result: cw.WindowResult, rows: list[Any]) -> None:

@@ -185,14 +185,16 @@ def _mysql_expand(target: SinkTarget, frame: DataFrame) -> list[tuple[SinkTarget
     assert isinstance(cfg, MySqlSinkConfig)
     if not is_routed(cfg) and cfg.columns:
         return [(target, frame)]
-    tagged, tables = mysql_routes(target, frame)
+    tagged, tables, _described = mysql_routes(target, frame)
     return [(concrete, tagged.where(F.col("_table") == table).drop("_table")) for table, concrete in tables]
 
 
-def mysql_routes(target: SinkTarget, frame: DataFrame) -> tuple[DataFrame, list[tuple[str, SinkTarget]]]:
+def mysql_routes(target: SinkTarget,
+                 frame: DataFrame) -> tuple[DataFrame, list[tuple[str, SinkTarget]], dict[str, list[str]]]:
     """A routed or derived MySQL sink's changes tagged with their table (``_table``; the ones it
-    cannot name a table for are left out: ``unroutable``), and the concrete target of each table,
-    with its columns from the record schema where the sink declares none."""
+    cannot name a table for are left out: ``unroutable``), the concrete target of each table,
+    with its columns from the record schema where the sink declares none, and each table's row
+    schemas in this window (``schemas_by``)."""
     from pyspark.sql import functions as F  # noqa: PLC0415
 
     cfg = target.config
@@ -205,6 +207,7 @@ def mysql_routes(target: SinkTarget, frame: DataFrame) -> tuple[DataFrame, list[
 
         frame = frame.where(name.isNotNull() & bad_route_reason(name).isNull())
     tagged = frame.withColumn("_table", name)
+    described: dict[str, list[str]] = {}
     if debezium:
         described = schemas_by(tagged, "_table")
         tables = list(described)
@@ -219,7 +222,7 @@ def mysql_routes(target: SinkTarget, frame: DataFrame) -> tuple[DataFrame, list[
         else:
             eff = derive_mysql(cfg, table, frame.schema)
         out.append((table, replace(target, config=eff)))
-    return tagged, out
+    return tagged, out, described
 
 
 def schemas_by(frame: DataFrame, group: str) -> dict[Any, list[str]]:
@@ -236,12 +239,13 @@ def schemas_by(frame: DataFrame, group: str) -> dict[Any, list[str]]:
     return described
 
 
-def derive_from_connect(target: SinkTarget, table: str, descriptions: list[str]) -> MySqlSinkConfig:
+def derive_from_connect(target: SinkTarget, table: str, descriptions: list[str], latest: bool = False) -> MySqlSinkConfig:
     """A table's columns and key from the Connect schemas of its changes in this window (the
     decoder's row_schema: connectors/debezium/types.mysql_columns). Several schemas (the source
     table changed within the window): their columns together, the first one's types where they
-    overlap (auto_evolve adds the later ones' new columns). No schema in this window (only
-    deletes by key): the table as it is in MySQL."""
+    overlap (a table is created as the window's first changes need it), or with ``latest`` the
+    last one's (a table is evolved to what the latest changes need: connectors/mysql/evolution.py).
+    No schema in this window (only deletes by key): the table as it is in MySQL."""
     cfg = target.config
     assert isinstance(cfg, MySqlSinkConfig)
     columns: dict[str, dict[str, Any]] = {}
@@ -249,8 +253,11 @@ def derive_from_connect(target: SinkTarget, table: str, descriptions: list[str])
     for text in descriptions:
         description = json.loads(text)
         for column in description["columns"]:
-            columns.setdefault(column["name"], column)
-        key = key or description["key"]
+            if latest:
+                columns[column["name"]] = column  # in the order they first came, with the latest type
+            else:
+                columns.setdefault(column["name"], column)
+        key = description["key"] if latest and description["key"] else key or description["key"]
     if not columns:
         columns, key = _existing_table(target, table)
     pk = cfg.primary_key or key

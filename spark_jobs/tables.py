@@ -23,8 +23,8 @@ import binascii
 import functools
 import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -69,6 +69,7 @@ class TableGroup:
 
     target: SinkTarget
     tables: dict[str, SinkTarget]
+    descriptions: dict[str, list[str]] = field(default_factory=dict)  # per table, its row schemas in the window
 
     @property
     def config(self) -> MySqlSinkConfig:
@@ -265,6 +266,25 @@ def latest_rows(projected: pa.Table, key_columns: list[str], keep_unresolved: bo
     out = projected.take(pa.array(take))
     return out.set_column(out.schema.get_field_index("version"), "version",
                           pa.array(versions[take], pa.int64(), mask=~known[take]))
+
+
+def prepare_derived(group: TableGroup, policy: str) -> tuple[TableGroup, list[dict[str, Any]]]:
+    """A routed sink's tables made from the record schema (no declared columns) created, or changed as
+    the pipeline's ``schema_changes`` says (connectors/mysql/sink.prepare_derived), before any write:
+    the group with each table's config as it is written, and the schema changes for the stats."""
+    from connectors.mysql.sink import prepare_derived as prepare  # noqa: PLC0415
+    from spark_jobs.sinks import derive_from_connect  # noqa: PLC0415
+
+    pairs = []
+    for table, target in sorted(group.tables.items()):
+        first = target.config
+        assert isinstance(first, MySqlSinkConfig)
+        described = group.descriptions.get(table, [])
+        latest = derive_from_connect(group.target, table, described, latest=True) if len(described) > 1 else first
+        pairs.append((first, latest))
+    configs, changes = prepare(group.target.url, pairs, policy)
+    tables = {table: replace(target, config=configs[table]) for table, target in group.tables.items()}
+    return TableGroup(group.target, tables, group.descriptions), changes
 
 
 def prepare_tables(targets: list[SinkTarget]) -> None:

@@ -48,7 +48,7 @@ from cdcflow.config import MySqlSinkConfig
 from cdcflow.errors import CdcflowError, ConfigError, SinkUnavailable
 from connectors.base import ArrowRecords, Change, SinkStats
 from connectors.kafka.dlq import FailedRecord
-from connectors.mysql import bulk
+from connectors.mysql import bulk, evolution
 from connectors.mysql import offsets as sink_offsets
 
 VERSION_COLUMN = "__cdc_version"
@@ -604,6 +604,85 @@ def read_newest_tombstones(engine: sa.Engine, sinks: Sequence[MySqlSink]) -> Non
         raise sinks[0]._infra_error("reading the newest tombstones of", exc) from exc  # noqa: SLF001
     for sink in sinks:
         sink._known_tombstone = (found.get(sink.cfg.table),)  # noqa: SLF001
+
+
+DDL_LOCK = "cdcflow_ddl"  # GET_LOCK name (per database): one window at a time plans and runs schema changes
+
+
+def _existing(conn: sa.Connection, tables: Sequence[str]) -> dict[str, tuple[list[evolution.Column], list[str]]]:
+    """Each existing table's columns (as MySQL has them) and primary key, in two queries."""
+    if not tables:
+        return {}
+    marks = ", ".join(["%s"] * len(tables))
+    found: dict[str, tuple[list[evolution.Column], list[str]]] = {}
+    for table, name, kind, nullable in conn.exec_driver_sql(
+            "SELECT table_name, column_name, column_type, is_nullable FROM information_schema.columns "
+            f"WHERE table_schema = DATABASE() AND table_name IN ({marks}) ORDER BY table_name, ordinal_position",
+            tuple(tables)):
+        found.setdefault(table, ([], []))[0].append(evolution.Column(name, kind, nullable == "YES"))
+    for table, name in conn.exec_driver_sql(
+            "SELECT table_name, column_name FROM information_schema.statistics WHERE table_schema = DATABASE() "
+            f"AND index_name = 'PRIMARY' AND table_name IN ({marks}) ORDER BY table_name, seq_in_index", tuple(tables)):
+        if table in found:
+            found[table][1].append(name)
+    return found
+
+
+def prepare_derived(url: str, tables: Sequence[tuple[MySqlSinkConfig, MySqlSinkConfig]],
+                    policy: str) -> tuple[dict[str, MySqlSinkConfig], list[dict[str, Any]]]:
+    """Create the tables made from the record schema, or change them as ``policy`` says
+    (connectors/mysql/evolution.py), once per window, before any write. ``tables``: per table, its
+    config to create it with (the window's first schema decides a column's type) and to evolve it to
+    (the latest one does). Returns the config each table is written with, and the schema changes
+    (applied or ignored) for the window's stats. Under a MySQL lock, the tables read again: two
+    windows never run the same DDL (MySQL's DDL is not transactional; a window killed between DDL
+    statements finds the rest to do the next time)."""
+    if not tables:
+        return {}, []
+    engine = writer_engine(url)
+    configs: dict[str, MySqlSinkConfig] = {}
+    recorded: list[dict[str, Any]] = []
+    current = MySqlSink(tables[0][0], url)
+    try:
+        with engine.connect() as conn:
+            if conn.exec_driver_sql("SELECT GET_LOCK(CONCAT(%s, '.', DATABASE()), 60)", (DDL_LOCK,)).scalar() != 1:
+                raise SinkUnavailable(f"MySQL at {sa.make_url(url).render_as_string(hide_password=True)}: another "
+                                      "window held the schema-change lock for 60 s")
+            try:
+                found = _existing(conn, [create.table for create, _evolve in tables])
+                for i, (create, evolve) in enumerate(tables):
+                    current = MySqlSink(create, url)
+                    existing = found.get(create.table)
+                    cfg = create
+                    if existing is not None:
+                        cfg = _evolve(conn, evolve, existing, policy, recorded)
+                        current = MySqlSink(cfg, url)
+                    current._prepare(conn, tombstones=i == 0, have=None)
+                    conn.commit()
+                    configs[create.table] = cfg
+            finally:
+                conn.exec_driver_sql("SELECT RELEASE_LOCK(CONCAT(%s, '.', DATABASE()))", (DDL_LOCK,))
+    except DBAPIError as exc:
+        raise current._infra_error("creating or changing", exc) from exc
+    finally:
+        engine.dispose()
+    return configs, recorded
+
+
+def _evolve(conn: sa.Connection, cfg: MySqlSinkConfig, existing: tuple[list[evolution.Column], list[str]],
+            policy: str, recorded: list[dict[str, Any]]) -> MySqlSinkConfig:
+    columns, key = existing
+    found = evolution.changes(cfg.table, [evolution.Column(c.name, c.type, c.nullable) for c in cfg.columns],
+                              cfg.primary_key, columns, key, protected=frozenset({VERSION_COLUMN.lower()}))
+    apply, ignored = evolution.decide(found, policy)
+    for change in apply:
+        conn.exec_driver_sql(change.statement)  # type: ignore[arg-type]
+        recorded.append({**change.as_dict(), "applied": True})
+    recorded += [{**c.as_dict(), "applied": False} for c in ignored if c.kind != "dropped" or c.statement]
+    if policy != "ignore":
+        return cfg
+    have = {c.name.lower() for c in columns}  # ignore: the columns the table has, as the records type them
+    return cfg.model_copy(update={"columns": [c for c in cfg.columns if c.name.lower() in have]})
 
 
 def prepare_tables(url: str, sinks: Sequence[MySqlSink]) -> None:
