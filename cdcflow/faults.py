@@ -17,6 +17,12 @@ unless the variable is set. The points, in the order a window passes them (tests
 * ``during_commit``         driver: inside the offset commit's transaction
 * ``after_commit``          driver: offsets committed, the consumer group not mirrored yet
 
+Two more points are reached only by windows that change a table made from the record schema
+(``SCHEMA_POINTS``, docs/schema-changes.md), so the fault campaign does not draw them:
+
+* ``during_ddl``            driver: a schema change's first DDL statement ran (MySQL committed it)
+* ``after_ddl``             driver: the window's DDL ran, no row written
+
 An entry ``pause:<point>:<directory>`` pauses instead of killing, for the outages of the campaign:
 the first process to reach the point creates ``<directory>/reached`` and waits until
 ``<directory>/resume`` exists (at most ``PAUSE_LIMIT`` seconds), so a test can stop a server while
@@ -34,6 +40,7 @@ from pathlib import Path
 POINTS = ("before_read", "during_read", "during_ledger_write", "after_read", "between_sink_batches",
           "before_dlq_flush", "during_sink_commit", "after_sinks", "during_commit", "after_commit")
 EXACTLY_ONCE_POINTS = ("during_sink_commit",)  # passed only with offset_store.sink
+SCHEMA_POINTS = ("during_ddl", "after_ddl")
 PAUSE_LIMIT = 600.0
 
 

@@ -567,6 +567,8 @@ def _prepare(job: cw.WindowJob, tallies: list[dict[str, Any]]) -> Targets:
         else:  # tables from the record schema: created, or changed by the schema_changes policy
             group, found = prepare_derived(group, job.schema_changes)
             changes += found
+            if found:
+                faults.checkpoint("after_ddl", job.faults)
         groups[cfg.name] = group
     return Targets(static, groups, changes)
 

@@ -44,6 +44,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
+from cdcflow import faults
 from cdcflow.config import MySqlSinkConfig
 from cdcflow.errors import CdcflowError, ConfigError, SinkUnavailable
 from connectors.base import ArrowRecords, Change, SinkStats
@@ -678,6 +679,7 @@ def _evolve(conn: sa.Connection, cfg: MySqlSinkConfig, existing: tuple[list[evol
     for change in apply:
         conn.exec_driver_sql(change.statement)  # type: ignore[arg-type]
         recorded.append({**change.as_dict(), "applied": True})
+        faults.checkpoint("during_ddl")  # MySQL's DDL commits itself: a kill here leaves the rest to the retry
     recorded += [{**c.as_dict(), "applied": False} for c in ignored if c.kind != "dropped" or c.statement]
     if policy != "ignore":
         return cfg

@@ -8,6 +8,7 @@ ALTER TABLE at the source (the field's type, parameters or optional flag, a fiel
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from cdcflow import cdcgen, runner
 from cdcflow.offsets import OffsetStore
 from connectors.mysql.evolution import SchemaChangeRefused
 from tests.fixtures.debezium import mysql_all_types as fx
-from tests.helpers import bootstrap, make_pipeline, mysql_engine, unique
+from tests.helpers import bootstrap, make_pipeline, mysql_engine, run_cli_window, unique
 from tests.integration.test_debezium_tables import edited
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
@@ -167,3 +168,32 @@ def test_ignore_writes_the_columns_the_table_has(config_dir: Path, store: Offset
     with mysql_engine().connect() as conn:
         assert conn.exec_driver_sql(f"SELECT c_enum FROM `{table}` WHERE id = 1").scalar() == "small"
     assert [(c["column"], c["change"], c["applied"]) for c in stats["schema_changes"]] == [("c_note", "add", False)]
+
+
+@pytest.mark.parametrize("point", ["during_ddl", "after_ddl"])
+def test_a_window_killed_during_or_after_its_ddl_recovers(config_dir: Path, store: OffsetStore, spark: Any,
+                                                           point: str) -> None:
+    """SIGKILL after the first of the window's DDL statements (MySQL's DDL is not transactional), or
+    after all of them and before any row: the retry finds what is left to do, and writes the window."""
+    cfg, table, _run = _two_windows(config_dir, store, spark, "lenient", later(_changed_at_the_source, _changed_rows))
+    offsets = runner.offset_store(cfg).load(cfg.name)
+    died = run_cli_window(config_dir, cfg.name, "run-2", point)
+    assert died.returncode == -signal.SIGKILL, died.stderr[-2000:]
+    assert runner.offset_store(cfg).load(cfg.name) == offsets  # no offset moved
+    half = columns(table)
+    changed = ["c_note" in half, "c_body" in half, half["c_mediumint"][0] == "bigint(20)",
+               half["c_decimal"][0] == "decimal(12,2)", half["c_timestamp"][1] == "YES"]
+    assert sum(changed) == (1 if point == "during_ddl" else 5)
+    with mysql_engine().connect() as conn:  # no row of the window written
+        assert conn.exec_driver_sql(f"SELECT c_enum FROM `{table}` WHERE id = 1").scalar() == fx.ROWS[0]["c_enum"]
+
+    retry = run_cli_window(config_dir, cfg.name, "run-2")
+    assert retry.returncode == 0, retry.stderr[-2000:]
+    after = columns(table)
+    assert after["c_note"][0] == "longtext" and after["c_mediumint"][0] == "bigint(20)"
+    assert after["c_enum"][0] == "enum('small','medium','large','xlarge')"
+    with mysql_engine().connect() as conn:
+        assert tuple(conn.exec_driver_sql(f"SELECT c_note, c_enum FROM `{table}` WHERE id = 1").one()) == (
+            "added at the source", "xlarge")
+    window = runner.offset_store(cfg).get_window(cfg.name, "run-2")
+    assert window is not None and window.status == "committed"
