@@ -136,7 +136,7 @@ def _converted_rows(before: dict[str, Any], after: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("policy", ["evolve", "lenient", "fail", "ignore"])
 def test_a_type_conversion_under_each_policy(config_dir: Path, store: OffsetStore, spark: Any, policy: str) -> None:
-    cfg, table, run = _two_windows(config_dir, store, spark, policy, later(_converted, _converted_rows))
+    _cfg, table, run = _two_windows(config_dir, store, spark, policy, later(_converted, _converted_rows))
     if policy in ("lenient", "fail"):
         with pytest.raises(SchemaChangeRefused, match=rf"table '{table}' column 'c_mediumint': int\(11\) -> LONGTEXT"):
             run()
