@@ -480,10 +480,12 @@ class PipelineConfig(StrictModel):
         default_factory=list, description="Single-message transforms, in order (Debezium records only). Without "
         "transforms the values are decoded directly, as source.format says.")
     sinks: list[SinkConfig] = Field(min_length=1)
-    truncate: Literal["ignore", "dlq"] = Field(
+    truncate: Literal["ignore", "dlq", "apply"] = Field(
         default="ignore", description="A TRUNCATE of a source table (Debezium op t, GoldenGate T, Canal TRUNCATE): "
-        "ignore (the default, as in Debezium's JDBC sink: counted in the window's stats, the target keeps its rows) "
-        "or dlq (sent to the dead-letter topic, errors.tolerance all). Applying it is not supported yet.")
+        "ignore (the default, as in Debezium's JDBC sink: counted in the window's stats, the target keeps its rows), "
+        "dlq (sent to the dead-letter topic, errors.tolerance all) or apply (MySQL sinks: the table's rows older "
+        "than the truncate are deleted and the changes before it dropped, and a replay of older changes cannot "
+        "bring them back; docs/formats.md).")
     schema_changes: Literal["lenient", "evolve", "ignore", "fail"] = Field(
         default="lenient", description="What a window does when the record schema of a table made from it "
         "(create_table without columns) differs from the table in MySQL (docs/schema-changes.md): lenient (the "
@@ -505,6 +507,8 @@ class PipelineConfig(StrictModel):
         if self.window.align == "data_interval" and self.schedule in (None, "@once", "@continuous", "on_data"):
             raise ValueError(f"window.align data_interval needs a schedule with intervals (a cron expression or "
                              f"a preset such as @hourly), got schedule {self.schedule!r}")
+        if self.truncate == "apply":
+            _truncate_apply_checks(self)
         if self.offset_store.sink is not None:
             held = next((s for s in self.sinks if s.name == self.offset_store.sink), None)
             if held is None:
@@ -715,3 +719,18 @@ def json_schema() -> dict[str, Any]:
 
 def iter_errors(errors: dict[Path, str]) -> Iterable[str]:
     return (errors[p] for p in sorted(errors))
+
+
+def _truncate_apply_checks(cfg: PipelineConfig) -> None:
+    """What ``truncate: apply`` does not cover yet (the window path of spark_jobs/partition_tasks.py)."""
+    if cfg.transforms:
+        raise ValueError("truncate: apply is not supported with transforms yet: use ignore or dlq")
+    for sink in cfg.sinks:
+        if sink.type == "elasticsearch":
+            raise ValueError(f"truncate: apply is not supported for Elasticsearch sinks yet (sink {sink.name!r}): "
+                             "use ignore or dlq")
+        if sink.pk_mode == "kafka":
+            raise ValueError(f"truncate: apply needs rows keyed by the record (sink {sink.name!r} has pk_mode kafka)")
+        if sink.name == cfg.offset_store.sink and not sink.columns:
+            raise ValueError(f"truncate: apply with offset_store.sink needs that sink's declared columns (sink "
+                             f"{sink.name!r})")

@@ -122,12 +122,14 @@ class WindowResult:
     record_time: list[int | None] = field(default_factory=lambda: [None, None])  # Kafka ms: first, last
     truncates_ignored: int = 0  # TRUNCATEs of source tables left unapplied (truncate: ignore)
     schema_changes: list[dict[str, Any]] = field(default_factory=list)  # DDL run and changes ignored, per column
+    truncates: list[dict[str, Any]] = field(default_factory=list)  # truncate: apply: per table, its version, rows deleted
 
     def stats(self) -> dict[str, Any]:
         return {"records": self.records, "dead_lettered": self.dead_lettered, "record_time": self.record_time,
                 **({"sink_offsets": self.sink_offsets} if self.sink_offsets is not None else {}),
                 **({"truncates_ignored": self.truncates_ignored} if self.truncates_ignored else {}),
                 **({"schema_changes": self.schema_changes} if self.schema_changes else {}),
+                **({"truncates": self.truncates} if self.truncates else {}),
                 "dead_letters": [{"stage": st, "error_class": ec, "count": n}
                                  for (st, ec), n in sorted(self.dead_letters.items())],
                 "sinks": {n: vars(s) for n, s in self.sinks.items()},
@@ -403,6 +405,8 @@ def _run(spark: SparkSession, job: WindowJob,
 
     if partition_tasks.eligible(job):  # the default path: the records stay in the Python workers
         return partition_tasks.run(spark, job, on_read, deadline, checkpoint)
+    if job.truncate == "apply":  # cdcflow/config.py refuses the pipelines it does not cover; this is the env switch
+        raise ConfigError("truncate: apply runs on the per-partition window path only (unset CDCFLOW_WINDOW_PATH)")
     from spark_jobs.debezium import RAW_COLUMNS, latest_per_key  # noqa: PLC0415
 
     t = time.perf_counter()

@@ -306,6 +306,7 @@ def _split(job: cw.WindowJob, task: int, decoded: pa.Table, writers: int = 1) ->
                                    f"converter:{job.value_converter}"))
     op = pc.fill_null(decoded.column("change_op"), "")
     valid = decoded.filter(pc.and_(pc.invert(errored), pc.and_(pc.not_equal(op, ""), pc.not_equal(op, TRUNCATE))))
+    truncates = _truncates(job, decoded.filter(pc.and_(pc.invert(errored), pc.equal(op, TRUNCATE))))
     schemas: dict[str, list[list[Any]]] = {}
     out: list[pa.RecordBatch] = []
     for target in job.sinks:
@@ -363,7 +364,46 @@ def _split(job: cw.WindowJob, task: int, decoded: pa.Table, writers: int = 1) ->
     examples = [f"{t}[{p}]@{o} ({s}): {m}" for t, p, o, s, m in zip(
         *[bad.column(c).slice(0, cw.MAX_EXAMPLES).to_pylist() for c in
           ("topic", "partition", "offset", "error_stage", "error_message")], strict=True)]
-    yield _packed(task, TALLY, "", info={**_tally_of(decoded, bad), "schemas": schemas, "examples": examples})
+    yield _packed(task, TALLY, "", info={**_tally_of(decoded, bad), "schemas": schemas, "examples": examples,
+                                         "truncates": truncates})
+
+
+def _truncates(job: cw.WindowJob, rows: pa.Table) -> dict[str, dict[str, int]]:
+    """``truncate: apply``: per MySQL sink, the tables its TRUNCATEs go to (routed like the sink's
+    changes) and the newest truncate's version of each."""
+    if job.truncate != "apply" or not rows.num_rows:
+        return {}
+    out: dict[str, dict[str, int]] = {}
+    for target in job.sinks:
+        cfg = target.config
+        if not isinstance(cfg, MySqlSinkConfig):
+            continue
+        names = _table_names(rows, cfg.table) if is_routed(cfg) else pa.array([cfg.table] * rows.num_rows, pa.string())
+        names = pc.if_else(pc.is_valid(_bad_route(names, cfg.table)), None, names) if is_routed(cfg) else names
+        t = pa.table({"table": names, "version": rows.column("version")}).filter(pc.is_valid(names))
+        agg = t.group_by("table", use_threads=False).aggregate([("version", "max")])
+        out[cfg.name] = dict(zip(agg.column("table").to_pylist(), agg.column("version_max").to_pylist(), strict=True))
+    return out
+
+
+def _apply_truncates(job: cw.WindowJob, targets: Targets, tallies: list[dict[str, Any]],
+                     result: cw.WindowResult) -> None:
+    """On the driver, after the tables are prepared and before any row is written: each TRUNCATE the
+    read tasks found, once per table at its newest version (connectors/mysql/sink.truncate_tables).
+    The sinks then leave out every change older than it (the table's TRUNCATE mark)."""
+    from connectors.mysql.sink import truncate_tables  # noqa: PLC0415
+
+    merged: dict[str, dict[str, int]] = {}
+    for info in tallies:
+        for sink, tables in info.get("truncates", {}).items():
+            for table, version in tables.items():
+                merged.setdefault(sink, {})[table] = max(version, merged.get(sink, {}).get(table, version))
+    for target in job.sinks:
+        name = target.config.name
+        if name in merged:
+            deleted = truncate_tables(target.url, merged[name], name)
+            result.truncates += [{"sink": name, "table": t, "version": v, "deleted": deleted[t]}
+                                 for t, v in sorted(merged[name].items())]
 
 
 def _first_per_record(bad: pa.Table) -> pa.Table:
@@ -490,6 +530,9 @@ def run(spark: SparkSession, job: cw.WindowJob, on_read: Callable[[dict[tuple[st
 
     targets = _prepare(job, tallies)
     result.schema_changes += targets.schema_changes
+    if job.truncate == "apply":
+        result.truncates_ignored = 0
+        _apply_truncates(job, targets, tallies, result)
     commit = job.offset_commit(ends)
     others = [t.config.name for t in job.sinks if not (commit is not None and t.config.name == job.offsets_sink)]
     for name in others:

@@ -55,6 +55,16 @@ from connectors.mysql import offsets as sink_offsets
 VERSION_COLUMN = "__cdc_version"
 TOMBSTONES = "cdcflow_tombstones"
 TOMBSTONES_AGE_INDEX = "ix_cdcflow_tombstones_age"  # (table_name, deleted_at), for retention
+TOMBSTONES_DDL = (
+    f"CREATE TABLE IF NOT EXISTS `{TOMBSTONES}` ("
+    "table_name VARCHAR(64) NOT NULL, key_hash BINARY(20) NOT NULL, key_json TEXT NOT NULL, "
+    "version BIGINT NOT NULL, deleted_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, "
+    f"PRIMARY KEY (table_name, key_hash), KEY `{TOMBSTONES_AGE_INDEX}` (table_name, deleted_at)"
+    ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4")
+# a table's TRUNCATE mark (truncate: apply): a tombstone row of the whole table, at the truncate's version
+TRUNCATE_HASH = hashlib.sha1(b"cdcflow:truncate").digest()
+TRUNCATE_KEY = '"<truncate>"'
+
 SESSION_SQL = (
     "SET SESSION sql_mode='STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION,ERROR_FOR_DIVISION_BY_ZERO,"
     "NO_ZERO_DATE,NO_ZERO_IN_DATE', time_zone='+00:00'"
@@ -170,7 +180,8 @@ class MySqlSink:
         self._shared = engine
         self._window: sa.Connection | None = None  # exactly-once: the window's one transaction
         self._newest_tombstone: int | None = None
-        self._known_tombstone: tuple[int | None] | None = None  # read for many tables at once: read_newest_tombstones
+        self._known_tombstone: tuple[int | None, int | None] | None = None  # read for many tables at once
+        self._truncated_at: int | None = None  # the table's TRUNCATE mark: older changes are not written
         self._columns = [c.name for c in cfg.columns]
         self._data_columns = [c for c in self._columns if c not in cfg.primary_key]
         self._build_sql()
@@ -283,7 +294,7 @@ class MySqlSink:
         read the newest tombstone."""
         self._engine = self._shared or self._make_engine(writer=True)
         if prepared and self._known_tombstone is not None:
-            self._newest_tombstone = self._known_tombstone[0]
+            self._newest_tombstone, self._truncated_at = self._known_tombstone
             return
         try:
             with self._engine.begin() as conn:
@@ -292,8 +303,11 @@ class MySqlSink:
                 # The newest tombstone when this task starts. Deletes written during the window are
                 # for other keys (one change per key per window) and windows never overlap, so an
                 # upsert newer than this cannot be blocked by any tombstone: no lookup needed.
-                self._newest_tombstone = conn.exec_driver_sql(
-                    f"SELECT MAX(version) FROM {quote(TOMBSTONES)} WHERE table_name = %s", (self.cfg.table,)).scalar()
+                newest, truncated = conn.exec_driver_sql(
+                    f"SELECT MAX(CASE WHEN key_hash <> %s THEN version END), "
+                    f"MAX(CASE WHEN key_hash = %s THEN version END) FROM {quote(TOMBSTONES)} WHERE table_name = %s",
+                    (TRUNCATE_HASH, TRUNCATE_HASH, self.cfg.table)).one()
+                self._newest_tombstone, self._truncated_at = newest, truncated
         except DBAPIError as exc:
             raise self._infra_error("opening", exc) from exc
 
@@ -301,12 +315,7 @@ class MySqlSink:
         """``have``: the table's columns (lower case) as read for many tables at once; an empty set
         is a table that does not exist."""
         if tombstones:
-            conn.exec_driver_sql(
-                f"CREATE TABLE IF NOT EXISTS {quote(TOMBSTONES)} ("
-                "table_name VARCHAR(64) NOT NULL, key_hash BINARY(20) NOT NULL, key_json TEXT NOT NULL, "
-                "version BIGINT NOT NULL, deleted_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, "
-                f"PRIMARY KEY (table_name, key_hash), KEY {quote(TOMBSTONES_AGE_INDEX)} (table_name, deleted_at)"
-                ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4")
+            conn.exec_driver_sql(TOMBSTONES_DDL)
         if self.cfg.create_table and not have:
             conn.exec_driver_sql(self.create_table_sql())
             have = None
@@ -333,6 +342,10 @@ class MySqlSink:
                               f"{'' if hint else ' (set auto_evolve: true to add new fields as columns)'}")
 
     def write(self, changes: Sequence[Change]) -> list[FailedRecord]:
+        if self._truncated_at is not None:
+            kept = [c for c in changes if c.version > self._truncated_at]
+            self.stats.stale += len(changes) - len(kept)
+            changes = kept
         self._buffer.extend(changes)
         failed: list[FailedRecord] = []
         while len(self._buffer) >= self.cfg.batch_size:
@@ -344,6 +357,10 @@ class MySqlSink:
         """The set-based path (``apply: set``); ``rows`` converts the batch and takes the row path."""
         if self.cfg.apply == "rows":
             return self.write(arrow_changes(batch, self.cfg))
+        if self._truncated_at is not None:  # older than the table's TRUNCATE (a replay): not written
+            newer = pc.greater(batch.column("version"), self._truncated_at)
+            self.stats.stale += batch.num_rows - pc.sum(pc.cast(newer, pa.int64())).as_py()
+            batch = batch.filter(newer)
         self._pending.append(batch)
         self._pending_rows += batch.num_rows
         return self._apply_pending() if self._pending_rows >= self.cfg.set_rows else []
@@ -599,12 +616,45 @@ def read_newest_tombstones(engine: sa.Engine, sinks: Sequence[MySqlSink]) -> Non
     marks = ", ".join(["%s"] * len(tables))
     try:
         with engine.connect() as conn:
-            found = dict(conn.exec_driver_sql(f"SELECT table_name, MAX(version) FROM {quote(TOMBSTONES)} "
-                                              f"WHERE table_name IN ({marks}) GROUP BY table_name", tuple(tables)).all())
+            found = {t: (newest, truncated) for t, newest, truncated in conn.exec_driver_sql(
+                "SELECT table_name, MAX(CASE WHEN key_hash <> %s THEN version END), "
+                f"MAX(CASE WHEN key_hash = %s THEN version END) FROM {quote(TOMBSTONES)} "
+                f"WHERE table_name IN ({marks}) GROUP BY table_name", (TRUNCATE_HASH, TRUNCATE_HASH, *tables))}
     except DBAPIError as exc:
         raise sinks[0]._infra_error("reading the newest tombstones of", exc) from exc  # noqa: SLF001
     for sink in sinks:
-        sink._known_tombstone = (found.get(sink.cfg.table),)  # noqa: SLF001
+        sink._known_tombstone = found.get(sink.cfg.table, (None, None))  # noqa: SLF001
+
+
+def truncate_tables(url: str, truncates: dict[str, int], sink: str) -> dict[str, int]:
+    """``truncate: apply``: per table, a TRUNCATE of its source table at a version. The rows written
+    by older changes are deleted (``__cdc_version`` below the truncate's; a newer row, written by a
+    later window a replay runs after, stays) and the table's TRUNCATE mark is raised to it, so that an
+    older change replayed later is not written (:meth:`MySqlSink.write_arrow`). One transaction;
+    idempotent. Returns the rows deleted per table."""
+    engine = writer_engine(url)
+    deleted: dict[str, int] = {}
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(TOMBSTONES_DDL)
+            have = {r[0] for r in conn.exec_driver_sql(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name IN "
+                f"({', '.join(['%s'] * len(truncates))})", tuple(truncates))}
+            for table, version in sorted(truncates.items()):
+                deleted[table] = conn.exec_driver_sql(
+                    f"DELETE FROM {quote(table)} WHERE {quote(VERSION_COLUMN)} < %s", (version,)).rowcount \
+                    if table in have else 0
+                conn.exec_driver_sql(
+                    f"INSERT INTO {quote(TOMBSTONES)} (table_name, key_hash, key_json, version) VALUES (%s, %s, %s, %s) "
+                    "ON DUPLICATE KEY UPDATE version = GREATEST(version, VALUES(version))",
+                    (table, TRUNCATE_HASH, TRUNCATE_KEY, version))
+    except DBAPIError as exc:
+        orig = getattr(exc, "orig", exc)
+        raise SinkUnavailable(f"sink {sink!r}: MySQL at {sa.make_url(url).render_as_string(hide_password=True)} failed "
+                              f"while applying the TRUNCATE of tables {sorted(truncates)}: {orig}") from exc
+    finally:
+        engine.dispose()
+    return deleted
 
 
 DDL_LOCK = "cdcflow_ddl"  # GET_LOCK name (per database): one window at a time plans and runs schema changes

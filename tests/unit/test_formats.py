@@ -123,3 +123,12 @@ def test_a_debezium_truncate_event_is_a_truncate_change_of_its_table() -> None:
     assert (row["change_op"], row["source_db"], row["source_table"], row["error_stage"]) == (
         "truncate", "inventory", "customers", None)
     assert row["version"] >> 20 == 1_724_000_000_000
+
+
+def test_truncate_apply_refuses_what_it_does_not_cover() -> None:
+    base = "name: p\nsource: {topics: [t]}\ntruncate: apply\nsinks:\n"
+    with pytest.raises(ConfigError, match="truncate: apply is not supported for Elasticsearch sinks yet"):
+        parse_pipeline(base + "  - {type: elasticsearch, name: e, index: i, id_fields: [id]}\n")
+    with pytest.raises(ConfigError, match="truncate: apply is not supported with transforms yet"):
+        parse_pipeline(base + "  - {type: mysql, name: m, table: t, create_table: true}\n"
+                       "transforms: [{type: ExtractNewRecordState}]\n")
