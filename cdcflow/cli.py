@@ -2,6 +2,7 @@
 
     cdcflow validate [--dir DIR]                 check every pipeline file, print every error
     cdcflow schema [--output FILE]               the JSON Schema of a pipeline file (for editors)
+    cdcflow schema show|apply|reject PIPELINE    schema changes waiting for an operator (schema_changes: pause)
     cdcflow run PIPELINE [--run-id ID] [--conf JSON]
                                                  one window (plan, process, commit) in this process
     cdcflow offsets show PIPELINE                stored offsets, log end and lag per partition
@@ -49,6 +50,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
+    if args.action != "export":
+        return cmd_schema_changes(args)
     text = json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
     if args.output == "-":
         sys.stdout.write(text)
@@ -152,6 +155,24 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"{st.name:30} {st.state:10} {last}")
         if st.trace:
             print("    " + st.trace.replace("\n", "\n    "))
+    return 0
+
+
+def cmd_schema_changes(args: argparse.Namespace) -> int:
+    """cdcflow schema show|apply|reject PIPELINE: the schema changes a pipeline under schema_changes:
+    pause waits on (docs/schema-changes.md)."""
+    if not args.pipeline:
+        raise ConfigError(f"cdcflow schema {args.action} needs a pipeline name")
+    svc = _service()
+    if args.action == "show":
+        for c in svc.schema_changes(args.pipeline):
+            ch = c["change"]
+            print(f"{c['decision']:9} {ch['table']}.{ch['column']}: {ch['change']} {ch.get('old') or ''} -> "
+                  f"{ch.get('new') or ''} (run {c['run_id']}{', by ' + c['decided_by'] if c['decided_by'] else ''})")
+        return 0
+    decided = svc.decide_schema(args.pipeline, "approved" if args.action == "apply" else "rejected", _who())
+    verb = "approved: the next window applies" if args.action == "apply" else "rejected: the tables stay as they are for"
+    print(f"{args.pipeline}: {verb} {len(decided)} change(s); the pipeline runs again")
     return 0
 
 
@@ -261,6 +282,10 @@ def cmd_history(args: argparse.Namespace) -> int:
             print(f"    time range {w.interval[0].isoformat()}Z .. {w.interval[1].isoformat()}Z")
         if w.message:
             print(f"    {w.message}")
+        for c in w.stats.get("schema_changes", []):  # the DDL the window ran (or a change it left unapplied)
+            print(f"    {'DDL' if c['applied'] else 'not applied'}: {c['ddl'] or c['table'] + '.' + c['column'] + ' ' + c['change']}")
+        for t in w.stats.get("truncates", []):
+            print(f"    TRUNCATE {t['table']} at version {t['version']}: {t['deleted']} rows deleted")
     return 0
 
 
@@ -271,7 +296,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="validate every pipeline config")
     p.add_argument("--dir")
     p.set_defaults(func=cmd_validate)
-    p = sub.add_parser("schema", help="export the JSON Schema of pipeline configs")
+    p = sub.add_parser("schema", help="export the JSON Schema of pipeline configs; or show, apply or reject the "
+                       "schema changes a pipeline waits on (schema_changes: pause)")
+    p.add_argument("action", nargs="?", default="export", choices=["export", "show", "apply", "reject"])
+    p.add_argument("pipeline", nargs="?")
     p.add_argument("--output", default=str(DEFAULT_SCHEMA_PATH), help="file, or - for stdout")
     p.set_defaults(func=cmd_schema)
     p = sub.add_parser("run", help="run one window in this process")

@@ -486,12 +486,13 @@ class PipelineConfig(StrictModel):
         "dlq (sent to the dead-letter topic, errors.tolerance all) or apply (MySQL sinks: the table's rows older "
         "than the truncate are deleted and the changes before it dropped, and a replay of older changes cannot "
         "bring them back; docs/formats.md).")
-    schema_changes: Literal["lenient", "evolve", "ignore", "fail"] = Field(
+    schema_changes: Literal["lenient", "evolve", "ignore", "fail", "pause"] = Field(
         default="lenient", description="What a window does when the record schema of a table made from it "
         "(create_table without columns) differs from the table in MySQL (docs/schema-changes.md): lenient (the "
         "default) adds columns, widens types, adds ENUM/SET values, drops NOT NULL and keeps dropped columns as "
         "nullable; evolve also converts to another type that holds every old value; ignore runs no DDL and "
-        "writes the columns the table has; fail stops the window. A narrowing change or another primary key "
+        "writes the columns the table has; fail stops the window; pause stops the pipeline until an operator "
+        "approves the changes (applied as evolve would) or rejects them (cdcflow schema apply|reject). A narrowing change or another primary key "
         "always stops the window, named; nothing is written and no offset moves.")
     errors: ErrorsConfig = ErrorsConfig()
     offset_store: OffsetStoreConfig = OffsetStoreConfig()

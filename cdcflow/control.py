@@ -270,7 +270,7 @@ class Control:
         in_flight = self.dags.active_runs(cfg.name) if info is not None else []
         trace = None
         state: State
-        if stopped:  # why, when the last window failed (the dead-letter breaker stops the pipeline)
+        if stopped:  # why, when the last window failed (the dead-letter breaker and schema_changes pause stop it)
             state = "STOPPED"
             trace = window.message if window is not None and window.status == "failed" else None
         elif info is None:
@@ -375,6 +375,28 @@ class Control:
         self.dags.set_paused(cfg.name, True)
         store_for(cfg).set_state(cfg.name, "stopped", user)
         return self.status(cfg.name)
+
+    # -- schema changes waiting for an operator (schema_changes: pause) ---------------------------
+    def schema_changes(self, name: str) -> list[dict[str, Any]]:
+        """The pipeline's schema changes met under ``schema_changes: pause``: pending ones and the
+        decisions taken, newest first (docs/schema-changes.md)."""
+        cfg = valid(name)
+        return store_for(cfg).schema_changes(cfg.name)
+
+    def decide_schema(self, name: str, decision: str, user: str) -> list[dict[str, Any]]:
+        """Approve (the next window applies the changes) or reject (the windows write the columns the
+        tables have) every pending change, and let the pipeline run again. Returns the changes."""
+        if decision not in ("approved", "rejected"):
+            raise BadRequest(f"decision must be approved or rejected, got {decision!r}")
+        cfg = valid(name)
+        store = store_for(cfg)
+        decided = store.decide_schema_changes(cfg.name, decision, user)
+        if not decided:
+            raise Conflict(f"pipeline {name!r} has no schema change waiting for a decision")
+        store.set_state(cfg.name, "running", user)
+        if self.dags.info(cfg.name) is not None:
+            self.dags.set_paused(cfg.name, False)
+        return decided
 
     # -- creating, changing and deleting pipelines (Connect's PUT /config and DELETE) --------------
     def put_config(self, name: str, data: Mapping[str, Any], user: str) -> tuple[PipelineConfig, bool]:

@@ -26,6 +26,8 @@ the dead-letter topic receives the original key, value and headers.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class CdcflowError(Exception):
     """Base of every error cdcflow raises on purpose."""
@@ -78,6 +80,20 @@ class DeadLettersExceeded(WindowFailed):
 
 class OffsetConflict(WindowFailed):
     """The stored offsets changed since this window was planned (another run committed)."""
+
+
+class SchemaChangeRefused(ConfigError):
+    """A window meets a schema change its ``schema_changes`` policy does not apply
+    (connectors/mysql/evolution.py): it fails before any write, and no offset moves."""
+
+
+class SchemaChangePending(SchemaChangeRefused):
+    """``schema_changes: pause``: the window meets changes no operator has decided on yet
+    (``changes``: each as a dict with its ``key``). The runner records them and stops the pipeline."""
+
+    def __init__(self, message: str, changes: list[dict[str, Any]]) -> None:
+        super().__init__(message)
+        self.changes = changes
 
 
 class PipelineStopped(CdcflowError):

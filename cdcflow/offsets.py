@@ -118,6 +118,21 @@ states_table = sa.Table(
     sa.Column("updated_at", sa.DateTime, nullable=False),
 )
 
+# Schema changes a window met under schema_changes: pause (connectors/mysql/evolution.py): one row per
+# change, "pending" until an operator approves (the next window applies it) or rejects it (the next
+# windows write the columns the table has, as ignore does).
+schema_changes_table = sa.Table(
+    "cdcflow_schema_changes",
+    metadata,
+    sa.Column("pipeline", sa.String(200), primary_key=True),
+    sa.Column("change_key", sa.String(700), primary_key=True),
+    sa.Column("change", sa.Text, nullable=False),  # JSON: table, column, change, old, new, ddl
+    sa.Column("decision", sa.String(16), nullable=False),  # pending | approved | rejected
+    sa.Column("run_id", sa.String(250), nullable=False),  # the window that met it
+    sa.Column("decided_by", sa.String(200), nullable=True),
+    sa.Column("updated_at", sa.DateTime, nullable=False),
+)
+
 # Dead letters sent back through the pipeline: one row per DLQ record, so that a record is never
 # redriven twice by accident. "pending" is written before producing and "done" after the broker
 # acknowledged it; a crash in between leaves "pending", which a later request reports instead of
@@ -525,6 +540,37 @@ class OffsetStore:
             if conn.execute(sa.update(states_table).where(states_table.c.pipeline == pipeline)
                             .values(**values)).rowcount == 0:
                 conn.execute(sa.insert(states_table).values(pipeline=pipeline, **values))
+
+    # -- schema changes waiting for an operator (schema_changes: pause) ---------------------------
+    def schema_changes(self, pipeline: str) -> list[dict[str, Any]]:
+        """Every schema change recorded for the pipeline: {key, change, decision, run_id, decided_by,
+        updated_at}, newest first."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(schema_changes_table).where(schema_changes_table.c.pipeline == pipeline)
+                                .order_by(schema_changes_table.c.updated_at.desc())).all()
+        return [{"key": r.change_key, "change": json.loads(r.change), "decision": r.decision, "run_id": r.run_id,
+                 "decided_by": r.decided_by, "updated_at": r.updated_at} for r in rows]
+
+    def record_schema_pending(self, pipeline: str, run_id: str, changes: Mapping[str, Mapping[str, Any]]) -> None:
+        """The changes (by key) a window met and waits on; a change decided before keeps its decision."""
+        with self.engine.begin() as conn:
+            known = set(conn.execute(sa.select(schema_changes_table.c.change_key)
+                                     .where(schema_changes_table.c.pipeline == pipeline)).scalars())
+            for key, change in changes.items():
+                if key not in known:
+                    conn.execute(sa.insert(schema_changes_table).values(
+                        pipeline=pipeline, change_key=key, change=json.dumps(change, sort_keys=True),
+                        decision="pending", run_id=run_id, decided_by=None, updated_at=_now()))
+
+    def decide_schema_changes(self, pipeline: str, decision: str, by: str) -> list[dict[str, Any]]:
+        """Approve or reject every pending change; returns them."""
+        with self.engine.begin() as conn:
+            where = (schema_changes_table.c.pipeline == pipeline) & (schema_changes_table.c.decision == "pending")
+            pending = [json.loads(c) for c in conn.execute(sa.select(schema_changes_table.c.change).where(where))
+                       .scalars()]
+            conn.execute(sa.update(schema_changes_table).where(where).values(
+                decision=decision, decided_by=by, updated_at=_now()))
+        return pending
 
     # -- redrives ------------------------------------------------------------------------------
     def redrives(self, pipeline: str, dlq_topic: str) -> dict[tuple[int, int], Redrive]:

@@ -37,6 +37,7 @@ from cdcflow.errors import (
     DeadLettersExceeded,
     OffsetOutOfRange,
     PipelineStopped,
+    SchemaChangePending,
     WindowFailed,
 )
 from cdcflow.offsets import Origin, OffsetStore, PartitionWindow, TopicPartition, WindowPlan, default_store_url
@@ -408,11 +409,21 @@ def process(cfg: PipelineConfig, run_id: str, params: Mapping[str, Any] | None =
         store.mark(cfg.name, run_id, "failed", f"attempt {attempt}: {exc.__class__.__name__}: {exc}")
         if isinstance(exc, DeadLettersExceeded):  # the breaker: no window runs until an operator resumes
             store.set_state(cfg.name, "stopped", "cdcflow: errors.max_dead_letters")
+        if isinstance(exc, SchemaChangePending):  # schema_changes pause: no window runs until an operator decides
+            store.record_schema_pending(cfg.name, run_id, {c["key"]: c for c in exc.changes})
+            store.set_state(cfg.name, "stopped", "cdcflow: schema_changes pause")
         if isinstance(exc, CdcflowError):
             raise
         raise WindowFailed(f"window {run_id} failed unexpectedly: {exc.__class__.__name__}: {exc}") from exc
     store.mark(cfg.name, run_id, "applied", None, stats)
     return stats
+
+
+def _schema_decisions(cfg: PipelineConfig, store: OffsetStore) -> tuple[tuple[str, str], ...]:
+    """schema_changes pause: the changes an operator approved or rejected (by change key)."""
+    if cfg.schema_changes != "pause":
+        return ()
+    return tuple((c["key"], c["decision"]) for c in store.schema_changes(cfg.name) if c["decision"] != "pending")
 
 
 def _dead_holder(run_id: str, holder: str) -> bool:
@@ -533,6 +544,7 @@ def _process(cfg: PipelineConfig, window: WindowPlan, p: RunParams, store: Offse
         dead_letters_sent=_sent_before(cfg, window, store), faults=faults.active(),
         offsets_sink=cfg.offset_store.sink, spark_timeout=cfg.spark.timeout, max_dead_letters=cfg.errors.max_dead_letters,
         source_format=cfg.source.format, truncate=cfg.truncate, schema_changes=cfg.schema_changes,
+        schema_decisions=_schema_decisions(cfg, store),
         offsets_mode="keep" if not window.moves_offsets else "advance" if window.origin == "stored" else "set")
     spark = spark or get_spark(cfg.spark, app_name=f"cdcflow-{cfg.name}")
     faults.checkpoint("before_read")

@@ -101,6 +101,7 @@ class WindowJob:
     source_format: str = "debezium"  # source.format: the decoder of the records (connectors/formats.py)
     truncate: str = "ignore"  # truncate: what a TRUNCATE of a source table does (ignore | dlq)
     schema_changes: str = "lenient"  # tables made from the record schema: connectors/mysql/evolution.py
+    schema_decisions: tuple[tuple[str, str], ...] = ()  # schema_changes pause: (change key, approved|rejected)
 
     def offset_commit(self, ends: dict[tuple[str, int], tuple[int, int]]) -> OffsetCommit | None:
         if self.offsets_sink is None:
@@ -490,7 +491,7 @@ def _run(spark: SparkSession, job: WindowJob,
             if target.config.columns:
                 prepare_tables(list(target.tables.values()))
             else:  # tables from the record schema: created, or changed by the schema_changes policy
-                target, found = prepare_derived(target, job.schema_changes)
+                target, found = prepare_derived(target, job.schema_changes, dict(job.schema_decisions), job.pipeline)
                 result.schema_changes += found
             grouped = projected.coalesce(1) if small else projected.repartition(TABLE_COLUMN)
             return grouped.mapInArrow(_tables_writer(job, target), WRITE_SCHEMA).collect(), time.perf_counter() - started

@@ -608,7 +608,7 @@ def _prepare(job: cw.WindowJob, tallies: list[dict[str, Any]]) -> Targets:
         if cfg.columns:
             prepare_tables(list(tables.values()))
         else:  # tables from the record schema: created, or changed by the schema_changes policy
-            group, found = prepare_derived(group, job.schema_changes)
+            group, found = prepare_derived(group, job.schema_changes, dict(job.schema_decisions), job.pipeline)
             changes += found
             if found:
                 faults.checkpoint("after_ddl", job.faults)

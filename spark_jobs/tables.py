@@ -268,9 +268,11 @@ def latest_rows(projected: pa.Table, key_columns: list[str], keep_unresolved: bo
                           pa.array(versions[take], pa.int64(), mask=~known[take]))
 
 
-def prepare_derived(group: TableGroup, policy: str) -> tuple[TableGroup, list[dict[str, Any]]]:
+def prepare_derived(group: TableGroup, policy: str, decisions: dict[str, str] | None = None,
+                    pipeline: str = "PIPELINE") -> tuple[TableGroup, list[dict[str, Any]]]:
     """A routed sink's tables made from the record schema (no declared columns) created, or changed as
-    the pipeline's ``schema_changes`` says (connectors/mysql/sink.prepare_derived), before any write:
+    the pipeline's ``schema_changes`` says (connectors/mysql/sink.prepare_derived; ``decisions``: an
+    operator's, under pause), before any write:
     the group with each table's config as it is written, and the schema changes for the stats."""
     from connectors.mysql.sink import prepare_derived as prepare  # noqa: PLC0415
     from spark_jobs.sinks import derive_from_connect  # noqa: PLC0415
@@ -282,7 +284,7 @@ def prepare_derived(group: TableGroup, policy: str) -> tuple[TableGroup, list[di
         described = group.descriptions.get(table, [])
         latest = derive_from_connect(group.target, table, described, latest=True) if len(described) > 1 else first
         pairs.append((first, latest))
-    configs, changes = prepare(group.target.url, pairs, policy)
+    configs, changes = prepare(group.target.url, pairs, policy, decisions, pipeline)
     tables = {table: replace(target, config=configs[table]) for table, target in group.tables.items()}
     return TableGroup(group.target, tables, group.descriptions), changes
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 from fastapi import Body, Depends, FastAPI, HTTPException, Query, Request
+from fastapi.encoders import jsonable_encoder
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
@@ -230,6 +231,21 @@ def create_app(service: ctl.Control | None = None) -> FastAPI:
         svc.stop(name, user.get_name())
         return Response(status_code=204)
 
+    @app.get("/connectors/{name}/schema")
+    def schema_changes(name: str, user: Any = user_dep) -> Any:
+        authorize(user, name, "GET")
+        return JSONResponse(jsonable_encoder(svc.schema_changes(name)))
+
+    @app.post("/connectors/{name}/schema/{verb}")
+    def decide_schema(name: str, verb: str, user: Any = user_dep) -> Any:
+        """schema_changes pause: approve or reject the pending changes (cdcflow schema apply|reject)."""
+        authorize(user, name, "PUT")
+        decision = {"approve": "approved", "apply": "approved", "reject": "rejected"}.get(verb)
+        if decision is None:
+            raise BadRequest(f"expected /schema/approve or /schema/reject, got /schema/{verb}")
+        decided = svc.decide_schema(name, decision, user.get_name())
+        return JSONResponse({"decision": decision, "changes": decided})
+
     @app.post("/connectors/{name}/restart", status_code=202)
     def restart(name: str, user: Any = user_dep) -> Any:
         authorize(user, name, "POST", runs=True)
@@ -400,6 +416,7 @@ def create_app(service: ctl.Control | None = None) -> FastAPI:
             ctx["window_charts"] = (ctx["windows"] if isinstance(ctx["windows"], Failed)
                                     else _safe(lambda: charts.window_charts(ctx["windows"])))
             ctx["dlq"] = _safe(lambda: svc.dlq(name, 20, _parse_before(before))) if p.config.errors.dlq_topic else None
+            ctx["schema_changes"] = _safe(lambda: svc.schema_changes(name)) if p.config.schema_changes == "pause" else []
             ctx["config_yaml"] = yaml.safe_dump(p.config.model_dump(mode="json", exclude_none=True), sort_keys=False)
         return _render("pipeline.html", request, **ctx)
 

@@ -20,23 +20,26 @@ Each difference is one :class:`SchemaChange` of a kind:
 The policies: ``lenient`` (the default) applies add, widen, extend, relax and dropped; ``evolve``
 also convert; both fail the window on narrow and key, naming them. ``fail`` fails on any change.
 ``ignore`` runs no DDL and writes the columns the table has (the fields it leaves out are in the
-window's stats). Another primary key stops the window under every policy.
+window's stats). ``pause`` stops the pipeline until an operator approves the changes (applied as
+``evolve`` would) or rejects them (ignored). Another primary key stops the window under every policy.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from cdcflow.errors import ConfigError
+from cdcflow.errors import SchemaChangePending, SchemaChangeRefused
 from connectors.mysql.types import ColumnType, parse_type
 
-Policy = Literal["lenient", "evolve", "ignore", "fail"]
+Policy = Literal["lenient", "evolve", "ignore", "fail", "pause"]
 APPLIED: dict[str, frozenset[str]] = {
     "lenient": frozenset({"add", "widen", "extend", "relax", "dropped"}),
     "evolve": frozenset({"add", "widen", "extend", "relax", "dropped", "convert"}),
     "ignore": frozenset(),
     "fail": frozenset(),
+    "pause": frozenset({"add", "widen", "extend", "relax", "dropped", "convert"}),  # once an operator approves
 }
 
 _INT_RANK = {"TINYINT": 1, "BOOLEAN": 1, "BOOL": 1, "SMALLINT": 2, "MEDIUMINT": 3, "INT": 4, "INTEGER": 4, "BIGINT": 5}
@@ -44,11 +47,6 @@ _INT_DIGITS = {1: 4, 2: 6, 3: 8, 4: 11, 5: 20}  # the longest text of each, its 
 _TEXT = {"TINYTEXT": 255, "TEXT": 65_535, "MEDIUMTEXT": 16_777_215, "LONGTEXT": 4_294_967_295, "JSON": 4_294_967_295}
 _BLOB = {"TINYBLOB": 255, "BLOB": 65_535, "MEDIUMBLOB": 16_777_215, "LONGBLOB": 4_294_967_295}
 _TEMPORAL_TEXT = {"DATE": 10, "DATETIME": 26, "TIMESTAMP": 26, "TIME": 17, "YEAR": 4}
-
-
-class SchemaChangeRefused(ConfigError):
-    """The window meets a schema change its policy does not apply: it fails before any write, and no
-    offset moves."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +79,11 @@ class SchemaChange:
             "key": f"primary key {self.old} -> {self.new}",
         }[self.kind]
         return f"table {self.table!r} column {self.column!r}: {what}"
+
+    @property
+    def key(self) -> str:
+        """What an operator's decision is about: this change of this column to this type."""
+        return "|".join([self.table, self.column, self.kind, self.new or ""])
 
     def as_dict(self) -> dict[str, str | None]:
         return {"table": self.table, "column": self.column, "change": self.kind, "old": self.old, "new": self.new,
@@ -201,9 +204,12 @@ def changes(table: str, desired: list[Column], key: list[str], existing: list[Co
     return out
 
 
-def decide(found: list[SchemaChange], policy: str) -> tuple[list[SchemaChange], list[SchemaChange]]:
+def decide(found: list[SchemaChange], policy: str, decisions: Mapping[str, str] | None = None,
+           pipeline: str = "PIPELINE") -> tuple[list[SchemaChange], list[SchemaChange]]:
     """(the changes to apply, the changes the policy ignores); raises SchemaChangeRefused for a change
-    it does not apply, naming every one."""
+    it does not apply, naming every one. Under ``pause``, ``decisions`` (change key -> approved or
+    rejected) says what an operator decided: approved changes are applied, rejected ones ignored, and
+    the others raise SchemaChangePending."""
     allowed = APPLIED[policy]
     refused = [c for c in found if c.kind == "key" or (policy != "ignore" and c.kind not in allowed)]
     if refused:
@@ -218,4 +224,18 @@ def decide(found: list[SchemaChange], policy: str) -> tuple[list[SchemaChange], 
               "that applies it")
     if policy == "ignore":
         return [], found
+    if policy == "pause":
+        decided = decisions or {}
+        waiting = [c for c in found if decided.get(c.key) not in ("approved", "rejected")]
+        if waiting:
+            raise SchemaChangePending(
+                f"schema_changes: pause: pipeline {pipeline!r} is stopped until an operator approves or rejects "
+                f"{'this change' if len(waiting) == 1 else 'these changes'}: "
+                + "; ".join(c.describe() for c in waiting)
+                + f". Approve: `cdcflow schema apply {pipeline}` (or POST /cdcflow/connectors/{pipeline}/schema/"
+                  f"approve, or the cdcflow page); reject (the table stays as it is; the windows write the columns "
+                  f"it has): `cdcflow schema reject {pipeline}`. Nothing past the change is written and no offset "
+                  "moved", [c.as_dict() | {"key": c.key} for c in waiting])
+        return ([c for c in found if decided[c.key] == "approved" and c.statement is not None],
+                [c for c in found if decided[c.key] == "rejected"])
     return [c for c in found if c.statement is not None], []

@@ -33,7 +33,7 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -679,8 +679,9 @@ def _existing(conn: sa.Connection, tables: Sequence[str]) -> dict[str, tuple[lis
     return found
 
 
-def prepare_derived(url: str, tables: Sequence[tuple[MySqlSinkConfig, MySqlSinkConfig]],
-                    policy: str) -> tuple[dict[str, MySqlSinkConfig], list[dict[str, Any]]]:
+def prepare_derived(url: str, tables: Sequence[tuple[MySqlSinkConfig, MySqlSinkConfig]], policy: str,
+                    decisions: Mapping[str, str] | None = None,
+                    pipeline: str = "PIPELINE") -> tuple[dict[str, MySqlSinkConfig], list[dict[str, Any]]]:
     """Create the tables made from the record schema, or change them as ``policy`` says
     (connectors/mysql/evolution.py), once per window, before any write. ``tables``: per table, its
     config to create it with (the window's first schema decides a column's type) and to evolve it to
@@ -706,7 +707,7 @@ def prepare_derived(url: str, tables: Sequence[tuple[MySqlSinkConfig, MySqlSinkC
                     existing = found.get(create.table)
                     cfg = create
                     if existing is not None:
-                        cfg = _evolve(conn, evolve, existing, policy, recorded)
+                        cfg = _evolve(conn, evolve, existing, policy, recorded, decisions, pipeline)
                         current = MySqlSink(cfg, url)
                     current._prepare(conn, tombstones=i == 0, have=None)
                     conn.commit()
@@ -721,19 +722,21 @@ def prepare_derived(url: str, tables: Sequence[tuple[MySqlSinkConfig, MySqlSinkC
 
 
 def _evolve(conn: sa.Connection, cfg: MySqlSinkConfig, existing: tuple[list[evolution.Column], list[str]],
-            policy: str, recorded: list[dict[str, Any]]) -> MySqlSinkConfig:
+            policy: str, recorded: list[dict[str, Any]], decisions: Mapping[str, str] | None,
+            pipeline: str) -> MySqlSinkConfig:
     columns, key = existing
     found = evolution.changes(cfg.table, [evolution.Column(c.name, c.type, c.nullable) for c in cfg.columns],
                               cfg.primary_key, columns, key, protected=frozenset({VERSION_COLUMN.lower()}))
-    apply, ignored = evolution.decide(found, policy)
+    apply, ignored = evolution.decide(found, policy, decisions, pipeline)
     for change in apply:
         conn.exec_driver_sql(change.statement)  # type: ignore[arg-type]
         recorded.append({**change.as_dict(), "applied": True})
         faults.checkpoint("during_ddl")  # MySQL's DDL commits itself: a kill here leaves the rest to the retry
     recorded += [{**c.as_dict(), "applied": False} for c in ignored if c.kind != "dropped" or c.statement]
-    if policy != "ignore":
+    if not ignored:
         return cfg
-    have = {c.name.lower() for c in columns}  # ignore: the columns the table has, as the records type them
+    # ignored (or rejected) changes: the columns the table has, as the records type them
+    have = {c.name.lower() for c in columns} | {c.column.lower() for c in apply if c.kind == "add"}
     return cfg.model_copy(update={"columns": [c for c in cfg.columns if c.name.lower() in have]})
 
 

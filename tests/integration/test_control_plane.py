@@ -693,3 +693,77 @@ def test_the_cli_uses_the_same_service(server: AirflowServer, use_server_store: 
     assert "2 of 2 matching records sent" in redrive.stdout
     again = cli("dlq", "redrive", name, "--stage", "converter")
     assert again.returncode == 2 and "redriven already" in again.stderr
+
+
+def test_a_schema_change_under_pause_waits_for_an_operator(server: AirflowServer, use_server_store: None,
+                                                          spark: Any) -> None:
+    """schema_changes: pause: a new column stops the pipeline with the change pending (status trace, the
+    schema endpoint) until it is approved through the API, and the next change until it is rejected."""
+    from cdcflow.errors import SchemaChangePending
+    from tests.fixtures.debezium import mysql_all_types as fx
+    from tests.integration.test_schema_changes import columns, later
+
+    cfg = _pipeline(server, "pause", schema_changes="pause", sinks=[
+        {"type": "mysql", "name": "rows", "conn_id": "cdcflow_mysql", "table": unique("paused"), "create_table": True}])
+    server.sync_dags()
+    name, topic, table, store = cfg.name, cfg.source.topics[0], cfg.sinks[0].table, _store(server)
+    url = f"/cdcflow/connectors/{name}"
+    cdcgen.produce(bootstrap(), topic, [cdcgen.Event(k, v) for k, v in fx.events()[:3]], partitions=1)
+    runner.run_window(cfg, "w1", {}, store, spark)
+
+    def added(fields: dict[str, Any]) -> None:
+        fields["c_note"] = {"type": "string", "optional": True, "field": "c_note"}
+
+    def note(before: dict[str, Any], after: dict[str, Any]) -> None:
+        before["c_note"], after["c_note"] = None, "after the approval"
+
+    cdcgen.produce(bootstrap(), topic, [later(added, note)], partitions=1, create=False)
+    offsets = store.load(name)
+    with pytest.raises(SchemaChangePending, match=rf"pipeline '{name}' is stopped until an operator approves or "
+                                                  rf"rejects this change: table '{table}' column 'c_note': new field"):
+        runner.run_window(cfg, "w2", {}, store, spark)
+    assert store.load(name) == offsets and "c_note" not in columns(table)
+    status = server.request("GET", f"{url}/status").body
+    assert status["connector"]["state"] == "STOPPED" and "cdcflow schema apply" in status["connector"]["trace"]
+    [pending] = server.request("GET", f"{url}/schema").body
+    assert (pending["decision"], pending["change"]["column"], pending["change"]["change"]) == ("pending", "c_note", "add")
+    with pytest.raises(PipelineStopped):  # nothing past the change runs until a decision
+        runner.plan(cfg, "w3", {}, store)
+
+    from tests.browser import Browser  # the page shows the pending change; its Approve button decides
+
+    browser = Browser()
+    try:
+        browser.set_cookie(server.base + "/", "_token", server.tokens["admin"])
+        browser.open(f"{server.base}/cdcflow/pipelines/{name}")
+        shown = browser.text("#schema-changes") + browser.text("table.schema-changes")
+        assert "waiting for a decision" in shown and f"pending\t{table}\tc_note\tadd" in shown, shown
+        assert "schema_changes: pause" in browser.text()
+        browser.screenshot(SCREENSHOTS / "cdcflow-schema-pending.png")
+        browser.eval("document.querySelector('button[data-url$=\"/schema/approve\"]').click()")
+        browser.wait_event("Page.loadEventFired", timeout=20)
+        assert any("Apply these 1 schema change(s)" in d for d in browser.dialogs)
+    finally:
+        browser.close()
+    [approved] = server.request("GET", f"{url}/schema").body
+    assert approved["decision"] == "approved" and approved["decided_by"] == "admin"
+    assert server.request("GET", f"{url}/status").body["connector"]["state"] != "STOPPED"
+    stats = runner.run_window(cfg, "w3", {}, store, spark)
+    assert columns(table)["c_note"][0] == "longtext" and stats["schema_changes"][0]["column"] == "c_note"
+    with mysql_engine().connect() as conn:
+        assert conn.execute(sa.text(f"SELECT c_note FROM `{table}` WHERE id = 1")).scalar_one() == "after the approval"
+
+    def widened(fields: dict[str, Any]) -> None:
+        added(fields)
+        fields["c_mediumint"]["type"] = "int64"
+
+    cdcgen.produce(bootstrap(), topic, [later(widened, note)], partitions=1, create=False)
+    with pytest.raises(SchemaChangePending, match="column 'c_mediumint': int\\(11\\) -> BIGINT"):
+        runner.run_window(cfg, "w4", {}, store, spark)
+    assert server.request("POST", f"{url}/schema/reject").status == 200
+    assert server.request("POST", f"{url}/schema/reject").status == 409  # nothing left to decide
+    stats = runner.run_window(cfg, "w5", {}, store, spark)
+    assert columns(table)["c_mediumint"][0] == "int(11)" and stats["dead_lettered"] == 0
+    decisions = {(c["change"]["column"], c["decision"], c["decided_by"])
+                 for c in server.request("GET", f"{url}/schema").body}
+    assert decisions == {("c_note", "approved", "admin"), ("c_mediumint", "rejected", "admin")}
