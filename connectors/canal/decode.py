@@ -34,6 +34,7 @@ from connectors.changes import (
     bigint,
     json_object,
     operation_changes,
+    text,
     version_of,
 )
 from connectors.debezium.types import ColumnHint, Converter
@@ -96,9 +97,9 @@ class CanalDecoder(RowDecoder):
                                                         "no 'es' (the binlog event's time, ms) to version the "
                                                         "truncate by (versioning: source_ts_ms)"),
                            source_db=database, source_table=table)]
-        if msg.get("isDdl") is True:
-            raise RecordError("transform", f"schema changes are not applied yet: Canal {kind} of {where} (isDdl: "
-                                           f"true, sql: {str(msg.get('sql'))[:200]!r}) goes to the dead-letter topic")
+        if msg.get("isDdl") is True:  # read and counted: the rows after it carry the new mysqlType, which the
+            # pipeline's schema_changes policy applies to the tables made from them (docs/schema-changes.md)
+            return [Change(source_db=text(database), source_table=text(table))]
         if kind not in OPERATIONS:
             raise RecordError("transform", f"unknown Canal type {kind!r} (expected INSERT, UPDATE or DELETE, or a "
                                            "statement with isDdl: true)")

@@ -46,10 +46,8 @@ class MaxwellDecoder(RowDecoder):
         kind, database, table = msg.get("type"), msg.get("database"), msg.get("table")
         if kind in NO_ROW:
             return [Change(source_db=text(database), source_table=text(table))]  # read, counted, nothing to apply
-        if kind in DDL:
-            raise RecordError("transform", f"schema changes are not applied yet: Maxwell {kind} of {database}."
-                                           f"{table} (sql: {str(msg.get('sql'))[:200]!r}) goes to the dead-letter "
-                                           "topic")
+        if kind in DDL:  # read and counted; a table follows its declared columns (Maxwell's rows carry no types)
+            return [Change(source_db=text(database), source_table=text(table))]
         if kind not in OPERATIONS:
             raise RecordError("transform", f"unknown Maxwell type {kind!r} (expected insert, update, delete or "
                                            "bootstrap-insert)")

@@ -186,13 +186,14 @@ def changes(table: str, desired: list[Column], key: list[str], existing: list[Co
                                     f"ALTER TABLE {t} ADD COLUMN {_quote(column.name)} {column.type} NULL"))
             continue
         kind = classify(parse_type(old.type), parse_type(column.type))
-        nullable = old.nullable or column.nullable
+        in_key = old.name.lower() in {k.lower() for k in existing_key}
+        nullable = (old.nullable or column.nullable) and not in_key  # a key column stays NOT NULL
         name = _quote(old.name)
         if kind is not None:
             out.append(SchemaChange(table, old.name, kind, old.type, column.type,
                                     f"ALTER TABLE {t} MODIFY COLUMN {name} {column.type} {'NULL' if nullable else 'NOT NULL'}"
                                     if kind not in ("narrow",) else None))
-        elif column.nullable and not old.nullable:
+        elif column.nullable and not old.nullable and not in_key:
             out.append(SchemaChange(table, old.name, "relax", old.type, old.type,
                                     f"ALTER TABLE {t} MODIFY COLUMN {name} {old.type} NULL"))
     for old in existing:

@@ -103,12 +103,12 @@ def test_the_same_changes_in_four_formats_give_the_same_table(config_dir: Path, 
         assert read_mysql(stats["table"]) == EXPECTED, name  # value by value: Decimal, datetime(6), date, int, text
 
     # records, not rows: Debezium's 13 events (key moves and deletes with their tombstones), GoldenGate's and
-    # Maxwell's 8 operations, Canal's 4 messages of 10 rows and its 3 dead letters
+    # Maxwell's 8 operations, Canal's 4 messages of 10 rows, its ALTER (read, nothing applied) and 2 dead letters
     assert {n: s["records"] for n, (_c, s) in runs.items()} == {"debezium": 13, "goldengate": 9, "canal": 7,
                                                                "maxwell": 8}
     assert {n: s.get("truncates_ignored", 0) for n, (_c, s) in runs.items()} == {
         "debezium": 0, "goldengate": 1, "canal": 0, "maxwell": 0}
-    assert {n: s["dead_lettered"] for n, (_c, s) in runs.items()} == {"debezium": 0, "goldengate": 0, "canal": 3,
+    assert {n: s["dead_lettered"] for n, (_c, s) in runs.items()} == {"debezium": 0, "goldengate": 0, "canal": 2,
                                                                      "maxwell": 0}
 
     cfg, stats = runs["canal"]
@@ -130,8 +130,6 @@ def test_the_same_changes_in_four_formats_give_the_same_table(config_dir: Path, 
     assert sorted((d.original_offset, d.context("exception.message")) for d in dead) == [
         (4, "a TRUNCATE of the source table inventory.orders (truncate: dlq): sent to the dead-letter topic, the "
             "target keeps its rows; truncate: ignore skips such records"),
-        (5, "schema changes are not applied yet: Canal ALTER of inventory.orders (isDdl: true, sql: 'ALTER TABLE "
-            "orders ADD COLUMN region VARCHAR(8)') goes to the dead-letter topic"),
         (6, "field 'created' = '2024-13-01 00:00:00.000000' is not a valid DATETIME(6) (a datetime YYYY-MM-DD "
             "hh:mm:ss[.ffffff])"),
     ]

@@ -197,3 +197,27 @@ def test_a_window_killed_during_or_after_its_ddl_recovers(config_dir: Path, stor
             "added at the source", "xlarge")
     window = runner.offset_store(cfg).get_window(cfg.name, "run-2")
     assert window is not None and window.status == "committed"
+
+
+def test_two_windows_never_run_the_same_ddl() -> None:
+    """Two pipelines' windows meet the same change of one table at once: under the schema-change lock
+    the second reads the table again and finds nothing left to do."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from cdcflow.config import MySqlSinkConfig
+    from cdcflow.connections import get_connection
+    from connectors.mysql.sink import prepare_derived
+
+    url = get_connection("cdcflow_mysql").sqlalchemy_url()
+    table = unique("shared")
+    base = [{"name": "id", "type": "INT"}, {"name": "name", "type": "VARCHAR(32)"}]
+    first = MySqlSinkConfig(type="mysql", name="m", table=table, create_table=True, primary_key=["id"], columns=base)
+    prepare_derived(url, [(first, first)], "lenient")
+    later_cfg = first.model_copy(update={"columns": [*first.columns, *MySqlSinkConfig(
+        type="mysql", name="m", table=table, primary_key=["id"], columns=[*base, {"name": "note", "type": "LONGTEXT"},
+                                                                         {"name": "n", "type": "BIGINT"}]).columns[2:]]})
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(lambda _i: prepare_derived(url, [(first, later_cfg)], "lenient"), range(2)))
+    ran = sorted(c["column"] for _configs, changes in results for c in changes if c["applied"])
+    assert ran == ["n", "note"]  # each DDL once, by one of the two
+    assert columns(table)["note"][0] == "longtext" and columns(table)["n"][0] == "bigint(20)"

@@ -88,7 +88,7 @@ def test_a_truncate_is_a_truncate_change_of_its_table() -> None:
         "truncate", "inventory", "orders", None)
 
 
-def test_ddl_and_bad_records_go_to_the_dlq_with_their_reason() -> None:
+def test_ddl_is_read_and_bad_records_go_to_the_dlq_with_their_reason() -> None:
     good = fx.message(o.STATEMENTS[0], 1)
     bad_value = {**good, "data": [{**good["data"][0], "amount": "12,50"}]}
     no_old = {**fx.message(o.STATEMENTS[1], 2), "old": None}
@@ -97,9 +97,9 @@ def test_ddl_and_bad_records_go_to_the_dlq_with_their_reason() -> None:
                (None, fx.dumps({**good, "es": None})), (None, fx.dumps({**good, "data": []}))]
     rows = decode("canal", records)
     assert [r["offset"] for r in rows] == list(range(len(records)))  # one row per bad record, nothing applied
-    assert [(r["error_stage"], r["error_message"]) for r in rows] == [
-        ("transform", "schema changes are not applied yet: Canal ALTER of inventory.orders (isDdl: true, sql: 'ALTER "
-                      "TABLE orders ADD COLUMN region VARCHAR(8)') goes to the dead-letter topic"),
+    # the DDL statement is read and changes nothing: the rows after it carry the new mysqlType (schema_changes)
+    assert (rows[0]["change_op"], rows[0]["error_stage"], rows[0]["source_table"]) == (None, None, "orders")
+    assert [(r["error_stage"], r["error_message"]) for r in rows[1:]] == [
         ("converter", "value is not a JSON object (value.converter json): expected a Canal flat message"),
         ("converter", "field 'amount' = '12,50' is not a valid DECIMAL(10,2) (a decimal number)"),
         ("transform", "field 'old': expected an array with one object per row of 'data' (the changed columns' "

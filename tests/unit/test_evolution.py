@@ -83,3 +83,11 @@ def test_a_conversion_is_evolve_only() -> None:
     assert [c.kind for c in decide(found, "evolve")[0]] == ["convert"]
     with pytest.raises(SchemaChangeRefused, match="evolve converts types"):
         decide(found, "lenient")
+
+
+def test_a_key_column_stays_not_null() -> None:
+    """A key column the records call optional (a declared column's default) is not relaxed: MySQL keeps a
+    primary key NOT NULL, so the change would be found again by every window."""
+    found = changes("t", [Column("id", "BIGINT", True), Column("name", "VARCHAR(32)", False)], ["id"],
+                    [Column("id", "int(11)", False), Column("name", "varchar(32)", False)], ["id"])
+    assert [(c.kind, c.statement) for c in found] == [("widen", "ALTER TABLE `t` MODIFY COLUMN `id` BIGINT NOT NULL")]
