@@ -52,9 +52,9 @@ class _Table:
     def __init__(self, mysql_types: Mapping[str, Any], pk_names: list[str]) -> None:
         types: list[tuple[str, ColumnType]] = []
         self.readers: dict[str, Converter] = {}
-        for name, text in mysql_types.items():
+        for name, declared in mysql_types.items():
             try:
-                column = parse_type(str(text))
+                column = parse_type(str(declared))
             except TypeSyntaxError:
                 continue  # read as text; no table can be described from it
             types.append((name, column))
@@ -90,7 +90,6 @@ class CanalDecoder(RowDecoder):
     def decode_record(self, offset: int, key: bytes | None, value: bytes | None, topic: str) -> list[Change]:
         msg = json_object(value, FORMAT)
         kind, database, table = msg.get("type"), msg.get("database"), msg.get("table")
-        where = f"{database}.{table}" if isinstance(database, str) and isinstance(table, str) else "its table"
         if kind == "TRUNCATE" and isinstance(database, str) and isinstance(table, str):
             # the pipeline's truncate setting decides (connectors/changes.py)
             return [Change(TRUNCATE, version=version_of(self.versioning, offset, bigint(msg.get("es")),
