@@ -594,6 +594,13 @@ def _prepare(job: cw.WindowJob, tallies: list[dict[str, Any]]) -> Targets:
         if _static(target):
             if isinstance(cfg, ElasticsearchSinkConfig) and cfg.mapping is None:
                 target = replace(target, mappings=tuple(es_mappings(cfg, _described(tallies, cfg.name))))
+                if target.mappings:  # indices that exist get the new fields (schema_changes)
+                    sink = SINK_TYPES[cfg.type].open(target)
+                    sink.open()
+                    try:
+                        changes += sink.evolve_mappings(job.schema_changes, dict(job.schema_decisions), job.pipeline)
+                    finally:
+                        sink.close()
             SINK_TYPES[cfg.type].prepare(target)
             static[cfg.name] = target
             continue

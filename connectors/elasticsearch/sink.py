@@ -213,6 +213,42 @@ class ElasticsearchSink:
         self.stats.stale += len(items) - len(keep)
         return keep
 
+    def evolve_mappings(self, policy: str, decisions: Mapping[str, str] | None = None,
+                        pipeline: str = "PIPELINE") -> list[dict[str, Any]]:
+        """The indices that exist get the fields of this window's record schemas they lack
+        (``put_mapping``), as the pipeline's ``schema_changes`` says (connectors/mysql/evolution.py):
+        a new field is an ``add``; a field whose type differs is a ``retype``, which Elasticsearch
+        cannot do to an existing field, so every policy but ignore stops the window, naming it. Run
+        once per window on the driver, before any write; returns the changes for the stats."""
+        from connectors.mysql import evolution  # noqa: PLC0415 - the policies are the same as for MySQL tables
+
+        recorded: list[dict[str, Any]] = []
+        for index, mapping in sorted(self._mappings.items()):
+            if not self._call(f"looking for index {index!r}", lambda index=index: self._client.indices.exists(
+                    index=index)):
+                continue
+            got = self._call(f"reading the mapping of {index!r}", lambda index=index: self._client.indices.get_mapping(
+                index=index))
+            have = next(iter(dict(got).values()), {}).get("mappings", {}).get("properties", {})
+            found = []
+            for field, prop in mapping.get("properties", {}).items():
+                old = have.get(field)
+                if old is None:
+                    put = f"PUT {index}/_mapping {json.dumps({'properties': {field: prop}})}"
+                    found.append(evolution.SchemaChange(index, field, "add", None, prop.get("type", "object"), put,
+                                                        "index"))
+                elif old.get("type", "object") != prop.get("type", "object"):
+                    found.append(evolution.SchemaChange(index, field, "retype", old.get("type", "object"),
+                                                        prop.get("type", "object"), None, "index"))
+            apply, ignored = evolution.decide(found, policy, decisions, pipeline)
+            adds = {c.column: mapping["properties"][c.column] for c in apply if c.kind == "add"}
+            if adds:
+                self._call(f"adding fields to the mapping of {index!r}",
+                           lambda index=index, adds=adds: self._client.indices.put_mapping(index=index, properties=adds))
+            recorded += [{**c.as_dict(), "applied": True} for c in apply]
+            recorded += [{**c.as_dict(), "applied": False} for c in ignored]
+        return recorded
+
     def _ensure_index(self, index: str, mappings: dict[str, Any] | None, settings: dict[str, Any] | None) -> None:
         if index in self._known_indices:
             return

@@ -15,7 +15,8 @@ Each difference is one :class:`SchemaChange` of a kind:
   DATE→DATETIME);
 * ``narrow`` — a type that cannot hold the old values (VARCHAR(64)→(32), BIGINT→INT, an ENUM
   without a value it had): never applied automatically;
-* ``key`` — another primary key: never applied automatically.
+* ``key`` — another primary key: never applied automatically;
+* ``retype`` — an Elasticsearch field of another type: Elasticsearch cannot change it.
 
 The policies: ``lenient`` (the default) applies add, widen, extend, relax and dropped; ``evolve``
 also convert; both fail the window on narrow and key, naming them. ``fail`` fails on any change.
@@ -66,6 +67,7 @@ class SchemaChange:
     old: str | None
     new: str | None
     statement: str | None  # the DDL that applies it; None: nothing to run (a dropped column already nullable)
+    target: str = "table"  # a MySQL table, or an Elasticsearch "index" (its fields)
 
     def describe(self) -> str:
         what = {
@@ -77,8 +79,11 @@ class SchemaChange:
             "convert": f"{self.old} -> {self.new} (another type that holds every old value)",
             "narrow": f"{self.old} -> {self.new}: narrower, it cannot hold every value the column holds",
             "key": f"primary key {self.old} -> {self.new}",
+            "retype": f"{self.old} -> {self.new}: Elasticsearch cannot change the type of an existing field "
+                      "(reindex into a new index, or declare the sink's mapping)",
         }[self.kind]
-        return f"table {self.table!r} column {self.column!r}: {what}"
+        thing = "field" if self.target == "index" else "column"
+        return f"{self.target} {self.table!r} {thing} {self.column!r}: {what}"
 
     @property
     def key(self) -> str:
@@ -212,7 +217,7 @@ def decide(found: list[SchemaChange], policy: str, decisions: Mapping[str, str] 
     rejected) says what an operator decided: approved changes are applied, rejected ones ignored, and
     the others raise SchemaChangePending."""
     allowed = APPLIED[policy]
-    refused = [c for c in found if c.kind == "key" or (policy != "ignore" and c.kind not in allowed)]
+    refused = [c for c in found if c.kind == "key" or (policy != "ignore" and c.kind not in allowed)]  # retype too
     if refused:
         why = ("schema_changes: fail stops at any change" if policy == "fail" else
                f"schema_changes: {policy} never applies {', '.join(sorted({c.kind for c in refused}))} changes"
@@ -221,8 +226,8 @@ def decide(found: list[SchemaChange], policy: str, decisions: Mapping[str, str] 
         raise SchemaChangeRefused(
             f"{why}; the window stopped before writing and no offset moved: "
             + "; ".join(c.describe() for c in refused)
-            + ". Change the table by hand (then the next window goes on), or set schema_changes to a policy "
-              "that applies it")
+            + ". Change the table (or index) by hand, then the next window goes on; or set schema_changes to a "
+              "policy that applies it")
     if policy == "ignore":
         return [], found
     if policy == "pause":
