@@ -95,6 +95,23 @@ class AirflowServer:
             if proc.poll() is not None:
                 raise RuntimeError(f"{proc.args} exited:\n" + self.log_tail())
 
+    def revive(self) -> list[str]:
+        """Start again the scheduler components that exited, as a process supervisor does in production
+        (Airflow 3's scheduler can exit on an ObjectDeletedError when `airflow backfill create`
+        replaces a DAG run it is scheduling: a race inside Airflow). Returns what it restarted; each
+        restart is also logged to the component's log."""
+        restarted = []
+        for i, proc in enumerate(self.components):
+            if proc.poll() is None:
+                continue
+            part = str(proc.args[1])  # type: ignore[index]
+            log = open(self.home / f"{part}.log", "ab")  # noqa: SIM115 - lives as long as the process
+            log.write(f"\n--- test harness: {part} exited with {proc.returncode}; started again\n".encode())
+            log.flush()
+            self.components[i] = subprocess.Popen(["airflow", part], env=self.env, cwd=ROOT, stdout=log, stderr=log)
+            restarted.append(part)
+        return restarted
+
     def log_tail(self) -> str:
         out = []
         for name in ("api-server", "scheduler", "dag-processor", "triggerer"):

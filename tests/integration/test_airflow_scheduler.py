@@ -56,6 +56,7 @@ def _wait_for_dag(server: AirflowServer, dag_id: str, timeout: float = 120) -> N
 def _wait_for_runs(server: AirflowServer, dag_id: str, run_ids: list[str], timeout: float = 420) -> list[dict[str, Any]]:
     deadline = time.monotonic() + timeout
     while True:
+        server.revive()
         runs = [server.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{r}").body for r in run_ids]
         if all(r["state"] in ("success", "failed") for r in runs):
             return runs
@@ -176,6 +177,7 @@ def test_airflow_backfill_replays_three_intervals_without_moving_the_live_pipeli
 def _wait_until_idle(server: AirflowServer, dag_id: str, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while True:
+        server.revive()
         runs = server.request("GET", f"/api/v2/dags/{dag_id}/dagRuns?state=queued&state=running").body
         if runs["total_entries"] == 0:
             return
@@ -186,6 +188,7 @@ def _wait_until_idle(server: AirflowServer, dag_id: str, timeout: float = 300) -
 def _wait_for_backfill(server: AirflowServer, dag_id: str, count: int, timeout: float = 600) -> list[dict[str, Any]]:
     deadline = time.monotonic() + timeout
     while True:
+        server.revive()  # the scheduler can exit on a race inside Airflow's backfill (AirflowServer.revive)
         runs = [r for r in server.request("GET", f"/api/v2/dags/{dag_id}/dagRuns?run_type=backfill").body["dag_runs"]]
         if len(runs) >= count and all(r["state"] in ("success", "failed") for r in runs):
             return sorted(runs, key=lambda r: r["logical_date"])
@@ -253,6 +256,7 @@ def test_a_window_that_changed_a_table_emits_its_asset_event_after_the_commit_an
     while not (runs := airflow.request("GET", f"/api/v2/dags/{downstream}/dagRuns").body["dag_runs"]) or \
             runs[0]["state"] != "success":
         assert time.monotonic() < deadline, f"downstream runs: {runs}\n{airflow.log_tail()}"
+        airflow.revive()
         time.sleep(2)
     assert [x["run_type"] for x in runs] == ["asset_triggered"]
     seen = airflow.request("GET", f"/api/v2/dags/{downstream}/dagRuns/{runs[0]['dag_run_id']}/taskInstances/report/"
@@ -296,6 +300,7 @@ def test_on_data_starts_a_window_when_records_wait_and_batches_a_trickle_until_m
         deadline = time.monotonic() + timeout
         while len(done := [r for r in runs() if r["state"] in ("success", "failed")]) < n:
             assert time.monotonic() < deadline, f"runs: {runs()}\n{airflow.log_tail()}"
+            airflow.revive()
             time.sleep(1)
         return done
 
