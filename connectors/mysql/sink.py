@@ -144,21 +144,16 @@ def existing_columns(url: str, table: str) -> tuple[list[dict[str, Any]], list[s
     engine = sa.create_engine(url, poolclass=NullPool, connect_args={"connect_timeout": 10})
     try:
         with engine.connect() as conn:
-            rows = conn.exec_driver_sql(
-                "SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE FROM information_schema.COLUMNS "
-                "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION", (table,)).all()
-            key = [r[0] for r in conn.exec_driver_sql(  # in the key's order (a tombstone hashes the key in it)
-                "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = DATABASE() "
-                "AND TABLE_NAME = %s AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION", (table,))]
+            found = _existing(conn, [table]).get(table)
     except DBAPIError as exc:
         where = sa.make_url(url).render_as_string(hide_password=True)
         raise SinkUnavailable(f"MySQL at {where} failed while reading the columns of table {table!r}: {exc.orig}") from exc
     finally:
         engine.dispose()
-    if not rows:
+    if found is None:
         return None
-    columns = [{"name": r[0], "type": r[1], "nullable": r[2] == "YES"} for r in rows if r[0] != VERSION_COLUMN]
-    return columns, key
+    columns, key = found
+    return [{"name": c.name, "type": c.type, "nullable": c.nullable} for c in columns if c.name != VERSION_COLUMN], key
 
 
 class MySqlSink:
@@ -303,11 +298,8 @@ class MySqlSink:
                 # The newest tombstone when this task starts. Deletes written during the window are
                 # for other keys (one change per key per window) and windows never overlap, so an
                 # upsert newer than this cannot be blocked by any tombstone: no lookup needed.
-                newest, truncated = conn.exec_driver_sql(
-                    f"SELECT MAX(CASE WHEN key_hash <> %s THEN version END), "
-                    f"MAX(CASE WHEN key_hash = %s THEN version END) FROM {quote(TOMBSTONES)} WHERE table_name = %s",
-                    (TRUNCATE_HASH, TRUNCATE_HASH, self.cfg.table)).one()
-                self._newest_tombstone, self._truncated_at = newest, truncated
+                newest = _newest_tombstones(conn, [self.cfg.table])
+                self._newest_tombstone, self._truncated_at = newest.get(self.cfg.table, (None, None))
         except DBAPIError as exc:
             raise self._infra_error("opening", exc) from exc
 
@@ -607,19 +599,23 @@ class MySqlSink:
                                f"table {self.cfg.table!r}: ({code}) {detail}")
 
 
+def _newest_tombstones(conn: sa.Connection, tables: Sequence[str]) -> dict[str, tuple[int | None, int | None]]:
+    """Per table that has tombstones: (its newest key tombstone's version, its TRUNCATE mark), in one query."""
+    marks = ", ".join(["%s"] * len(tables))
+    return {t: (newest, truncated) for t, newest, truncated in conn.exec_driver_sql(
+        "SELECT table_name, MAX(CASE WHEN key_hash <> %s THEN version END), "
+        f"MAX(CASE WHEN key_hash = %s THEN version END) FROM {quote(TOMBSTONES)} "
+        f"WHERE table_name IN ({marks}) GROUP BY table_name", (TRUNCATE_HASH, TRUNCATE_HASH, *tables))}
+
+
 def read_newest_tombstones(engine: sa.Engine, sinks: Sequence[MySqlSink]) -> None:
     """Each sink's newest tombstone, for many tables in one query (what :meth:`MySqlSink.open`
     reads per table). The tables must be prepared (:func:`prepare_tables`: the tombstone table exists)."""
     if not sinks:
         return
-    tables = [s.cfg.table for s in sinks]
-    marks = ", ".join(["%s"] * len(tables))
     try:
         with engine.connect() as conn:
-            found = {t: (newest, truncated) for t, newest, truncated in conn.exec_driver_sql(
-                "SELECT table_name, MAX(CASE WHEN key_hash <> %s THEN version END), "
-                f"MAX(CASE WHEN key_hash = %s THEN version END) FROM {quote(TOMBSTONES)} "
-                f"WHERE table_name IN ({marks}) GROUP BY table_name", (TRUNCATE_HASH, TRUNCATE_HASH, *tables))}
+            found = _newest_tombstones(conn, [s.cfg.table for s in sinks])
     except DBAPIError as exc:
         raise sinks[0]._infra_error("reading the newest tombstones of", exc) from exc  # noqa: SLF001
     for sink in sinks:
