@@ -285,7 +285,7 @@ def cmd_history(args: argparse.Namespace) -> int:
         for c in w.stats.get("schema_changes", []):  # the DDL the window ran (or a change it left unapplied)
             print(f"    {'DDL' if c['applied'] else 'not applied'}: {c['ddl'] or c['table'] + '.' + c['column'] + ' ' + c['change']}")
         for t in w.stats.get("truncates", []):
-            print(f"    TRUNCATE {t['table']} at version {t['version']}: {t['deleted']} rows deleted")
+            print(f"    TRUNCATE {t['table']} at version {t['version']}: {t['deleted']} {t.get('unit', 'rows')} deleted")
     return 0
 
 

@@ -483,9 +483,9 @@ class PipelineConfig(StrictModel):
     truncate: Literal["ignore", "dlq", "apply"] = Field(
         default="ignore", description="A TRUNCATE of a source table (Debezium op t, GoldenGate T, Canal TRUNCATE): "
         "ignore (the default, as in Debezium's JDBC sink: counted in the window's stats, the target keeps its rows), "
-        "dlq (sent to the dead-letter topic, errors.tolerance all) or apply (MySQL sinks: the table's rows older "
-        "than the truncate are deleted and the changes before it dropped, and a replay of older changes cannot "
-        "bring them back; docs/formats.md).")
+        "dlq (sent to the dead-letter topic, errors.tolerance all) or apply (the table's rows, or the index's "
+        "documents, older than the truncate are deleted and the changes before it dropped, and a replay of older "
+        "changes cannot bring them back; docs/formats.md).")
     schema_changes: Literal["lenient", "evolve", "ignore", "fail", "pause"] = Field(
         default="lenient", description="What a window does when the record schema of a table made from it "
         "(create_table without columns) differs from the table in MySQL (docs/schema-changes.md): lenient (the "
@@ -727,10 +727,10 @@ def _truncate_apply_checks(cfg: PipelineConfig) -> None:
     if cfg.transforms:
         raise ValueError("truncate: apply is not supported with transforms yet: use ignore or dlq")
     for sink in cfg.sinks:
-        if sink.type == "elasticsearch":
-            raise ValueError(f"truncate: apply is not supported for Elasticsearch sinks yet (sink {sink.name!r}): "
-                             "use ignore or dlq")
-        if sink.pk_mode == "kafka":
+        if sink.type == "elasticsearch" and sink.key_ignore:
+            raise ValueError(f"truncate: apply needs documents versioned by their change (sink {sink.name!r} has "
+                             "key_ignore: true, whose documents have no version to compare with the truncate's)")
+        if sink.type == "mysql" and sink.pk_mode == "kafka":
             raise ValueError(f"truncate: apply needs rows keyed by the record (sink {sink.name!r} has pk_mode kafka)")
         if sink.name == cfg.offset_store.sink and not sink.columns:
             raise ValueError(f"truncate: apply with offset_store.sink needs that sink's declared columns (sink "

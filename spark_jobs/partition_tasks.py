@@ -183,15 +183,21 @@ def project_documents(rows: pa.Table, sink: ElasticsearchSinkConfig) -> pa.Table
         doc_id = _join(parts, "+", "skip")
         errors += [pc.if_else(pc.is_null(p), f"document id field '{f}' is missing or null", None)
                    for p, f in zip(parts, sink.id_fields, strict=True)]
-    pieces = sink.index.split("{topic}")
-    index: Any = pa.array([pieces[0]] * n, pa.string())
-    for piece in pieces[1:]:
-        index = pc.binary_join_element_wise(index, pc.utf8_lower(rows.column("route")), piece, "")
+    index = _index_names(rows, sink.index)
     if sink.behavior_on_null_values == "fail":
         errors.append(pc.if_else(tombstone, "null value (tombstone) with behavior_on_null_values: fail", None))
     base = [*RAW_COLUMNS, "route", "change_op", "version", "row_index"]
     return pa.table([*[rows.column(c) for c in base], index, doc_id, rows.column("image_json"), _messages(errors, n)],
                     names=[*base, "c_0", "c_1", "c_2", "error_message"])
+
+
+def _index_names(rows: pa.Table, template: str) -> Any:
+    """The index of each change: the template with {topic} filled by its route, lower-cased."""
+    pieces = template.split("{topic}")
+    index: Any = pa.array([pieces[0]] * rows.num_rows, pa.string())
+    for piece in pieces[1:]:
+        index = pc.binary_join_element_wise(index, pc.utf8_lower(rows.column("route")), piece, "")
+    return index
 
 
 def _table_names(rows: pa.Table, template: str) -> pa.Array:
@@ -369,17 +375,20 @@ def _split(job: cw.WindowJob, task: int, decoded: pa.Table, writers: int = 1) ->
 
 
 def _truncates(job: cw.WindowJob, rows: pa.Table) -> dict[str, dict[str, int]]:
-    """``truncate: apply``: per MySQL sink, the tables its TRUNCATEs go to (routed like the sink's
-    changes) and the newest truncate's version of each."""
+    """``truncate: apply``: per sink, the tables (or indices) its TRUNCATEs go to (routed like the
+    sink's changes) and the newest truncate's version of each."""
     if job.truncate != "apply" or not rows.num_rows:
         return {}
     out: dict[str, dict[str, int]] = {}
     for target in job.sinks:
         cfg = target.config
-        if not isinstance(cfg, MySqlSinkConfig):
-            continue
-        names = _table_names(rows, cfg.table) if is_routed(cfg) else pa.array([cfg.table] * rows.num_rows, pa.string())
-        names = pc.if_else(pc.is_valid(_bad_route(names, cfg.table)), None, names) if is_routed(cfg) else names
+        if isinstance(cfg, ElasticsearchSinkConfig):
+            names = _index_names(rows, cfg.index)
+        elif is_routed(cfg):
+            names = _table_names(rows, cfg.table)
+            names = pc.if_else(pc.is_valid(_bad_route(names, cfg.table)), None, names)
+        else:
+            names = pa.array([cfg.table] * rows.num_rows, pa.string())
         t = pa.table({"table": names, "version": rows.column("version")}).filter(pc.is_valid(names))
         agg = t.group_by("table", use_threads=False).aggregate([("version", "max")])
         out[cfg.name] = dict(zip(agg.column("table").to_pylist(), agg.column("version_max").to_pylist(), strict=True))
@@ -389,8 +398,9 @@ def _truncates(job: cw.WindowJob, rows: pa.Table) -> dict[str, dict[str, int]]:
 def _apply_truncates(job: cw.WindowJob, targets: Targets, tallies: list[dict[str, Any]],
                      result: cw.WindowResult) -> None:
     """On the driver, after the tables are prepared and before any row is written: each TRUNCATE the
-    read tasks found, once per table at its newest version (connectors/mysql/sink.truncate_tables).
-    The sinks then leave out every change older than it (the table's TRUNCATE mark)."""
+    read tasks found, once per table or index at its newest version (MySQL:
+    connectors/mysql/sink.truncate_tables; Elasticsearch: ``ElasticsearchSink.truncate``). The
+    sinks then leave out every change older than it (the table's or index's TRUNCATE mark)."""
     from connectors.mysql.sink import truncate_tables  # noqa: PLC0415
 
     merged: dict[str, dict[str, int]] = {}
@@ -400,10 +410,20 @@ def _apply_truncates(job: cw.WindowJob, targets: Targets, tallies: list[dict[str
                 merged.setdefault(sink, {})[table] = max(version, merged.get(sink, {}).get(table, version))
     for target in job.sinks:
         name = target.config.name
-        if name in merged:
-            deleted = truncate_tables(target.url, merged[name], name)
-            result.truncates += [{"sink": name, "table": t, "version": v, "deleted": deleted[t]}
-                                 for t, v in sorted(merged[name].items())]
+        if name not in merged:
+            continue
+        if isinstance(target.config, ElasticsearchSinkConfig):
+            sink = SINK_TYPES[target.config.type].open(target)
+            sink.open()
+            try:
+                deleted = sink.truncate(merged[name])  # type: ignore[attr-defined]
+            finally:
+                sink.close()
+            unit = "documents"
+        else:
+            deleted, unit = truncate_tables(target.url, merged[name], name), "rows"
+        result.truncates += [{"sink": name, "table": t, "version": v, "deleted": deleted[t], "unit": unit}
+                             for t, v in sorted(merged[name].items())]
 
 
 def _first_per_record(bad: pa.Table) -> pa.Table:
@@ -598,9 +618,15 @@ def _prepare(job: cw.WindowJob, tallies: list[dict[str, Any]]) -> Targets:
                     sink = SINK_TYPES[cfg.type].open(target)
                     sink.open()
                     try:
-                        changes += sink.evolve_mappings(job.schema_changes, dict(job.schema_decisions), job.pipeline)
+                        found = sink.evolve_mappings(job.schema_changes, dict(job.schema_decisions), job.pipeline)
                     finally:
                         sink.close()
+                    changes += found
+                    left_out: dict[str, list[str]] = {}
+                    for c in found:
+                        if c["change"] == "add" and not c["applied"]:
+                            left_out.setdefault(c["table"], []).append(c["column"])
+                    target = replace(target, left_out=tuple((i, tuple(f)) for i, f in sorted(left_out.items())))
             SINK_TYPES[cfg.type].prepare(target)
             static[cfg.name] = target
             continue

@@ -36,6 +36,9 @@ class SinkTarget:
     auth: tuple[str, str] | None = None
     # Elasticsearch: the mapping (JSON) of each index a routed sink creates, from the record schema
     mappings: tuple[tuple[str, str], ...] = ()
+    # Elasticsearch: per index, the new fields schema_changes left out of its mapping (ignore, or a
+    # rejected change): the documents are written without them
+    left_out: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def component(self) -> str:
@@ -76,7 +79,8 @@ def _es_open(target: SinkTarget) -> Sink:
 
     assert isinstance(target.config, ElasticsearchSinkConfig)
     return ElasticsearchSink(target.config, target.url, target.auth,
-                             {index: json.loads(mapping) for index, mapping in target.mappings})
+                             {index: json.loads(mapping) for index, mapping in target.mappings},
+                             {index: frozenset(fields) for index, fields in target.left_out})
 
 
 def _mysql_project(df: DataFrame, cfg: MySqlSinkConfig) -> DataFrame:

@@ -13,6 +13,10 @@
   that got them); after the retries the window fails as an infrastructure error, nothing goes to the
   DLQ. Per-document 4xx errors (mapping, parsing) follow ``behavior_on_malformed_documents``; with
   ``fail`` they are returned as failed records (DLQ with tolerance all, else the window fails).
+* ``truncate: apply`` (:meth:`ElasticsearchSink.truncate`): a TRUNCATE of the source table at version
+  V raises the index's TRUNCATE mark (a document of ``cdcflow-tombstones`` whose external version is
+  V) and deletes the index's documents older than V by versioned deletes, so a newer document
+  stays. Index actions not newer than the mark are skipped, like those of a tombstoned document.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ log = logging.getLogger(__name__)
 TOMBSTONES = "cdcflow-tombstones"
 TOMBSTONE_FIELDS = {"index": {"type": "keyword"}, "deleted_at": {"type": "date", "format": "epoch_millis"}}
 RETRY_STATUS = frozenset({429, 502, 503, 504})
+TRUNCATE_ID = "\x00truncate"  # the TRUNCATE mark's tombstone id (a document id never starts with NUL)
+SCAN_PAGE = 1_000
 
 
 @dataclass
@@ -51,11 +57,14 @@ def tombstone_id(index: str, doc_id: str) -> str:
 
 class ElasticsearchSink:
     def __init__(self, cfg: ElasticsearchSinkConfig, url: str, auth: tuple[str, str] | None = None,
-                 mappings: Mapping[str, dict[str, Any]] | None = None) -> None:
+                 mappings: Mapping[str, dict[str, Any]] | None = None,
+                 left_out: Mapping[str, frozenset[str]] | None = None) -> None:
         """``mappings``: the mapping of each index that has its own (a routed sink's indices, from the
-        record schema); the others get ``cfg.mapping``."""
+        record schema); the others get ``cfg.mapping``. ``left_out``: per index, the fields its
+        documents are written without (new fields ``schema_changes`` did not add to its mapping)."""
         self.cfg = cfg
         self._mappings = dict(mappings or {})
+        self._left_out = {index: fields for index, fields in (left_out or {}).items() if fields}
         self.name = cfg.name
         self.url = url
         self.auth = auth
@@ -124,6 +133,8 @@ class ElasticsearchSink:
             if not self.cfg.key_ignore:
                 meta.update(version=change.version, version_type="external_gte")
             doc = change.values["doc"]
+            if index in self._left_out:  # schema_changes ignore: the index keeps the fields it has
+                doc = json.dumps({k: v for k, v in json.loads(doc).items() if k not in self._left_out[index]})
             return [_Item(change, "index", json.dumps({"index": meta}).encode() + b"\n" + doc.encode() + b"\n")]
         versioned = {"_id": doc_id, "version": change.version, "version_type": "external_gte"}
         tomb = {"_index": TOMBSTONES, "_id": tombstone_id(index, doc_id), "version": change.version,
@@ -199,19 +210,76 @@ class ElasticsearchSink:
                                                   ("__cdcflow.errors.es.reason", reason.encode())))]
 
     def _drop_tombstoned(self, items: list[_Item]) -> list[_Item]:
-        """Skip index actions not newer than their document's tombstone (no resurrection)."""
+        """Skip index actions not newer than their document's tombstone (no resurrection), or than
+        their index's TRUNCATE mark."""
         if self.cfg.key_ignore:
             return items
         ids = {tombstone_id(*i.change.key): i for i in items if i.kind == "index"}
         if not ids:
             return items
+        marks = {tombstone_id(index, TRUNCATE_ID) for index in {i.change.key[0] for i in items if i.kind == "index"}}
         found = self._call("reading tombstones", lambda: self._client.mget(
-            index=TOMBSTONES, ids=list(ids), source=False))
+            index=TOMBSTONES, ids=list(ids.keys() | marks), source=False))
         dead = {d["_id"]: d["_version"] for d in found["docs"] if d.get("found")}
         keep = [i for i in items if i.kind != "index"
-                or dead.get(tombstone_id(*i.change.key), -1) < i.change.version]
+                or max(dead.get(tombstone_id(*i.change.key), -1),
+                       dead.get(tombstone_id(i.change.key[0], TRUNCATE_ID), -1)) < i.change.version]
         self.stats.stale += len(items) - len(keep)
         return keep
+
+    def truncate(self, marks: Mapping[str, int]) -> dict[str, int]:
+        """``truncate: apply``, per index: a TRUNCATE of its source table at a version. The index's
+        TRUNCATE mark is raised to it first (so the window's older changes, and any replayed later,
+        are skipped: :meth:`_drop_tombstoned`), then each document older than it is deleted with
+        that version (``external_gte`` of version - 1: Elasticsearch refuses the delete of a newer
+        document, written by a later window a replay runs after, with a 409). Elasticsearch's
+        delete-by-query cannot compare external versions; this scan does, and is idempotent, so a
+        retry after a kill runs it again. Run on the driver before any write of the window. Returns
+        the documents deleted per index."""
+        deleted: dict[str, int] = {}
+        for index, version in sorted(marks.items()):
+            mark = {"_index": TOMBSTONES, "_id": tombstone_id(index, TRUNCATE_ID), "version": version,
+                    "version_type": "external_gte"}
+            body = (json.dumps({"index": mark}) + "\n" + json.dumps({"index": index, "truncate": True}) + "\n").encode()
+            response = self._call(f"raising the TRUNCATE mark of {index!r}",
+                                  lambda body=body: self._client.bulk(operations=body, refresh=True))
+            outcome = next(iter(response["items"][0].values()))
+            if outcome.get("status", 500) >= 300 and outcome.get("status") != 409:  # 409: a newer mark is there
+                raise SinkUnavailable(f"sink {self.name!r}: Elasticsearch at {self.url} refused the TRUNCATE mark "
+                                      f"of index {index!r}: {outcome.get('error')}")
+            deleted[index] = self._delete_older(index, version)
+        return deleted
+
+    def _delete_older(self, index: str, version: int) -> int:
+        """Delete the documents of ``index`` older than ``version``, page by page (a point in time)."""
+        if not self._call(f"looking for index {index!r}", lambda: self._client.indices.exists(index=index)):
+            return 0
+        pit = self._call(f"opening a point in time of {index!r}", lambda: self._client.open_point_in_time(
+            index=index, keep_alive="2m"))["id"]
+        deleted, after = 0, None
+        try:
+            while True:
+                page = self._call(f"scanning {index!r} for the TRUNCATE", lambda pit=pit, after=after: self._client.search(
+                    pit={"id": pit, "keep_alive": "2m"}, size=SCAN_PAGE, source=False, sort=[{"_shard_doc": "asc"}],
+                    search_after=after, track_total_hits=False))
+                hits = page["hits"]["hits"]
+                if not hits:
+                    return deleted
+                pit, after = page.get("pit_id", pit), hits[-1]["sort"]
+                body = b"".join(json.dumps({"delete": {"_index": index, "_id": h["_id"], "version": max(version - 1, 0),
+                                                       "version_type": "external_gte"}}).encode() + b"\n"
+                                for h in hits)
+                response = self._call(f"deleting documents of {index!r} older than the TRUNCATE",
+                                      lambda body=body: self._client.bulk(operations=body))
+                for result in response["items"]:
+                    status = next(iter(result.values())).get("status", 500)
+                    if status < 300:
+                        deleted += 1
+                    elif status not in (404, 409):  # 409: newer than the truncate, kept; 404: gone already
+                        raise SinkUnavailable(f"sink {self.name!r}: Elasticsearch at {self.url} refused a delete of "
+                                              f"the TRUNCATE of {index!r}: {next(iter(result.values())).get('error')}")
+        finally:
+            self._call(f"closing the point in time of {index!r}", lambda: self._client.close_point_in_time(id=pit))
 
     def evolve_mappings(self, policy: str, decisions: Mapping[str, str] | None = None,
                         pipeline: str = "PIPELINE") -> list[dict[str, Any]]:

@@ -15,6 +15,14 @@ read by the sink's declared columns (connectors/mysql/values.py: a DATETIME acce
 ``YYYY-MM-DD:HH:MI:SS.FFFFFF`` too), and as written where none is declared. A column flagged
 ``<column>_isMissing: true`` (the formatter's missing-column flags) is not part of the image.
 
+A table's JSON schema (JSON Schema draft-04: ``$schema``, ``title`` the qualified table name,
+``definitions.row`` its columns), which the Kafka Handler publishes to its ``SchemaTopicName`` topic
+(keyed by the table's name) at a table's first operation and again after a metadata change event
+(a DDL in the trail), is read and changes nothing, as Canal's and Maxwell's DDL events are, when a
+pipeline reads that topic too: the operations after a metadata change carry the new columns, and a
+table follows them as its sink says (declared columns, docs/schema-changes.md). Anything else
+without ``op_type`` is a bad record.
+
 An update is applied as its before image overlaid with its after image, so an Extract that writes
 full before images (GETUPDATEBEFORES with NOCOMPRESSUPDATES) gives whole rows; with compressed
 updates and no before image, the columns left out of the after image arrive as nulls. Versions
@@ -43,11 +51,14 @@ from connectors.mysql.values import parse_datetime
 FORMAT = "GoldenGate JSON formatter operation"
 OPERATIONS = {"I": "insert", "U": "update", "D": "delete"}
 MISSING = "_isMissing"
+JSON_SCHEMA = "http://json-schema.org/"  # a table's schema message on the handler's schema topic
 
 
 class GoldenGateDecoder(RowDecoder):
     def decode_record(self, offset: int, key: bytes | None, value: bytes | None, topic: str) -> list[Change]:
         msg = json_object(value, FORMAT)
+        if "op_type" not in msg and str(msg.get("$schema", "")).startswith(JSON_SCHEMA):
+            return [_schema_message(msg)]
         name, op_type = msg.get("table"), msg.get("op_type")
         parts = name.split(".") if isinstance(name, str) else []
         if len(parts) < 2 or not all(parts):
@@ -74,6 +85,15 @@ class GoldenGateDecoder(RowDecoder):
         own = frozenset(k for k in keys if isinstance(k, str)) if isinstance(keys, list) else frozenset()
         return operation_changes(op, before, after, self.key_fields | own, self.read, self.need_json, version,
                                  source_db=parts[-2], source_table=parts[-1])
+
+
+def _schema_message(msg: Mapping[str, Any]) -> Change:
+    """A table's JSON schema (metadata, not a row): a change that changes nothing, of its table."""
+    parts = msg["title"].split(".") if isinstance(msg.get("title"), str) else []
+    if len(parts) < 2 or not all(parts):
+        raise RecordError("transform", f"a JSON schema message whose 'title' is not the qualified table name "
+                                       f"SCHEMA.TABLE: {msg.get('title')!r}")
+    return Change(source_db=parts[-2], source_table=parts[-1])
 
 
 def _image(msg: Mapping[str, Any], field: str) -> dict[str, Any] | None:

@@ -91,9 +91,11 @@ def test_the_same_changes_in_four_formats_give_the_same_table(config_dir: Path, 
     canal_events = [*canal.events(), (None, canal.truncate()), (None, canal.alter()), (None, canal.dumps(bad))]
     runs = {
         "debezium": run(config_dir, store, spark, "debezium", debezium.events(), o.SINK_COLUMNS),
-        # a GoldenGate TRUNCATE (op_type T) after the changes: truncate: ignore (the default) leaves the rows
+        # the table's JSON schema first (the handler's schema topic read too: read, nothing applied); a GoldenGate
+        # TRUNCATE (op_type T) after the changes: truncate: ignore (the default) leaves the rows
         "goldengate": run(config_dir, store, spark, "goldengate",
-                          [*goldengate.events(), (None, goldengate.message(goldengate.operation("T", o.T0 + 300, 9000)))],
+                          [goldengate.schema(goldengate.COLUMN_TYPES), *goldengate.events(),
+                           (None, goldengate.message(goldengate.operation("T", o.T0 + 300, 9000)))],
                           [{**c, "field": c["name"].upper()} for c in o.SINK_COLUMNS]),
         # truncate: dlq sends Canal's TRUNCATE to the dead-letter topic
         "canal": run(config_dir, store, spark, "canal", canal_events, None, (es_sink,), truncate="dlq"),
@@ -103,8 +105,9 @@ def test_the_same_changes_in_four_formats_give_the_same_table(config_dir: Path, 
         assert read_mysql(stats["table"]) == EXPECTED, name  # value by value: Decimal, datetime(6), date, int, text
 
     # records, not rows: Debezium's 13 events (key moves and deletes with their tombstones), GoldenGate's and
-    # Maxwell's 8 operations, Canal's 4 messages of 10 rows, its ALTER (read, nothing applied) and 2 dead letters
-    assert {n: s["records"] for n, (_c, s) in runs.items()} == {"debezium": 13, "goldengate": 9, "canal": 7,
+    # Maxwell's 8 operations (GoldenGate's with its schema and truncate), Canal's 4 messages of 10 rows, its ALTER
+    # (read, nothing applied) and 2 dead letters
+    assert {n: s["records"] for n, (_c, s) in runs.items()} == {"debezium": 13, "goldengate": 10, "canal": 7,
                                                                "maxwell": 8}
     assert {n: s.get("truncates_ignored", 0) for n, (_c, s) in runs.items()} == {
         "debezium": 0, "goldengate": 1, "canal": 0, "maxwell": 0}

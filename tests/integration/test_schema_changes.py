@@ -223,36 +223,45 @@ def test_two_windows_never_run_the_same_ddl() -> None:
     assert columns(table)["note"][0] == "longtext" and columns(table)["n"][0] == "bigint(20)"
 
 
-def test_an_index_gets_the_new_fields_and_refuses_a_new_type(config_dir: Path, store: OffsetStore, spark: Any) -> None:
-    """An index whose mapping comes from the record schema: ADD COLUMN c_price DECIMAL(12,2) at the source
-    gives the index a scaled_float field (Elasticsearch's dynamic mapping would guess a float); a column
-    whose type changes cannot change in Elasticsearch, and the window stops, naming the field."""
+def _priced(fields: dict[str, Any]) -> None:
+    """ALTER TABLE ... ADD COLUMN c_price DECIMAL(12,2): the field as the connector describes it."""
+    fields["c_price"] = {"type": "bytes", "optional": True, "name": "org.apache.kafka.connect.data.Decimal",
+                         "version": 1, "parameters": {"scale": "2", "connect.decimal.precision": "12"},
+                         "field": "c_price"}
+
+
+def _price(before: dict[str, Any], after: dict[str, Any]) -> None:
     from decimal import Decimal
 
-    import requests
+    before["c_price"] = None
+    after["c_price"] = fx._decimal_value(Decimal("12.50"), 2, "precise")  # noqa: SLF001 - the connector's bytes
 
+
+def _index_window(config_dir: Path, store: OffsetStore, spark: Any, policy: str) -> tuple[Any, str, str, dict[str, Any]]:
+    """An index made from the record schema, then a window whose record schema has c_price:
+    (config, index, Elasticsearch's URL, the second window's stats)."""
     from cdcflow.connections import get_connection
 
     index = unique("schema-es").replace("_", "-")
-    cfg = make_pipeline(config_dir, sinks=[
+    cfg = make_pipeline(config_dir, schema_changes=policy, sinks=[
         {"type": "elasticsearch", "name": "docs", "conn_id": "cdcflow_elasticsearch", "index": index,
          "id_fields": ["id"]}])
     topic = cfg.source.topics[0]
     cdcgen.produce(bootstrap(), topic, [cdcgen.Event(k, v) for k, v in fx.events()[:3]], partitions=1)
     runner.run_window(cfg, "run-1", store=store, spark=spark)
-
-    def priced(fields: dict[str, Any]) -> None:
-        fields["c_price"] = {"type": "bytes", "optional": True, "name": "org.apache.kafka.connect.data.Decimal",
-                             "version": 1, "parameters": {"scale": "2", "connect.decimal.precision": "12"},
-                             "field": "c_price"}
-
-    def price(before: dict[str, Any], after: dict[str, Any]) -> None:
-        before["c_price"] = None
-        after["c_price"] = fx._decimal_value(Decimal("12.50"), 2, "precise")  # noqa: SLF001 - the connector's bytes
-
-    cdcgen.produce(bootstrap(), topic, [later(priced, price)], partitions=1, create=False)
+    cdcgen.produce(bootstrap(), topic, [later(_priced, _price)], partitions=1, create=False)
     stats = runner.run_window(cfg, "run-2", store=store, spark=spark)
-    url = get_connection("cdcflow_elasticsearch").http_url()
+    return cfg, index, get_connection("cdcflow_elasticsearch").http_url(), stats
+
+
+def test_an_index_gets_the_new_fields_and_refuses_a_new_type(config_dir: Path, store: OffsetStore, spark: Any) -> None:
+    """An index whose mapping comes from the record schema: ADD COLUMN c_price DECIMAL(12,2) at the source
+    gives the index a scaled_float field (Elasticsearch's dynamic mapping would guess a float); a column
+    whose type changes cannot change in Elasticsearch, and the window stops, naming the field."""
+    import requests
+
+    cfg, index, url, stats = _index_window(config_dir, store, spark, "lenient")
+    topic = cfg.source.topics[0]
     properties = requests.get(f"{url}/{index}/_mapping", timeout=30).json()[index]["mappings"]["properties"]
     assert properties["c_price"] == {"type": "scaled_float", "scaling_factor": 100.0}
     assert [(c["column"], c["change"], c["applied"]) for c in stats["schema_changes"]] == [("c_price", "add", True)]
@@ -260,14 +269,29 @@ def test_an_index_gets_the_new_fields_and_refuses_a_new_type(config_dir: Path, s
     assert doc["c_price"] == 12.5
 
     def retyped(fields: dict[str, Any]) -> None:
-        priced(fields)
+        _priced(fields)
         fields["c_bigint"]["type"] = "string"
 
     def as_text(before: dict[str, Any], after: dict[str, Any]) -> None:
-        price(before, after)
+        _price(before, after)
         before["c_bigint"], after["c_bigint"] = str(before["c_bigint"]), "now text"
 
     cdcgen.produce(bootstrap(), topic, [later(retyped, as_text)], partitions=1, create=False)
     with pytest.raises(SchemaChangeRefused, match=rf"index '{index}' field 'c_bigint': long -> text: Elasticsearch "
                                                   "cannot change the type of an existing field"):
         runner.run_window(cfg, "run-3", store=store, spark=spark)
+
+
+def test_an_index_under_ignore_keeps_its_fields(config_dir: Path, store: OffsetStore, spark: Any) -> None:
+    """schema_changes: ignore: the index gets no c_price field, neither from the schema nor from
+    Elasticsearch's dynamic mapping (the documents are written without it), and the stats say so;
+    the fields the index has are written as before."""
+    import requests
+
+    _cfg, index, url, stats = _index_window(config_dir, store, spark, "ignore")
+    properties = requests.get(f"{url}/{index}/_mapping", timeout=30).json()[index]["mappings"]["properties"]
+    assert "c_price" not in properties and "c_bigint" in properties
+    assert [(c["column"], c["change"], c["applied"]) for c in stats["schema_changes"]] == [("c_price", "add", False)]
+    doc = requests.get(f"{url}/{index}/_doc/1", timeout=30).json()["_source"]
+    assert "c_price" not in doc
+    assert doc["id"] == 1 and "c_bigint" in doc and "c_enum" in doc, doc

@@ -127,8 +127,9 @@ def test_a_debezium_truncate_event_is_a_truncate_change_of_its_table() -> None:
 
 def test_truncate_apply_refuses_what_it_does_not_cover() -> None:
     base = "name: p\nsource: {topics: [t]}\ntruncate: apply\nsinks:\n"
-    with pytest.raises(ConfigError, match="truncate: apply is not supported for Elasticsearch sinks yet"):
-        parse_pipeline(base + "  - {type: elasticsearch, name: e, index: i, id_fields: [id]}\n")
+    assert parse_pipeline(base + "  - {type: elasticsearch, name: e, index: i, id_fields: [id]}\n").truncate == "apply"
+    with pytest.raises(ConfigError, match="sink 'e' has key_ignore: true"):
+        parse_pipeline(base + "  - {type: elasticsearch, name: e, index: i, key_ignore: true}\n")
     with pytest.raises(ConfigError, match="truncate: apply is not supported with transforms yet"):
         parse_pipeline(base + "  - {type: mysql, name: m, table: t, create_table: true}\n"
                        "transforms: [{type: ExtractNewRecordState}]\n")

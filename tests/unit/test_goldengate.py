@@ -48,6 +48,22 @@ def test_a_truncate_is_a_truncate_change_of_its_table() -> None:
     assert row["version"] >> 20 == (o.T0 + 300) * 1000  # op_ts, in ms (versioning: source_ts_ms)
 
 
+def test_a_table_schema_message_is_read_and_changes_nothing() -> None:
+    """The JSON schema the handler publishes at a table's first operation and after a metadata change
+    (an added column here), among the operations of a topic that carries both."""
+    added = {**fx.COLUMN_TYPES, "DISCOUNT": "number"}
+    records = [fx.schema(fx.COLUMN_TYPES), *fx.events()[:2], fx.schema(added)]
+    rows = decode("goldengate", records, COLUMNS)
+    assert [(r["offset"], r["change_op"], r["error_stage"], r["source_table"]) for r in rows] == [
+        (0, None, None, "ORDERS"), (1, "upsert", None, "ORDERS"), (2, "upsert", None, "ORDERS"),
+        (3, None, None, "ORDERS")]
+    untitled = json.loads(fx.schema(added)[1])
+    untitled["title"] = "ORDERS"
+    [row] = decode("goldengate", [(None, fx.message(untitled))], COLUMNS)
+    assert (row["error_stage"], row["error_message"]) == (
+        "transform", "a JSON schema message whose 'title' is not the qualified table name SCHEMA.TABLE: 'ORDERS'")
+
+
 def test_bad_records_go_to_the_dlq_with_their_reason() -> None:
     insert = json.loads(fx.events()[0][1])
     records = [
