@@ -261,7 +261,8 @@ start_spark_locked() {
   # the log of the server before (why it died, say) stays beside the new one
   if [ -s "$SPARK_LOG" ]; then mv -f "$SPARK_LOG" "$SPARK_LOG.1"; else : >"$SPARK_LOG"; fi
   # PYTHONPATH: the repo root (and CDCFLOW_SPARK_PYTHONPATH), so custom transforms named by dotted path
-  # import; on a cluster the executors get the same path and Python through spark.executorEnv
+  # import; on a cluster the executors get the same path and Python through spark.executorEnv.
+  # spark_jobs.daemon: PySpark's worker daemon with the window's modules imported before each fork
   local pypath="$CDCFLOW_ROOT${CDCFLOW_SPARK_PYTHONPATH:+:$CDCFLOW_SPARK_PYTHONPATH}"
   nohup env PYSPARK_PYTHON="$CDCFLOW_VENV/bin/python" SPARK_LOCAL_IP=127.0.0.1 PYTHONPATH="$pypath" \
     "$CDCFLOW_VENV/bin/spark-submit" --class org.apache.spark.sql.connect.service.SparkConnectServer \
@@ -274,6 +275,7 @@ start_spark_locked() {
     "${ui[@]}" --conf spark.sql.shuffle.partitions=4 --conf spark.sql.adaptive.enabled=true \
     --conf spark.sql.constraintPropagation.enabled=false --conf spark.sql.session.timeZone=UTC --conf spark.sql.execution.arrow.pyspark.enabled=true \
     --conf spark.task.maxFailures=1 --conf spark.python.worker.reuse=true \
+    --conf spark.python.daemon.module="${CDCFLOW_SPARK_DAEMON_MODULE:-spark_jobs.daemon}" \
     --conf spark.ui.retainedJobs=100 --conf spark.ui.retainedStages=100 --conf spark.sql.ui.retainedExecutions=100 \
     --conf spark.local.dir="$SPARK_DIR/tmp" --conf spark.sql.warehouse.dir="$SPARK_DIR/warehouse" \
     >"$SPARK_LOG" 2>&1 9>&- &

@@ -77,3 +77,12 @@ def test_the_supervisor_names_why_the_server_died_from_its_last_words(tmp_path: 
     log.write_text("26/11/24 INFO SparkConnectServer: Spark Connect server started\n")
     assert last_words(log) == ""
     assert last_words(tmp_path / "missing.log") == "" and last_words(None) == ""
+
+
+def test_the_worker_daemon_preloads_every_module_it_names() -> None:
+    """spark_jobs/daemon.py (spark.python.daemon.module of the long-lived server): a module that no
+    longer imports would only be logged there, and every worker would pay its import again."""
+    from spark_jobs import daemon
+
+    assert daemon.preload() == []
+    assert "spark_jobs.partition_tasks" in daemon.PRELOADED and "pyspark.worker" in daemon.PRELOADED

@@ -1,0 +1,55 @@
+"""The Python daemon of the long-lived Spark server's workers (``spark.python.daemon.module``, set by
+scripts/services.sh): PySpark's own daemon, with the modules a window's tasks use imported before it
+forks a worker.
+
+Spark forks each Python worker from one daemon process, and a worker left idle for a minute is
+stopped. A scheduled pipeline's windows are usually further apart than that, so nearly every window
+started a worker that imported PySpark's worker, pyarrow, pandas, confluent-kafka and cdcflow's
+read/decode/write modules afresh: ~0.6 s of a 1,000-record window, ~2 s when the daemon itself was
+new (docs/benchmarks.md, "The worker daemon"). Imported here once, they are in every forked worker
+already (copy-on-write pages, so the workers also share that memory).
+
+PySpark imports the worker module after the fork because pyarrow and pandas may start threads, and
+a fork copies no thread: the imports here start no thread pool that a worker would need (OpenBLAS
+is kept to one thread; Arrow re-creates its pools after a fork). An import that fails here is logged
+and left to the worker, which imports it again when it runs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+PRELOADED = (
+    "pyspark.worker", "pyspark.sql.pandas.serializers", "pyarrow", "pyarrow.compute", "pyarrow.json", "pyarrow.ipc",
+    "pandas", "numpy", "msgspec", "confluent_kafka", "sqlalchemy", "pymysql",
+    "spark_jobs.partition_tasks", "spark_jobs.cdc_window", "spark_jobs.tables", "spark_jobs.sinks",
+    "connectors.formats", "connectors.debezium.envelope", "connectors.debezium.columns", "connectors.kafka.reader",
+    "connectors.kafka.dlq", "connectors.mysql.sink", "connectors.elasticsearch.sink", "elasticsearch",
+)
+
+
+def preload(modules: tuple[str, ...] = PRELOADED) -> list[str]:
+    """Import ``modules``; returns those that failed (each logged to stderr, the Spark server's log)."""
+    import importlib  # noqa: PLC0415
+
+    failed = []
+    started = time.perf_counter()
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - a worker imports it again, and fails there with its own error
+            failed.append(name)
+            print(f"cdcflow worker daemon: could not preload {name}: {exc.__class__.__name__}: {exc}", file=sys.stderr)
+    print(f"cdcflow worker daemon: preloaded {len(modules) - len(failed)} modules in "
+          f"{time.perf_counter() - started:.2f} s", file=sys.stderr)
+    return failed
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    preload()
+    from pyspark.daemon import manager
+
+    manager()
