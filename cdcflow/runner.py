@@ -545,6 +545,7 @@ def _process(cfg: PipelineConfig, window: WindowPlan, p: RunParams, store: Offse
         offsets_sink=cfg.offset_store.sink, spark_timeout=cfg.spark.timeout, max_dead_letters=cfg.errors.max_dead_letters,
         source_format=cfg.source.format, truncate=cfg.truncate, schema_changes=cfg.schema_changes,
         schema_decisions=_schema_decisions(cfg, store),
+        column_wise_min=int(os.environ["CDCFLOW_COLUMN_WISE_MIN"]) if os.environ.get("CDCFLOW_COLUMN_WISE_MIN") else None,
         offsets_mode="keep" if not window.moves_offsets else "advance" if window.origin == "stored" else "set")
     spark = spark or get_spark(cfg.spark, app_name=f"cdcflow-{cfg.name}")
     faults.checkpoint("before_read")

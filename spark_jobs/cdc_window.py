@@ -33,7 +33,7 @@ from connectors.changes import DECODED_SPARK_COLUMNS, TRUNCATE
 from connectors.debezium.envelope import hints_from_columns
 from connectors.formats import decoder as format_decoder
 from connectors.kafka.dlq import DeadLetterReporter, FailedRecord
-from connectors.kafka.reader import RAW_SPARK_SCHEMA, KafkaRangeReader, ReadOutcome, ReadRange
+from connectors.kafka.reader import RAW_SPARK_SCHEMA, KafkaRangeReader, ReadRange
 from connectors.mysql.offsets import OffsetCommit
 from spark_jobs.deadline import Deadline
 from spark_jobs.session import Checkpoints, activate
@@ -102,6 +102,9 @@ class WindowJob:
     truncate: str = "ignore"  # truncate: what a TRUNCATE of a source table does (ignore | dlq)
     schema_changes: str = "lenient"  # tables made from the record schema: connectors/mysql/evolution.py
     schema_decisions: tuple[tuple[str, str], ...] = ()  # schema_changes pause: (change key, approved|rejected)
+    # Debezium: a smaller batch is decoded record by record (connectors/debezium/envelope.COLUMN_WISE_MIN;
+    # $CDCFLOW_COLUMN_WISE_MIN on the driver sets it, so that tests run small windows column-wise too)
+    column_wise_min: int | None = None
 
     def offset_commit(self, ends: dict[tuple[str, int], tuple[int, int]]) -> OffsetCommit | None:
         if self.offsets_sink is None:
@@ -152,11 +155,11 @@ def _reader(job: WindowJob, tasks: int,
         decoder = change_decoder(job) if decode else None
         for batch in batches:
             for idx in batch.column("idx").to_pylist():
-                for i, rng in enumerate(job.ranges[idx::tasks]):
+                ranges = list(job.ranges[idx::tasks])  # several only in a small window (read_tasks)
+                for i, raw in enumerate(reader.read_ranges(ranges)):
                     if i:
                         faults.checkpoint("during_read", job.faults)
-                    for raw in reader.read_batches(rng, ReadOutcome(0, 0, "")):
-                        yield decoder.decode_batch(raw) if decoder is not None else raw
+                    yield decoder.decode_batch(raw) if decoder is not None else raw
     return read
 
 
@@ -166,7 +169,10 @@ def change_decoder(job: WindowJob) -> Any:
     hints = hints_from_columns((c.source_field, c.type, c.encoding) for tg in job.sinks
                                if isinstance(tg.config, MySqlSinkConfig) for c in tg.config.columns)
     key_fields = frozenset(f for tg in job.sinks for f in _key_fields(tg.config))
-    return format_decoder(job.source_format, job.versioning, hints, need_json, key_fields, _used_fields(job))
+    decoder = format_decoder(job.source_format, job.versioning, hints, need_json, key_fields, _used_fields(job))
+    if job.column_wise_min is not None and hasattr(decoder, "column_wise_min"):
+        decoder.column_wise_min = job.column_wise_min
+    return decoder
 
 
 def _used_fields(job: WindowJob) -> frozenset[str] | None:

@@ -177,8 +177,8 @@ def project_rows(rows: pa.Table, sink: MySqlSinkConfig) -> pa.Table:
         values.append(value)
         if is_key and raw.null_count:
             errors.append(pc.if_else(pc.is_null(raw), f"primary key field '{col.source_field}' is missing or null", None))
-        if value is raw:  # text that MySQL checks itself: nothing here can fail to fit
-            continue
+        if value is raw or value.null_count == raw.null_count:  # text MySQL checks itself, or every value fit
+            continue  # (a value is null where its text is, and where the text does not fit)
         bad = pc.and_(pc.is_valid(raw), pc.is_null(value))
         bad = bad if is_key else pc.and_(bad, upsert)
         if not pc.any(bad).as_py():

@@ -28,6 +28,14 @@ from tests.helpers import bootstrap, make_pipeline, mysql_engine, unique
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
 
+
+@pytest.fixture(autouse=True)
+def _column_wise(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fixture's few events are decoded column-wise, as a large window's are: a batch of fewer than
+    64 records would otherwise be decoded record by record (connectors/debezium/envelope.COLUMN_WISE_MIN),
+    and that decode is compared with the column-wise one in tests/unit/test_debezium_columns.py."""
+    monkeypatch.setenv("CDCFLOW_COLUMN_WISE_MIN", "1")
+
 # the sink's declared columns: the source table's DDL (docs/types.md has the mapping table)
 COLUMNS: list[dict[str, Any]] = [
     {"name": "id", "type": "INT"}, {"name": "c_tinyint", "type": "TINYINT"},
