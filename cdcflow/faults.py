@@ -6,7 +6,7 @@ same abrupt death as an OOM kill or a lost worker, at a precise point of the win
 unless the variable is set. The points, in the order a window passes them (tests/faults/):
 
 * ``before_read``           driver: the window is planned, the Spark job not started
-* ``during_read``           Spark task: a read task has read one partition's range, more follow
+* ``during_read``           Spark task: a read task of several partition ranges has its first records, more follow
 * ``during_ledger_write``   driver: inside the transaction that records the read's end offsets
 * ``after_read``            driver: the read is recorded, the sinks not written
 * ``between_sink_batches``  Spark task: a sink wrote a batch, more follow

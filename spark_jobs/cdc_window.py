@@ -156,9 +156,7 @@ def _reader(job: WindowJob, tasks: int,
         for batch in batches:
             for idx in batch.column("idx").to_pylist():
                 ranges = list(job.ranges[idx::tasks])  # several only in a small window (read_tasks)
-                for i, raw in enumerate(reader.read_ranges(ranges)):
-                    if i:
-                        faults.checkpoint("during_read", job.faults)
+                for raw in reader.read_ranges(ranges, midway=lambda: faults.checkpoint("during_read", job.faults)):
                     yield decoder.decode_batch(raw) if decoder is not None else raw
     return read
 

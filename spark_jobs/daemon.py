@@ -10,9 +10,14 @@ new (docs/benchmarks.md, "The worker daemon"). Imported here once, they are in e
 already (copy-on-write pages, so the workers also share that memory).
 
 PySpark imports the worker module after the fork because pyarrow and pandas may start threads, and
-a fork copies no thread: the imports here start no thread pool that a worker would need (OpenBLAS
-is kept to one thread; Arrow re-creates its pools after a fork). An import that fails here is logged
-and left to the worker, which imports it again when it runs.
+a fork copies no thread. The imports here leave two native threads in the daemon: OpenBLAS's (kept
+to one thread, so no pool) and jemalloc's background thread of pyarrow, whose fork handlers re-create
+it in the child; Arrow re-creates its own thread pools after a fork. An import that fails here is
+logged and left to the worker, which imports it again when it runs.
+
+The preloaded code lives as long as the daemon (a server session's, about an hour): after upgrading
+cdcflow, restart the Spark server (``scripts/services.sh stop spark; scripts/services.sh start
+spark``), as for any change of the code the workers run.
 """
 
 from __future__ import annotations

@@ -123,18 +123,27 @@ def es_client() -> Any:
 
 
 def es_docs(index: str) -> dict[str, dict[str, Any]]:
-    """Every document of ``index`` (refreshed first), by id, with its _version under '_version'."""
+    """Every document of ``index`` (refreshed first), by id, with its _version under '_version'. Read
+    over a point in time, page by page: a scroll's context can be freed under the reader (a CI run
+    saw "No search context found" half-way through 16k documents)."""
     es = es_client()
     es.indices.refresh(index=index)
     out: dict[str, dict[str, Any]] = {}
-    resp = es.search(index=index, size=5000, scroll="1m", version=True, sort=["_doc"])
-    while resp["hits"]["hits"]:
-        for h in resp["hits"]["hits"]:
-            out[h["_id"]] = {**h["_source"], "_version": h["_version"]}
-        resp = es.scroll(scroll_id=resp["_scroll_id"], scroll="1m")
-    es.clear_scroll(scroll_id=resp["_scroll_id"])
-    es.close()
-    return out
+    pit = es.open_point_in_time(index=index, keep_alive="2m")["id"]
+    after = None
+    try:
+        while True:
+            resp = es.search(pit={"id": pit, "keep_alive": "2m"}, size=5000, version=True,
+                             sort=[{"_shard_doc": "asc"}], search_after=after, track_total_hits=False)
+            hits = resp["hits"]["hits"]
+            if not hits:
+                return out
+            for h in hits:
+                out[h["_id"]] = {**h["_source"], "_version": h["_version"]}
+            pit, after = resp.get("pit_id", pit), hits[-1]["sort"]
+    finally:
+        es.close_point_in_time(id=pit)
+        es.close()
 
 
 def expected_docs(state: dict[int, dict[str, Any]]) -> dict[str, dict[str, Any]]:

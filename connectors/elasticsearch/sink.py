@@ -254,6 +254,9 @@ class ElasticsearchSink:
         """Delete the documents of ``index`` older than ``version``, page by page (a point in time)."""
         if not self._call(f"looking for index {index!r}", lambda: self._client.indices.exists(index=index)):
             return 0
+        # a point in time sees what is refreshed: the documents written within the refresh interval
+        # (1 s by default, or the index's refresh_interval) would survive the truncate without this
+        self._call(f"refreshing {index!r}", lambda: self._client.indices.refresh(index=index))
         pit = self._call(f"opening a point in time of {index!r}", lambda: self._client.open_point_in_time(
             index=index, keep_alive="2m"))["id"]
         deleted, after = 0, None
@@ -279,7 +282,10 @@ class ElasticsearchSink:
                         raise SinkUnavailable(f"sink {self.name!r}: Elasticsearch at {self.url} refused a delete of "
                                               f"the TRUNCATE of {index!r}: {next(iter(result.values())).get('error')}")
         finally:
-            self._call(f"closing the point in time of {index!r}", lambda: self._client.close_point_in_time(id=pit))
+            try:  # a failure here must not hide the one that ended the scan; the point in time expires anyway
+                self._client.close_point_in_time(id=pit)
+            except Exception as exc:  # noqa: BLE001
+                log.warning("sink %r: closing the point in time of %r failed: %s", self.name, index, exc)
 
     def evolve_mappings(self, policy: str, decisions: Mapping[str, str] | None = None,
                         pipeline: str = "PIPELINE") -> list[dict[str, Any]]:

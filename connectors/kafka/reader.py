@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,16 +170,20 @@ class KafkaRangeReader:
         """One range; ``outcome`` says where and why it ended."""
         return self.read_ranges([rng], [outcome])
 
-    def read_ranges(self, ranges: list[ReadRange], outcomes: list[ReadOutcome] | None = None
-                    ) -> Iterator[pa.RecordBatch]:
+    def read_ranges(self, ranges: list[ReadRange], outcomes: list[ReadOutcome] | None = None,
+                    midway: Callable[[], None] | None = None) -> Iterator[pa.RecordBatch]:
         """Several ranges (distinct partitions) with one consumer, all assigned at once: a read task
         of a small window reads its ranges without a consumer each (~2.5 ms apiece), and without
         assigning them one after another, which librdkafka delays by about a second per partition
         added to a consumer that already fetches. A range that ends is paused, the others go on.
-        The batches of different ranges interleave; each range's are in offset order."""
+        The batches of different ranges interleave; each range's are in offset order. ``midway``
+        (several ranges only) is called once, after the first records or ends arrive and before the
+        rest: the fault point ``during_read`` of cdcflow/faults.py."""
         outcomes = outcomes if outcomes is not None else [ReadOutcome(0, 0, "") for _ in ranges]
         states = [_Range(r, o) for r, o in zip(ranges, outcomes, strict=True)]
         by_tp = {(st.rng.topic, st.rng.partition): st for st in states}
+        if len(by_tp) != len(states):
+            raise ValueError(f"ranges of one partition read together: {[(r.topic, r.partition) for r in ranges]}")
         single = states[0] if len(states) == 1 else None
         errors: list[KafkaError] = []
         consumer = Consumer({**self.conf, "error_cb": _error_collector(errors)})
@@ -240,6 +244,9 @@ class KafkaRangeReader:
                 for st in reading:
                     if len(st.cols["offset"]) >= BATCH_ROWS:
                         yield st.batch()
+                if midway is not None and msgs and single is None:
+                    midway()
+                    midway = None
                 if ended:
                     reading = [st for st in reading if not st.done]
                     if reading:  # the ended ranges' partitions fetch nothing more
