@@ -310,20 +310,17 @@ def window_overhead(spark: Any, tmp: Path) -> dict[str, float]:
     # whose Python worker daemon starts with it: that first run is reported apart, the next one is the
     # steady figure. A pipeline with a spark.conf of its own gets a new session: the once-an-hour figure.
     fresh = {}
-    runs = (("window_1000_records_fresh_process_first_s", 1000, "shared"),
-            ("window_1000_records_fresh_process_s", 1000, "shared"),
-            ("window_no_new_data_fresh_process_s", 0, "shared"),
-            ("window_1000_records_fresh_process_new_session_s", 1000, "own"))
-    for i, (label, expect, session) in enumerate(runs):
-        name = f"bench_overhead_fresh_{i}" if expect else "bench_overhead_fresh_1"
-        if session == "own":
-            name = f"bench_overhead_own_{uuid.uuid4().hex[:8]}"
-        fresh_topic = f"{topic}.fresh{i if expect else 1}"
+    own = {"spark": {"conf": {"spark.sql.shuffle.partitions": "4"}}}  # a spark.conf of its own: its own session
+    runs = (("window_1000_records_fresh_process_first_s", "bench_overhead_fresh_0", 1000, None),
+            ("window_1000_records_fresh_process_s", "bench_overhead_fresh_1", 1000, None),
+            ("window_no_new_data_fresh_process_s", "bench_overhead_fresh_1", 0, None),  # fresh_1 again: read to its end
+            ("window_1000_records_fresh_process_new_session_s", f"bench_overhead_own_{uuid.uuid4().hex[:8]}", 1000, own))
+    for label, name, expect, extra in runs:
         if expect:
-            produce(fresh_topic, Workload(events=1000, keys=1000, seed=8 + i))
-            pipeline_yaml(tmp, name, fresh_topic, [{"type": "mysql", "name": "m", "table": table, "create_table": True,
-                                                    "primary_key": ["id"], "columns": COLUMNS, "batch_size": BATCH}],
-                          {"spark": {"conf": {"spark.sql.shuffle.partitions": "4"}}} if session == "own" else None)
+            produce(f"{topic}.{name}", Workload(events=1000, keys=1000, seed=8 + len(fresh)))
+            pipeline_yaml(tmp, name, f"{topic}.{name}", [{"type": "mysql", "name": "m", "table": table,
+                                                          "create_table": True, "primary_key": ["id"],
+                                                          "columns": COLUMNS, "batch_size": BATCH}], extra)
         with timed() as t:
             proc = subprocess.run([sys.executable, "-m", "cdcflow.cli", "run", name], cwd=ROOT,
                                   capture_output=True, text=True, timeout=600)

@@ -37,6 +37,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -413,17 +414,24 @@ def _apply_truncates(job: cw.WindowJob, targets: Targets, tallies: list[dict[str
         if name not in merged:
             continue
         if isinstance(target.config, ElasticsearchSinkConfig):
-            sink = SINK_TYPES[target.config.type].open(target)
-            sink.open()
-            try:
-                deleted = sink.truncate(merged[name])  # type: ignore[attr-defined]
-            finally:
-                sink.close()
+            with _opened(target) as sink:
+                deleted = sink.truncate(merged[name])
             unit = "documents"
         else:
             deleted, unit = truncate_tables(target.url, merged[name], name), "rows"
         result.truncates += [{"sink": name, "table": t, "version": v, "deleted": deleted[t], "unit": unit}
                              for t, v in sorted(merged[name].items())]
+
+
+@contextmanager
+def _opened(target: SinkTarget) -> Iterator[Any]:
+    """An Elasticsearch sink opened on the driver, for what runs once per window before the writes."""
+    sink = SINK_TYPES[target.config.type].open(target)
+    sink.open()
+    try:
+        yield sink
+    finally:
+        sink.close()
 
 
 def _first_per_record(bad: pa.Table) -> pa.Table:
@@ -615,12 +623,8 @@ def _prepare(job: cw.WindowJob, tallies: list[dict[str, Any]]) -> Targets:
             if isinstance(cfg, ElasticsearchSinkConfig) and cfg.mapping is None:
                 target = replace(target, mappings=tuple(es_mappings(cfg, _described(tallies, cfg.name))))
                 if target.mappings:  # indices that exist get the new fields (schema_changes)
-                    sink = SINK_TYPES[cfg.type].open(target)
-                    sink.open()
-                    try:
+                    with _opened(target) as sink:
                         found = sink.evolve_mappings(job.schema_changes, dict(job.schema_decisions), job.pipeline)
-                    finally:
-                        sink.close()
                     changes += found
                     left_out: dict[str, list[str]] = {}
                     for c in found:

@@ -87,9 +87,7 @@ class AirflowServer:
         scripts/services.sh runs them: Airflow as it runs in production, not ``dags test``; with
         ``triggerer``, the triggerer too (schedule: on_data)."""
         for part in ("scheduler", "dag-processor", *(("triggerer",) if triggerer else ())):
-            log = open(self.home / f"{part}.log", "wb")  # noqa: SIM115 - lives as long as the process
-            self.components.append(subprocess.Popen(["airflow", part], env=self.env, cwd=ROOT, stdout=log,
-                                                    stderr=log))
+            self.components.append(self._spawn(part, b""))
         time.sleep(3)
         for proc in self.components:
             if proc.poll() is not None:
@@ -105,12 +103,17 @@ class AirflowServer:
             if proc.poll() is None:
                 continue
             part = str(proc.args[1])  # type: ignore[index]
-            log = open(self.home / f"{part}.log", "ab")  # noqa: SIM115 - lives as long as the process
-            log.write(f"\n--- test harness: {part} exited with {proc.returncode}; started again\n".encode())
-            log.flush()
-            self.components[i] = subprocess.Popen(["airflow", part], env=self.env, cwd=ROOT, stdout=log, stderr=log)
+            note = f"\n--- test harness: {part} exited with {proc.returncode}; started again\n"
+            self.components[i] = self._spawn(part, note.encode())
             restarted.append(part)
         return restarted
+
+    def _spawn(self, part: str, note: bytes) -> subprocess.Popen[bytes]:
+        """``airflow <part>`` writing to <part>.log: a new log, or (``note``: a restart) appended to."""
+        log = open(self.home / f"{part}.log", "ab" if note else "wb")  # noqa: SIM115 - lives as long as the process
+        log.write(note)
+        log.flush()
+        return subprocess.Popen(["airflow", part], env=self.env, cwd=ROOT, stdout=log, stderr=log)
 
     def log_tail(self) -> str:
         out = []

@@ -211,21 +211,22 @@ class ElasticsearchSink:
 
     def _drop_tombstoned(self, items: list[_Item]) -> list[_Item]:
         """Skip index actions not newer than their document's tombstone (no resurrection), or than
-        their index's TRUNCATE mark."""
+        their index's TRUNCATE mark: one mget for both."""
         if self.cfg.key_ignore:
             return items
-        ids = {tombstone_id(*i.change.key): i for i in items if i.kind == "index"}
-        if not ids:
+        indexed = [i for i in items if i.kind == "index"]
+        if not indexed:
             return items
-        marks = {tombstone_id(index, TRUNCATE_ID) for index in {i.change.key[0] for i in items if i.kind == "index"}}
+        tombs = [tombstone_id(*i.change.key) for i in indexed]
+        marks = {index: tombstone_id(index, TRUNCATE_ID) for index in {i.change.key[0] for i in indexed}}
         found = self._call("reading tombstones", lambda: self._client.mget(
-            index=TOMBSTONES, ids=list(ids.keys() | marks), source=False))
+            index=TOMBSTONES, ids=list({*tombs, *marks.values()}), source=False))
         dead = {d["_id"]: d["_version"] for d in found["docs"] if d.get("found")}
-        keep = [i for i in items if i.kind != "index"
-                or max(dead.get(tombstone_id(*i.change.key), -1),
-                       dead.get(tombstone_id(i.change.key[0], TRUNCATE_ID), -1)) < i.change.version]
-        self.stats.stale += len(items) - len(keep)
-        return keep
+        floor = {index: dead.get(mark, -1) for index, mark in marks.items()}
+        stale = {id(i) for i, tomb in zip(indexed, tombs, strict=True)
+                 if max(dead.get(tomb, -1), floor[i.change.key[0]]) >= i.change.version}
+        self.stats.stale += len(stale)
+        return [i for i in items if id(i) not in stale] if stale else items
 
     def truncate(self, marks: Mapping[str, int]) -> dict[str, int]:
         """``truncate: apply``, per index: a TRUNCATE of its source table at a version. The index's

@@ -60,8 +60,8 @@ class GoldenGateDecoder(RowDecoder):
         if "op_type" not in msg and str(msg.get("$schema", "")).startswith(JSON_SCHEMA):
             return [_schema_message(msg)]
         name, op_type = msg.get("table"), msg.get("op_type")
-        parts = name.split(".") if isinstance(name, str) else []
-        if len(parts) < 2 or not all(parts):
+        parts = _qualified(name)
+        if parts is None:
             raise RecordError("transform", f"field 'table': expected the qualified table name SCHEMA.TABLE, got "
                                            f"{name!r}")
         if op_type not in (*OPERATIONS, "T"):
@@ -87,10 +87,16 @@ class GoldenGateDecoder(RowDecoder):
                                  source_db=parts[-2], source_table=parts[-1])
 
 
+def _qualified(name: Any) -> list[str] | None:
+    """SCHEMA.TABLE or CATALOG.SCHEMA.TABLE, split; None for anything else."""
+    parts = name.split(".") if isinstance(name, str) else []
+    return parts if len(parts) >= 2 and all(parts) else None
+
+
 def _schema_message(msg: Mapping[str, Any]) -> Change:
     """A table's JSON schema (metadata, not a row): a change that changes nothing, of its table."""
-    parts = msg["title"].split(".") if isinstance(msg.get("title"), str) else []
-    if len(parts) < 2 or not all(parts):
+    parts = _qualified(msg.get("title"))
+    if parts is None:
         raise RecordError("transform", f"a JSON schema message whose 'title' is not the qualified table name "
                                        f"SCHEMA.TABLE: {msg.get('title')!r}")
     return Change(source_db=parts[-2], source_table=parts[-1])
