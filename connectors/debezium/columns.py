@@ -40,7 +40,8 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from connectors.changes import DECODED_FIELDS, JSON_DECODE, JSON_ENCODE, STRING_MAP, TRUNCATE, VERSION_SHIFT
-from connectors.debezium.types import AS_TEXT, SPATIAL_TYPES, ColumnHint, Converter, FieldSchema
+from connectors.debezium import typed
+from connectors.debezium.types import AS_TEXT, LOGICAL, SPATIAL_TYPES, ColumnHint, Converter, FieldSchema
 
 if TYPE_CHECKING:
     from connectors.debezium.envelope import Decoder, RowReader
@@ -141,6 +142,14 @@ def _texts(values: pa.Array, convert: Converter, documents: bool) -> tuple[pa.Ar
         if not documents:
             return texts, None
         return texts, _json_strings(values) if pa.types.is_string(values.type) else texts
+    logical = LOGICAL.get(convert)
+    if logical is not None:
+        try:
+            values_ = typed.typed(values, logical)
+        except typed.OutOfRange as exc:
+            raise Unsupported(str(exc)) from None
+        if values_ is not None:
+            return typed.mysql_texts(values_), typed.json_values(values_, logical) if documents else None
     try:
         converted = [convert(v) for v in values.to_pylist()]
         texts = pa.array([t for t, _d in converted], pa.string())

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -28,6 +29,8 @@ from decimal import Decimal
 from typing import Any
 
 import msgspec
+
+from connectors.debezium.typed import Logical
 
 EPOCH_DATE = date(1970, 1, 1)
 EPOCH = datetime(1970, 1, 1)
@@ -100,6 +103,14 @@ class ColumnHint:
 
 
 Converter = Callable[[Any], tuple[str | None, Any]]  # JSON value -> (text for MySQL, value for documents)
+# the converters whose values a column-wise decode reads at once, in Arrow (connectors/debezium/typed.py)
+LOGICAL: dict[Converter, Logical] = {}
+_UNITS = {"ms": 1000, "us": 1, "ns": -1000}
+
+
+def _logical(convert: Converter, logical: Logical) -> Converter:
+    LOGICAL[convert] = logical
+    return convert
 
 
 # -- value readers ------------------------------------------------------------------------------------
@@ -231,18 +242,24 @@ def _scaled_micros(unit: int) -> Callable[[Any], int]:
     return lambda v: _int(v) // -unit
 
 
-def _datetime_converter(to_micros: Callable[[Any], int]) -> Converter:
+@functools.cache
+def _datetime_converter(unit: int) -> Converter:
+    to_micros = _scaled_micros(unit)
+
     def read(v: Any) -> tuple[str, Any]:
         dt = datetime_from_micros(to_micros(v))
         return datetime_text(dt), dt.isoformat(timespec="microseconds")
-    return _with(read)
+    return _logical(_with(read), Logical("datetime", unit))
 
 
-def _time_converter(to_micros: Callable[[Any], int]) -> Converter:
+@functools.cache
+def _time_converter(unit: int) -> Converter:
+    to_micros = _scaled_micros(unit)
+
     def read(v: Any) -> tuple[str, Any]:
         text = time_text(to_micros(v))
         return text, text
-    return _with(read)
+    return _logical(_with(read), Logical("time", unit))
 
 
 def _date_read(v: Any) -> tuple[str, Any]:
@@ -250,6 +267,7 @@ def _date_read(v: Any) -> tuple[str, Any]:
     return text, text
 
 
+@functools.cache
 def _decimal_converter(scale: int) -> Converter:
     def read(v: Any) -> tuple[str, Any]:
         if isinstance(v, str):
@@ -259,7 +277,7 @@ def _decimal_converter(scale: int) -> Converter:
         else:
             raise BadValue(f"{v!r} is not a Connect Decimal")
         return decimal_text(d), d
-    return _with(read)
+    return _logical(_with(read), Logical("decimal", scale=scale))
 
 
 def _variable_scale_read(v: Any) -> tuple[str, Any]:
@@ -305,13 +323,14 @@ def _struct_read(v: Any) -> tuple[str, Any]:
     return _ENCODE.encode(v).decode("utf-8"), v
 
 
+_DATE_CONVERTER = _logical(_with(_date_read), Logical("date"))
 BY_NAME: dict[str, Converter] = {
-    DATE: _with(_date_read), CONNECT_DATE: _with(_date_read),
-    TIME: _time_converter(_scaled_micros(1000)), CONNECT_TIME: _time_converter(_scaled_micros(1000)),
-    MICRO_TIME: _time_converter(_scaled_micros(1)), NANO_TIME: _time_converter(_scaled_micros(-1000)),
-    TIMESTAMP: _datetime_converter(_scaled_micros(1000)), CONNECT_TIMESTAMP: _datetime_converter(_scaled_micros(1000)),
-    MICRO_TIMESTAMP: _datetime_converter(_scaled_micros(1)), NANO_TIMESTAMP: _datetime_converter(_scaled_micros(-1000)),
-    ZONED_TIMESTAMP: _with(_zoned_read), ZONED_TIME: _with(_zoned_time_read),
+    DATE: _DATE_CONVERTER, CONNECT_DATE: _DATE_CONVERTER,
+    TIME: _time_converter(1000), CONNECT_TIME: _time_converter(1000),
+    MICRO_TIME: _time_converter(1), NANO_TIME: _time_converter(-1000),
+    TIMESTAMP: _datetime_converter(1000), CONNECT_TIMESTAMP: _datetime_converter(1000),
+    MICRO_TIMESTAMP: _datetime_converter(1), NANO_TIMESTAMP: _datetime_converter(-1000),
+    ZONED_TIMESTAMP: _logical(_with(_zoned_read), Logical("zoned")), ZONED_TIME: _with(_zoned_time_read),
     VARIABLE_SCALE_DECIMAL: _with(_variable_scale_read),
     BITS: _with(_bits_read), GEOMETRY: _with(_geometry_read), POINT: _with(_geometry_read),
 }
@@ -340,15 +359,13 @@ def hinted(hint: ColumnHint) -> Converter:
     if base in ("DECIMAL", "DEC", "NUMERIC", "FIXED"):
         return _decimal_converter(hint.scale) if enc == "base64" else DECIMAL_TEXT
     if base == "DATE" and enc != "text":
-        def date_read(v: Any) -> tuple[str | None, Any]:
-            return _date_read(v) if isinstance(v, int) and not isinstance(v, bool) else _plain(v)
-        return _with(date_read)
+        return _HINTED_DATE
     if base in ("DATETIME", "TIMESTAMP"):
         if enc in ("ms", "us", "ns"):
-            return _numbers_only(_datetime_converter(_scaled_micros({"ms": 1000, "us": 1, "ns": -1000}[enc])))
+            return _numbers_only(_datetime_converter(_UNITS[enc]))
         return _with(_temporal_text_read)
     if base == "TIME" and enc in ("ms", "us", "ns"):
-        return _numbers_only(_time_converter(_scaled_micros({"ms": 1000, "us": 1, "ns": -1000}[enc])))
+        return _numbers_only(_time_converter(_UNITS[enc]))
     if base in BINARY_TYPES:
         return _binary(enc or "base64")
     if base == "BIT":
@@ -399,10 +416,16 @@ DECIMAL_TEXT = _with(_decimal_text_read)
 AS_TEXT: frozenset[Converter] = frozenset({_plain, DECIMAL_TEXT})
 
 
+@functools.cache
 def _numbers_only(numbers: Converter) -> Converter:
+    """Integers read by ``numbers``, anything else as it is (a column-wise decode reads a column of
+    integers by the same logical type)."""
     def read(v: Any) -> tuple[str | None, Any]:
         return numbers(v) if isinstance(v, int) and not isinstance(v, bool) else _plain(v)
-    return read
+    return _logical(read, LOGICAL[numbers])
+
+
+_HINTED_DATE = _numbers_only(_DATE_CONVERTER)
 
 
 BINARY_TYPES = frozenset({"BINARY", "VARBINARY", "TINYBLOB", "BLOB", "MEDIUMBLOB", "LONGBLOB"})
