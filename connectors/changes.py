@@ -6,7 +6,7 @@ record into one or more :class:`Change` rows. The columns are the same for every
 (``DECODED_FIELDS``): ``change_op`` (upsert, delete, truncate — a TRUNCATE of the source table,
 applied, ignored or dead-lettered by the pipeline's ``truncate`` setting in spark_jobs/cdc_window.py —
 or null for a record that changes nothing),
-``image`` (the row image, field -> exact text), ``image_json`` (the row as a JSON document for
+``image`` (the row image: typed values per field, connectors/images.py), ``image_json`` (the row as a JSON document for
 Elasticsearch), ``version``, ``error_stage``/``error_message`` (a record that cannot be read goes to
 the DLQ, whole), the source database and table (``{source.db}`` / ``{source.table}`` routing), the
 row's schema where the format carries one, and ``row_index``.
@@ -30,22 +30,24 @@ from typing import Any, Protocol
 import msgspec
 import pyarrow as pa
 
+from connectors import images
 from connectors.debezium.types import ColumnHint
 from connectors.mysql.values import hinted_readers, read_row
 
 VERSION_SHIFT = 1 << 20  # source_ts_ms versions: ts_ms * 2^20 + (offset mod 2^20), see docs/semantics.md
 
-STRING_MAP = pa.map_(pa.string(), pa.string())
-DECODED_FIELDS = [
-    ("change_op", pa.string()), ("image", STRING_MAP), ("image_json", pa.string()), ("version", pa.int64()),
-    ("error_stage", pa.string()), ("error_message", pa.string()), ("route", pa.string()), ("key_image", STRING_MAP),
+DECODED_FIELDS = [  # image: a union of the window's row shapes, typed (connectors/images.py); key_image: null
+    ("change_op", pa.string()), ("image", None), ("image_json", pa.string()), ("version", pa.int64()),
+    ("error_stage", pa.string()), ("error_message", pa.string()), ("route", pa.string()), ("key_image", pa.null()),
     ("source_db", pa.string()), ("source_table", pa.string()), ("schema_id", pa.string()), ("row_schema", pa.string()),
     ("row_index", pa.int32()),
 ]
+DECODED_NAMES = [name for name, _t in DECODED_FIELDS]
 # source_db/source_table: the change's source database and table (table name templates route by them);
 # schema_id: the row's schema (null without one); row_schema: the MySQL table it describes, as JSON
 # (connectors/debezium/types.mysql_columns), on the first record of each schema_id in a task (null on
-# the others); row_index: the change's place within its record (0 for a record of one change)
+# the others); row_index: the change's place within its record (0 for a record of one change).
+# The older Spark path's columns: the images as map<string,string> of exact texts (images.as_map)
 DECODED_SPARK_COLUMNS = ("change_op string, image map<string,string>, image_json string, version bigint, "
                          "error_stage string, error_message string, route string, key_image map<string,string>, "
                          "source_db string, source_table string, schema_id string, row_schema string, row_index int")
@@ -116,9 +118,8 @@ class RecordDecoder(ABC):
                 rows.append(i)
             changes.extend(out)
         raw = batch if one_each else batch.take(pa.array(rows, pa.int32()))
-        return pa.RecordBatch.from_arrays(
-            [*raw.columns, *change_arrays(changes, raw.column("topic"))],
-            schema=pa.schema([*batch.schema, *[pa.field(n, t) for n, t in DECODED_FIELDS]]))
+        return pa.RecordBatch.from_arrays([*raw.columns, *change_arrays(changes, raw.column("topic"))],
+                                          names=[*batch.schema.names, *DECODED_NAMES])
 
 
 class RowDecoder(RecordDecoder):
@@ -139,34 +140,17 @@ class RowDecoder(RecordDecoder):
         return read_row(self.readers, row)
 
 
-def string_maps(images: list[dict[str, str | None] | None]) -> pa.Array:
-    """Row images as one map<string,string> array, built from flat keys and values (a list of pairs
-    per row cost a third of a decode)."""
-    keys: list[str] = []
-    values: list[str | None] = []
-    offsets = [0]
-    nulls = []
-    for image in images:
-        if image is not None:
-            keys.extend(image)
-            values.extend(image.values())
-        offsets.append(len(keys))
-        nulls.append(image is None)
-    return pa.MapArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(keys, pa.string()),
-                                   pa.array(values, pa.string()), mask=pa.array(nulls, pa.bool_()))
-
-
 def change_arrays(changes: list[Change], routes: pa.Array) -> list[pa.Array]:
     """The change columns of ``DECODED_FIELDS``, in order (``route``: the record's topic)."""
     return [
         pa.array([c.change_op for c in changes], pa.string()),
-        string_maps([c.image for c in changes]),
+        images.from_texts([c.image for c in changes]),
         pa.array([c.image_json for c in changes], pa.string()),
         pa.array([c.version for c in changes], pa.int64()),
         pa.array([c.error_stage for c in changes], pa.string()),
         pa.array([c.error_message for c in changes], pa.string()),
         routes,
-        pa.nulls(len(changes), STRING_MAP),
+        pa.nulls(len(changes)),
         pa.array([c.source_db for c in changes], pa.string()),
         pa.array([c.source_table for c in changes], pa.string()),
         pa.array([c.schema_id for c in changes], pa.string()),

@@ -29,6 +29,7 @@ from cdcflow import faults
 from cdcflow.config import ElasticsearchSinkConfig, MySqlSinkConfig
 from cdcflow.errors import CdcflowError, ConfigError, DeadLettersExceeded, ToleranceExceeded, WindowFailed
 from connectors.base import ArrowSink, OffsetSink, SinkStats
+from connectors import images
 from connectors.changes import DECODED_SPARK_COLUMNS, TRUNCATE
 from connectors.debezium.envelope import hints_from_columns
 from connectors.formats import decoder as format_decoder
@@ -146,10 +147,12 @@ class WindowResult:
 
 
 # -- executor side ---------------------------------------------------------------------------------
-def _reader(job: WindowJob, tasks: int,
-            decode: bool = False) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def _reader(job: WindowJob, tasks: int, decode: bool = False,
+            typed: bool = False) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The read task; with ``decode``, it also decodes what it read into changes, by the pipeline's
-    source.format (connectors/formats.py: values read by their schema, or by the declared columns)."""
+    source.format (connectors/formats.py: values read by their schema, or by the declared columns).
+    The images stay typed with ``typed`` (the records stay in the worker: spark_jobs/partition_tasks.py);
+    else they go to Spark as map<string,string> of their exact texts (DECODED_SPARK_COLUMNS)."""
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         reader = KafkaRangeReader(job.consumer_conf)
         decoder = change_decoder(job) if decode else None
@@ -157,8 +160,21 @@ def _reader(job: WindowJob, tasks: int,
             for idx in batch.column("idx").to_pylist():
                 ranges = list(job.ranges[idx::tasks])  # several only in a small window (read_tasks)
                 for raw in reader.read_ranges(ranges, midway=lambda: faults.checkpoint("during_read", job.faults)):
-                    yield decoder.decode_batch(raw) if decoder is not None else raw
+                    if decoder is None:
+                        yield raw
+                    elif typed:
+                        yield decoder.decode_batch(raw)
+                    else:
+                        yield _as_maps(decoder.decode_batch(raw))
     return read
+
+
+def _as_maps(decoded: pa.RecordBatch) -> pa.RecordBatch:
+    """A decoded batch for Spark, which has no unions: its images as map<string,string>."""
+    for name in ("image", "key_image"):
+        i = decoded.schema.get_field_index(name)
+        decoded = decoded.set_column(i, name, images.as_map(decoded.column(i)))
+    return decoded
 
 
 def change_decoder(job: WindowJob) -> Any:

@@ -48,7 +48,8 @@ import pyarrow.compute as pc
 from cdcflow import faults
 from cdcflow.config import ElasticsearchSinkConfig, MySqlSinkConfig
 from connectors.base import SinkStats
-from connectors.changes import STRING_MAP, TRUNCATE
+from connectors import images
+from connectors.changes import TRUNCATE
 from connectors.kafka.dlq import DeadLetterReporter
 from spark_jobs import cdc_window as cw
 from spark_jobs.sinks import SINK_TYPES, SinkTarget, es_mappings, is_routed
@@ -103,7 +104,7 @@ def _pack(table: pa.Table) -> Iterator[bytes]:
 
 
 def _unpack(blobs: list[bytes]) -> pa.Table:
-    return pa.concat_tables([pa.ipc.open_stream(b).read_all() for b in blobs])
+    return images.concat_tables([pa.ipc.open_stream(b).read_all() for b in blobs])
 
 
 def _packed(task: int, kind: str, target: str, blob: bytes | None = None, info: Any = None,
@@ -179,8 +180,7 @@ def project_documents(rows: pa.Table, sink: ElasticsearchSinkConfig) -> pa.Table
         doc_id = _join([rows.column("topic"), pc.cast(rows.column("partition"), pa.string()),
                         pc.cast(rows.column("offset"), pa.string())], "+", "skip")
     else:
-        images = rows.column("image").combine_chunks() if n else pa.array([], STRING_MAP)
-        parts = [pc.map_lookup(images, pa.scalar(f, pa.string()), "first") for f in sink.id_fields]
+        parts = [images.texts(rows.column("image"), f) for f in sink.id_fields]
         doc_id = _join(parts, "+", "skip")
         errors += [pc.if_else(pc.is_null(p), f"document id field '{f}' is missing or null", None)
                    for p, f in zip(parts, sink.id_fields, strict=True)]
@@ -286,7 +286,7 @@ def _truncate_policy(job: cw.WindowJob, decoded: pa.Table) -> pa.Table:
 
 
 def _read_task(job: cw.WindowJob, tasks: int) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    decode = cw._reader(job, tasks, decode=True)  # noqa: SLF001 - the read task's reading and decoding
+    decode = cw._reader(job, tasks, decode=True, typed=True)  # noqa: SLF001 - the read task's reading and decoding
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         batches = list(batches)
@@ -295,7 +295,7 @@ def _read_task(job: cw.WindowJob, tasks: int) -> Callable[[Iterator[pa.RecordBat
         if not decoded_batches:
             yield _packed(task, TALLY, "", info={"counted": [], "schemas": {}})
             return
-        decoded = _truncate_policy(job, pa.Table.from_batches(decoded_batches))
+        decoded = _truncate_policy(job, images.concat_tables([pa.table(b) for b in decoded_batches]))
         yield from _split(job, task, decoded, tasks)
     return run
 

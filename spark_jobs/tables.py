@@ -6,8 +6,8 @@ frame, a per-key window; docs/benchmarks.md, "Real tables"), so a 50-table windo
 tables that had a record or two. Here the whole sink is one job: its tasks get the window's valid
 changes tagged with their table (all the changes of a table in one task) and, per table, in Arrow:
 
-1. :func:`project_rows` looks each column's text up in the row image and checks that it fits the
-   column (the same rules and messages as the Spark projection, ``spark_jobs/debezium.py``);
+1. :func:`project_rows` reads each column's text from the typed row image (connectors/images.py)
+   and checks that it fits the column (the same rules and messages as the Spark projection, ``spark_jobs/debezium.py``);
 2. :func:`latest_rows` keeps the last change per key (the rules of ``debezium.latest_per_key``);
 3. the table's writer applies them (``cdc_window._write_target``), rows that do not fit to the DLQ.
 
@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdcflow.config import MySqlSinkConfig
+from connectors import images
 from connectors.mysql.types import parse_type
 
 if TYPE_CHECKING:
@@ -167,23 +168,18 @@ def what_to_declare(raw: pa.Array, sql_type: str) -> pa.Array:
     return none
 
 
-def _lookup(images: pa.Array, field: str) -> pa.Array:
-    return pc.map_lookup(images, pa.scalar(field, pa.string()), "first")
-
-
 def project_rows(rows: pa.Table, sink: MySqlSinkConfig) -> pa.Table:
     """A table's valid changes -> RAW_COLUMNS + route, change_op, version, one column per sink column
     (c_<i>) and error_message for the rows whose values do not fit (the output of the Spark
     projection, ``debezium.project_for_sink``, for pk_mode record_value and record_key)."""
-    images = rows.column("image").combine_chunks()
-    keys = rows.column("key_image").combine_chunks()
+    image, keys = images.compact(rows.column("image")), rows.column("key_image")
     upsert = pc.equal(rows.column("change_op").combine_chunks(), "upsert")
     values, errors = [], []
     for col in sink.columns:
-        raw = _lookup(images, col.source_field)
+        raw = images.texts(image, col.source_field)
         is_key = col.name in sink.primary_key
         if sink.pk_mode == "record_key" and is_key:
-            raw = pc.coalesce(_lookup(keys, col.source_field), raw)
+            raw = pc.coalesce(images.texts(keys, col.source_field), raw)
         value = typed(raw, col.type)
         values.append(value)
         if is_key and raw.null_count:

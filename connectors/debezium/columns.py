@@ -39,7 +39,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from connectors.changes import DECODED_FIELDS, JSON_DECODE, JSON_ENCODE, STRING_MAP, TRUNCATE, VERSION_SHIFT
+from connectors import images
+from connectors.changes import DECODED_NAMES, JSON_DECODE, JSON_ENCODE, TRUNCATE, VERSION_SHIFT
 from connectors.debezium import typed
 from connectors.debezium.types import AS_TEXT, LOGICAL, SPATIAL_TYPES, ColumnHint, Converter, FieldSchema
 
@@ -134,14 +135,15 @@ def _read(lines: pa.Array, row: pa.StructType, wrapper_fields: bool, infer: bool
     return table
 
 
-def _texts(values: pa.Array, convert: Converter, documents: bool) -> tuple[pa.Array, pa.Array | None]:
-    """A field's typed values -> its exact MySQL texts and (``documents``) its JSON in documents."""
+def _values(values: pa.Array, convert: Converter, documents: bool) -> tuple[pa.Array, pa.Array | None]:
+    """A field's values as read -> its image values (typed: connectors/images.py) and (``documents``)
+    its JSON in documents."""
     if convert in AS_TEXT and not pa.types.is_struct(values.type) and not pa.types.is_list(values.type):
-        texts = values if pa.types.is_string(values.type) or pa.types.is_null(values.type) \
-            else pc.cast(values, pa.string())
         if not documents:
-            return texts, None
-        return texts, _json_strings(values) if pa.types.is_string(values.type) else texts
+            return values, None
+        if pa.types.is_string(values.type):
+            return values, _json_strings(values)
+        return values, images.text_of(values)  # numbers and booleans: their JSON is their text
     logical = LOGICAL.get(convert)
     if logical is not None:
         try:
@@ -149,7 +151,7 @@ def _texts(values: pa.Array, convert: Converter, documents: bool) -> tuple[pa.Ar
         except typed.OutOfRange as exc:
             raise Unsupported(str(exc)) from None
         if values_ is not None:
-            return typed.mysql_texts(values_), typed.json_values(values_, logical) if documents else None
+            return values_, typed.json_values(values_, logical) if documents else None
     try:
         converted = [convert(v) for v in values.to_pylist()]
         texts = pa.array([t for t, _d in converted], pa.string())
@@ -181,18 +183,6 @@ def _documents(names: list[str], fragments: list[pa.Array], mask: pa.Array) -> p
         return pc.if_else(mask, None, pa.array(["{}"] * len(mask), pa.string()))
     documents = pc.binary_join_element_wise(*parts, "}", "")
     return pc.if_else(mask, None, documents)
-
-
-def _images(names: list[str], texts: list[pa.Array], mask: pa.Array) -> pa.Array:
-    """Per row, {name: text} as one map array, interleaved column-wise."""
-    n, k = len(mask), len(names)
-    offsets = pa.array(np.arange(0, n * k + 1, k, dtype=np.int32) if k else np.zeros(n + 1, np.int32))
-    if not k:
-        return pa.MapArray.from_arrays(offsets, pa.array([], pa.string()), pa.array([], pa.string()), mask=mask)
-    order = (np.arange(k)[None, :] * n + np.arange(n)[:, None]).ravel()
-    values = pa.concat_arrays([t.cast(pa.string()) for t in texts]).take(pa.array(order))
-    keys = pa.array(names, pa.string()).take(pa.array(np.tile(np.arange(k), n)))
-    return pa.MapArray.from_arrays(offsets, keys, values, mask=mask)
 
 
 class _Group:
@@ -250,18 +240,18 @@ def _decode_group(decoder: Decoder, batch: pa.RecordBatch, group: _Group) -> lis
             version = pc.add_checked(pc.multiply_checked(ts, VERSION_SHIFT), pc.bit_wise_and(offsets, VERSION_SHIFT - 1))
         except pa.ArrowInvalid as exc:
             raise Unsupported(str(exc)) from None
-    names, texts, fragments = [], [], []
+    names, fields, fragments = [], [], []
     row_fields = _fields(before.type, after.type, group)
     for name, convert in row_fields.items():
         try:
             values = pc.if_else(is_delete, before.field(name), after.field(name))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError) as exc:
             raise Unsupported(f"field {name!r} of two types: {exc}") from None
-        text, fragment = _texts(values, convert, decoder.need_json)
+        value, fragment = _values(values, convert, decoder.need_json)
         names.append(name)
-        texts.append(text)
+        fields.append(value)
         fragments.append(fragment)
-    image = _images(names, texts, is_truncate)
+    image = images.from_columns(names, fields, is_truncate)
     documents = _documents(names, fragments, is_truncate) if decoder.need_json else pa.nulls(n, pa.string())
     schema_id = row_schema = pa.nulls(n, pa.string())
     reader = group.reader
@@ -273,7 +263,7 @@ def _decode_group(decoder: Decoder, batch: pa.RecordBatch, group: _Group) -> lis
         if described is not None:  # on the schema's first change, as the per-record decode does
             row_schema = pa.array([described, None], pa.string()).take(pa.array((np.arange(n) != first).astype(np.int8)))
     return [change_op, image, documents, version, pa.nulls(n, pa.string()),
-            pa.nulls(n, pa.string()), batch.column("topic").take(pa.array(group.rows)), pa.nulls(n, STRING_MAP),
+            pa.nulls(n, pa.string()), batch.column("topic").take(pa.array(group.rows)), pa.nulls(n),
             source_db, source_table, schema_id, row_schema,
             pa.array(np.zeros(n, np.int32))]
 
@@ -367,17 +357,16 @@ def decode_columns(decoder: Decoder, batch: pa.RecordBatch,
             pass
     if not parts:
         return per_record(batch)
-    names = [f for f, _t in DECODED_FIELDS]
-    chunks = [(rows, pa.RecordBatch.from_arrays(cols, names=names)) for rows, cols in parts]
     if slow.any():
         rows = np.flatnonzero(slow)
         decoded = per_record(batch.take(pa.array(rows)))
         if decoded.num_rows != len(rows):  # a record of several changes: keep the batch whole
             return per_record(batch)
-        chunks.append((rows, decoded.select(names)))
-    order = np.concatenate([rows for rows, _c in chunks])
-    changes = pa.Table.from_batches([c for _r, c in chunks]).combine_chunks()
-    changes = changes.take(pa.array(np.argsort(order, kind="stable")))
-    schema = pa.schema([*batch.schema, *[pa.field(f, t) for f, t in DECODED_FIELDS]])
-    return pa.RecordBatch.from_arrays([*batch.columns, *[changes.column(f).combine_chunks() for f in names]],
-                                      schema=schema)
+        parts.append((rows, [decoded.column(f) for f in DECODED_NAMES]))
+    back = pa.array(np.argsort(np.concatenate([rows for rows, _c in parts]), kind="stable"))
+    columns = []
+    for i, name in enumerate(DECODED_NAMES):
+        pieces = [cols[i] for _r, cols in parts]
+        whole = images.concat(pieces) if name == "image" else pa.concat_arrays(pieces)
+        columns.append(whole.take(back))
+    return pa.RecordBatch.from_arrays([*batch.columns, *columns], names=[*batch.schema.names, *DECODED_NAMES])

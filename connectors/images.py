@@ -1,0 +1,254 @@
+"""Row images: each change's row values, typed, in one Arrow column for rows of many schemas (issue 21).
+
+An image column is a dense union of structs, one child per row shape:
+
+* a schema the column-wise Debezium decode read (connectors/debezium/columns.py): typed fields, as
+  the schema says (int64, double, boolean, string, ``decimal128`` with the field's scale, ``date32``,
+  ``timestamp[us]``, ``duration[us]`` …: connectors/debezium/typed.py);
+* the rows of the per-record decoders (every format's rows, Debezium's odd records): their exact
+  texts, as strings, a child per set of fields.
+
+A null image (a TRUNCATE; a record that changes nothing) is a null struct, and a field a row does not
+have reads as null. A window holds few shapes; past :data:`MAX_CHILDREN` (a union holds 128) the
+image falls back to one child of texts.
+
+The sinks read one field of every row at once: :func:`texts` gives each value's exact MySQL text
+(the projection checks it against its column: spark_jobs/tables.py). The older Spark path, whose SMTs
+are Spark expressions over ``map<string,string>``, gets :func:`as_map` at the JVM's door.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from connectors.debezium import typed
+
+MAX_CHILDREN = 120
+STRING_MAP = pa.map_(pa.string(), pa.string())
+
+
+# -- building ------------------------------------------------------------------------------------------
+def _struct(names: Sequence[str], arrays: Sequence[pa.Array], null: pa.Array | None, n: int) -> pa.StructArray:
+    if not names:  # a row of no fields (no sink reads any): Arrow's from_arrays needs a field for its length
+        return pa.array([None if null is not None and null[i].as_py() else {} for i in range(n)], pa.struct([]))
+    return pa.StructArray.from_arrays(list(arrays), names=list(names), mask=null)
+
+
+def _union(type_ids: np.ndarray, offsets: np.ndarray, children: list[pa.StructArray]) -> pa.Array:
+    return pa.UnionArray.from_dense(pa.array(type_ids.astype(np.int8), pa.int8()),
+                                    pa.array(offsets.astype(np.int32), pa.int32()), children,
+                                    [str(i) for i in range(len(children))])
+
+
+def from_columns(names: Sequence[str], arrays: Sequence[pa.Array], null: pa.Array) -> pa.Array:
+    """Rows of one shape: ``arrays`` are their fields, ``null`` says which rows have no image."""
+    n = len(null)
+    return _union(np.zeros(n, np.int8), np.arange(n, dtype=np.int32), [_struct(names, arrays, null, n)])
+
+
+def from_texts(images: Sequence[Mapping[str, str | None] | None]) -> pa.Array:
+    """The per-record decoders' images ({field: exact text}, None for none): a child per field set."""
+    shapes: dict[tuple[str, ...], int] = {}
+    shape_of = np.zeros(len(images), np.int32)
+    for i, image in enumerate(images):
+        shape_of[i] = shapes.setdefault(tuple(image) if image is not None else (), len(shapes))
+    children, offsets = [], np.zeros(len(images), np.int32)
+    for shape, code in shapes.items():
+        rows = np.flatnonzero(shape_of == code)
+        offsets[rows] = np.arange(len(rows))
+        members = [images[i] for i in rows]
+        arrays = [pa.array([m[name] for m in members], pa.string()) for name in shape]  # type: ignore[index]
+        null = pa.array([m is None for m in members], pa.bool_())
+        children.append(_struct(shape, arrays, null, len(rows)))
+    if not children:
+        return from_columns([], [], pa.array([], pa.bool_()))
+    if len(children) > MAX_CHILDREN:  # one child of every field name
+        names = list(dict.fromkeys(name for image in images if image is not None for name in image))
+        return from_columns(names, [pa.array([None if i is None else i.get(name) for i in images], pa.string())
+                                    for name in names], pa.array([i is None for i in images], pa.bool_()))
+    return _union(shape_of, offsets, children)
+
+
+def nulls(n: int) -> pa.Array:
+    return from_columns([], [], pa.array(np.ones(n, bool)))
+
+
+# -- reading -------------------------------------------------------------------------------------------
+def _codes_offsets(image: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """The type code and child offset of each row (pyarrow's properties ignore a slice's offset)."""
+    start, end = image.offset, image.offset + len(image)
+    return (np.frombuffer(image.buffers()[1], np.int8)[start:end],
+            np.frombuffer(image.buffers()[2], np.int32)[start:end])
+
+
+def text_of(values: pa.Array) -> pa.Array:
+    """A field's values as exact MySQL texts (those of connectors/debezium/types.py)."""
+    kind = values.type
+    if pa.types.is_string(kind):
+        return values
+    if pa.types.is_null(kind):
+        return pa.nulls(len(values), pa.string())
+    if pa.types.is_decimal(kind) or pa.types.is_timestamp(kind) or pa.types.is_duration(kind) \
+            or pa.types.is_date(kind):
+        return typed.mysql_texts(values)
+    return pc.cast(values, pa.string())
+
+
+def _gather(image: pa.Array, parts: list[pa.Array]) -> pa.Array:
+    """Per row, its child's value: ``parts[i]`` is child i's, aligned with the child."""
+    codes, offsets = _codes_offsets(image)
+    if len(parts) == 1:
+        part = parts[0]
+        if len(part) == len(image) and np.array_equal(offsets, np.arange(len(image))):
+            return part
+        return part.take(pa.array(offsets))
+    starts = np.concatenate([[0], np.cumsum([len(p) for p in parts])[:-1]]).astype(np.int64)
+    return pa.concat_arrays(parts).take(pa.array(starts[codes] + offsets))
+
+
+def _children(image: pa.Array) -> list[pa.StructArray]:
+    return [image.field(i) for i in range(image.type.num_fields)]
+
+
+def _whole(image: pa.Array | pa.ChunkedArray) -> pa.Array:
+    if not isinstance(image, pa.ChunkedArray):
+        return image
+    if image.num_chunks == 1:
+        return image.chunk(0)
+    if image.num_chunks == 0 and pa.types.is_union(image.type):  # pa.array([], a union type) is not implemented
+        return pa.UnionArray.from_dense(pa.array([], pa.int8()), pa.array([], pa.int32()),
+                                        [pa.array([], f.type) for f in image.type],
+                                        [f.name for f in image.type], list(image.type.type_codes))
+    return image.combine_chunks()
+
+
+def texts(image: pa.Array | pa.ChunkedArray, name: str) -> pa.Array:
+    """Field ``name`` of every row as its MySQL text; null where the row has no image or no such field.
+    Takes the older Spark path's map<string,string> too."""
+    image = _whole(image)
+    if pa.types.is_null(image.type):
+        return pa.nulls(len(image), pa.string())
+    if pa.types.is_map(image.type):
+        return pc.map_lookup(image, pa.scalar(name, pa.string()), "first")
+    parts = []
+    for child in _children(image):
+        index = child.type.get_field_index(name)
+        parts.append(text_of(pc.struct_field(child, [index])) if index >= 0 else pa.nulls(len(child), pa.string()))
+    return _gather(image, parts)
+
+
+def compact(image: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """The image with only the children its rows use, each cut to those rows (a table's slice of a
+    task's changes reads one child, not every table's: spark_jobs/tables.project_rows)."""
+    image = _whole(image)
+    if not pa.types.is_union(image.type) or not len(image):
+        return image
+    codes, offsets = _codes_offsets(image)
+    children = _children(image)
+    if len(children) == 1 and len(children[0]) == len(image) and np.array_equal(offsets, np.arange(len(image))):
+        return image
+    type_codes = list(image.type.type_codes)
+    new_codes, new_offsets, kept = np.zeros(len(image), np.int8), np.zeros(len(image), np.int32), []
+    for code in np.unique(codes):
+        rows = np.flatnonzero(codes == code)
+        new_codes[rows] = len(kept)
+        new_offsets[rows] = np.arange(len(rows))
+        kept.append(children[type_codes.index(int(code))].take(pa.array(offsets[rows])))
+    return _union(new_codes, new_offsets, kept)
+
+
+def field_names(image: pa.Array) -> list[str]:
+    """The fields the image's rows have, in the order first seen."""
+    seen: dict[str, None] = {}
+    for child in _children(image):
+        seen.update((f.name, None) for f in child.type)
+    return list(seen)
+
+
+def as_map(image: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """The images as map<string,string> of exact texts (the older Spark path's, and the tests')."""
+    image = _whole(image)
+    if pa.types.is_map(image.type):
+        return image
+    if pa.types.is_null(image.type):
+        return pa.nulls(len(image), STRING_MAP)
+    parts = []
+    for child in _children(image):
+        n, names = len(child), [f.name for f in child.type]
+        k = len(names)
+        offsets = pa.array(np.arange(0, n * k + 1, k, dtype=np.int32) if k else np.zeros(n + 1, np.int32))
+        mask = child.is_null()
+        if not k:
+            parts.append(pa.MapArray.from_arrays(offsets, pa.array([], pa.string()), pa.array([], pa.string()),
+                                                 mask=mask))
+            continue
+        order = (np.arange(k)[None, :] * n + np.arange(n)[:, None]).ravel()
+        values = pa.concat_arrays([text_of(child.field(i)) for i in range(k)]).take(pa.array(order))
+        keys = pa.array(names, pa.string()).take(pa.array(np.tile(np.arange(k), n)))
+        parts.append(pa.MapArray.from_arrays(offsets, keys, values, mask=mask))
+    return _gather(image, parts)
+
+
+# -- combining -----------------------------------------------------------------------------------------
+def _wide(images: list[pa.Array]) -> tuple[list[str], list[pa.Array], pa.Array]:
+    """Images of too many shapes as one child of texts: every field name, null where a row lacks it."""
+    combined = [i for i in images if len(i)]
+    names: dict[str, None] = {}
+    for image in combined:
+        names.update((name, None) for name in field_names(image))
+    null = pa.concat_arrays([pc.is_null(as_map(i)) for i in combined]) if combined else pa.array([], pa.bool_())
+    arrays = [pa.concat_arrays([texts(i, name) for i in combined]) if combined else pa.array([], pa.string())
+              for name in names]
+    return list(names), arrays, null
+
+
+def concat(images: Sequence[pa.Array]) -> pa.Array:
+    """Image arrays of any shapes as one (children of one type merged)."""
+    images = [i for i in images if len(i)] or list(images[:1])
+    if len(images) == 1:
+        return images[0]
+    kinds: dict[pa.DataType, int] = {}
+    pieces: list[list[pa.Array]] = []
+    for image in images:
+        for child in _children(image):
+            if child.type not in kinds:
+                kinds[child.type] = len(kinds)
+                pieces.append([])
+    if len(kinds) > MAX_CHILDREN:
+        return from_columns(*_wide(list(images)))
+    sizes = [0] * len(kinds)
+    all_codes, all_offsets = [], []
+    for image in images:
+        codes, offsets = _codes_offsets(image)
+        remap = np.zeros(max(image.type.num_fields, 1), np.int64)
+        shift = np.zeros(max(image.type.num_fields, 1), np.int64)
+        for i, child in enumerate(_children(image)):
+            code = kinds[child.type]
+            remap[i], shift[i] = code, sizes[code]
+            pieces[code].append(child)
+            sizes[code] += len(child)
+        type_codes = np.asarray(image.type.type_codes, np.int64)
+        position = np.zeros(int(type_codes.max()) + 1, np.int64)
+        position[type_codes] = np.arange(len(type_codes))
+        child_index = position[codes]
+        all_codes.append(remap[child_index])
+        all_offsets.append(offsets + shift[child_index])
+    children = [pa.concat_arrays(p) for p in pieces]
+    return _union(np.concatenate(all_codes), np.concatenate(all_offsets), children)
+
+
+def concat_tables(tables: Sequence[pa.Table], columns: Sequence[str] = ("image",)) -> pa.Table:
+    """Tables whose image columns may differ in type, as one (pa.concat_tables needs one schema)."""
+    tables = list(tables)
+    present = [c for c in columns if tables and c in tables[0].column_names]
+    if len(tables) == 1 or not present or all(t.schema == tables[0].schema for t in tables):
+        return pa.concat_tables(tables) if len(tables) != 1 else tables[0]
+    merged = {c: concat([_whole(t.column(c)) for t in tables]) for c in present}
+    rest = pa.concat_tables([t.drop_columns(present) for t in tables])
+    for c in present:
+        rest = rest.add_column(tables[0].schema.get_field_index(c), c, merged[c])
+    return rest
