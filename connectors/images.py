@@ -126,19 +126,50 @@ def _whole(image: pa.Array | pa.ChunkedArray) -> pa.Array:
     return image.combine_chunks()
 
 
+class Fields:
+    """An image column read field by field: its layout (children, each row's child and place) worked
+    out once for every field read. Takes the older Spark path's map<string,string> too."""
+
+    def __init__(self, image: pa.Array | pa.ChunkedArray) -> None:
+        self.image = image = compact(image)
+        self._union = pa.types.is_union(image.type)
+        self._children = _children(image) if self._union else []
+        self._aligned = False
+        if self._union:
+            self._codes, self._offsets = _codes_offsets(image)
+            self._aligned = (len(self._children) == 1 and len(self._children[0]) == len(image)
+                             and bool(np.array_equal(self._offsets, np.arange(len(image)))))
+
+    def type_of(self, name: str) -> pa.DataType | None:
+        """The field's Arrow type where every child that has it agrees (a map's: string), else None."""
+        if not self._union:
+            return pa.string() if pa.types.is_map(self.image.type) else None
+        kinds = {c.type.field(name).type for c in self._children if c.type.get_field_index(name) >= 0}
+        return kinds.pop() if len(kinds) == 1 else None
+
+    def texts(self, name: str) -> pa.Array:
+        """Field ``name`` of every row as its MySQL text; null where the row has no image or no such
+        field."""
+        image = self.image
+        if pa.types.is_null(image.type):
+            return pa.nulls(len(image), pa.string())
+        if pa.types.is_map(image.type):
+            return pc.map_lookup(image, pa.scalar(name, pa.string()), "first")
+        parts = []
+        for child in self._children:
+            index = child.type.get_field_index(name)
+            parts.append(text_of(pc.struct_field(child, [index])) if index >= 0 else pa.nulls(len(child), pa.string()))
+        if self._aligned:
+            return parts[0]
+        if len(parts) == 1:
+            return parts[0].take(pa.array(self._offsets))
+        starts = np.concatenate([[0], np.cumsum([len(p) for p in parts])[:-1]]).astype(np.int64)
+        return pa.concat_arrays(parts).take(pa.array(starts[self._codes] + self._offsets))
+
+
 def texts(image: pa.Array | pa.ChunkedArray, name: str) -> pa.Array:
-    """Field ``name`` of every row as its MySQL text; null where the row has no image or no such field.
-    Takes the older Spark path's map<string,string> too."""
-    image = _whole(image)
-    if pa.types.is_null(image.type):
-        return pa.nulls(len(image), pa.string())
-    if pa.types.is_map(image.type):
-        return pc.map_lookup(image, pa.scalar(name, pa.string()), "first")
-    parts = []
-    for child in _children(image):
-        index = child.type.get_field_index(name)
-        parts.append(text_of(pc.struct_field(child, [index])) if index >= 0 else pa.nulls(len(child), pa.string()))
-    return _gather(image, parts)
+    """Field ``name`` of every row as its MySQL text (:class:`Fields`, for one field)."""
+    return Fields(image).texts(name)
 
 
 def compact(image: pa.Array | pa.ChunkedArray) -> pa.Array:

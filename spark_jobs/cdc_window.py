@@ -12,6 +12,7 @@ Run in-process (``airflow dags test``, the CLI) through :func:`cdcflow.runner.pr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
@@ -275,13 +276,23 @@ def _writer(job: WindowJob, target: SinkTarget,
     return write
 
 
+JOINED_ROWS = 10_000  # a write task's tables with fewer changes than this are written in one transaction
+
+
 def _tables_writer(job: WindowJob,
                    group: TableGroup) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The write task of a sink's many tables (spark_jobs/tables.py): per table of the task's
     changes, the projection and the last change per key in Arrow, then the table's writer; one
-    connection and one dead-letter producer for them all."""
+    connection and one dead-letter producer for them all. A few changes of many tables (a Debezium
+    deployment's steady state) are written in one transaction, a savepoint per table: one commit
+    (an fsync) instead of one per table; larger ones table by table, each in its own."""
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from connectors.mysql.sink import MySqlSink, read_newest_tombstones, writer_engine  # noqa: PLC0415
+        from connectors.mysql.sink import (  # noqa: PLC0415
+            MySqlSink,
+            one_transaction,
+            read_newest_tombstones,
+            writer_engine,
+        )
 
         received = list(batches)
         if not received:
@@ -289,14 +300,19 @@ def _tables_writer(job: WindowJob,
         engine = writer_engine(group.target.url, shared=True)
         dlq = _dead_letters(job)
         try:
-            tables = [(group.tables[name], rows) for name, rows in by_table(pa.Table.from_batches(received))]
+            tables = [(group.tables[name], rows) for name, rows in by_table(images.concat_tables(
+                [pa.table(b) for b in received]))]
             sinks = [MySqlSink(t.config, t.url, engine=engine) for t, _rows in tables]  # type: ignore[arg-type]
             read_newest_tombstones(engine, sinks)  # one query for the task's tables (each open() would read its own)
-            for (target, rows), sink in zip(tables, sinks, strict=True):
-                cfg = target.config
-                assert isinstance(cfg, MySqlSinkConfig)
-                latest = latest_rows(project_rows(rows, cfg), key_columns(cfg))
-                yield _write_target(job, target, iter(latest.to_batches()), sink, dlq, prepared=True)
+            joined = len(tables) > 1 and sum(r.num_rows for _t, r in tables) <= JOINED_ROWS
+            with one_transaction(engine, sinks) if joined else contextlib.nullcontext():
+                out = []
+                for (target, rows), sink in zip(tables, sinks, strict=True):
+                    cfg = target.config
+                    assert isinstance(cfg, MySqlSinkConfig)
+                    latest = latest_rows(project_rows(rows, cfg), key_columns(cfg))
+                    out.append(_write_target(job, target, iter(latest.to_batches()), sink, dlq, prepared=True))
+            yield from out  # once the tables' transaction committed
         finally:
             engine.dispose()
     return write

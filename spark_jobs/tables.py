@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import functools
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -61,8 +60,6 @@ DECLARE_BINARY_ENCODING = (
     " (binary values are read as base64; declare encoding: hex or text if the stream writes those)"
 )
 
-
-_parse_type = functools.lru_cache(maxsize=4096)(parse_type)  # a table's column types, parsed once per task
 
 
 @dataclass(frozen=True)
@@ -113,7 +110,7 @@ def typed(raw: pa.Array, sql_type: str) -> pa.Array:
     """A column's texts as the values a MySQL column of ``sql_type`` is given; null where a value does
     not fit (the rules of ``spark_jobs/debezium._typed``: text where MySQL itself checks, in strict
     mode; binary, spatial and BIT values as bytes)."""
-    t = _parse_type(sql_type)
+    t = parse_type(sql_type)
     # the texts the decoders write (digits; YYYY-MM-DD hh:mm:ss.ffffff) go as they are: two Arrow calls
     # instead of up to ten, which is most of a small table's projection (bench/tables.py)
     if (t.is_integer and _all_match(raw, EPOCH_NUMBER)) or (
@@ -148,13 +145,29 @@ def typed(raw: pa.Array, sql_type: str) -> pa.Array:
     return raw
 
 
+def _canonical(kind: pa.DataType | None, sql_type: str) -> bool:
+    """Whether the texts of a typed field are already what a column of ``sql_type`` is given, as
+    :func:`typed` would pass them (an integer's digits, a datetime's YYYY-MM-DD hh:mm:ss.ffffff, a
+    date's YYYY-MM-DD): then nothing needs checking here, and MySQL checks the range."""
+    if kind is None:
+        return False
+    t = parse_type(sql_type)
+    if pa.types.is_integer(kind):
+        return t.is_integer
+    if pa.types.is_timestamp(kind):
+        return t.base in ("DATETIME", "TIMESTAMP")
+    if pa.types.is_date(kind):
+        return t.base in ("DATE", "DATETIME", "TIMESTAMP")
+    return False
+
+
 def _all_match(raw: pa.Array, pattern: str) -> bool:
     """Every non-null text matches ``pattern``."""
     return bool(pc.all(pc.match_substring_regex(raw, pattern)).as_py() is not False)
 
 
 def what_to_declare(raw: pa.Array, sql_type: str) -> pa.Array:
-    t = _parse_type(sql_type)
+    t = parse_type(sql_type)
     none = pa.array([""] * len(raw), pa.string())
     if t.base in ("DATETIME", "TIMESTAMP", "TIME"):
         return pc.if_else(pc.fill_null(pc.match_substring_regex(raw, EPOCH_NUMBER), False), DECLARE_TIME_ENCODING, none)
@@ -172,15 +185,16 @@ def project_rows(rows: pa.Table, sink: MySqlSinkConfig) -> pa.Table:
     """A table's valid changes -> RAW_COLUMNS + route, change_op, version, one column per sink column
     (c_<i>) and error_message for the rows whose values do not fit (the output of the Spark
     projection, ``debezium.project_for_sink``, for pk_mode record_value and record_key)."""
-    image, keys = images.compact(rows.column("image")), rows.column("key_image")
+    image = images.Fields(rows.column("image"))
+    keys = images.Fields(rows.column("key_image")) if sink.pk_mode == "record_key" else None
     upsert = pc.equal(rows.column("change_op").combine_chunks(), "upsert")
     values, errors = [], []
     for col in sink.columns:
-        raw = images.texts(image, col.source_field)
+        raw = image.texts(col.source_field)
         is_key = col.name in sink.primary_key
-        if sink.pk_mode == "record_key" and is_key:
-            raw = pc.coalesce(images.texts(keys, col.source_field), raw)
-        value = typed(raw, col.type)
+        if keys is not None and is_key:
+            raw = pc.coalesce(keys.texts(col.source_field), raw)
+        value = raw if keys is None and _canonical(image.type_of(col.source_field), col.type) else typed(raw, col.type)
         values.append(value)
         if is_key and raw.null_count:
             errors.append(pc.if_else(pc.is_null(raw), f"primary key field '{col.source_field}' is missing or null", None))

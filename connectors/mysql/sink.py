@@ -174,6 +174,7 @@ class MySqlSink:
         self._engine: sa.Engine | None = None
         self._shared = engine
         self._window: sa.Connection | None = None  # exactly-once: the window's one transaction
+        self._joined: sa.Connection | None = None  # a transaction of many tables' sinks, its owner commits (join)
         self._newest_tombstone: int | None = None
         self._known_tombstone: tuple[int | None, int | None] | None = None  # read for many tables at once
         self._truncated_at: int | None = None  # the table's TRUNCATE mark: older changes are not written
@@ -397,16 +398,22 @@ class MySqlSink:
             self._window = None
         return result
 
+    def join(self, conn: sa.Connection) -> None:
+        """Write inside ``conn``'s open transaction (a savepoint per apply), which its owner commits:
+        the few rows of many tables in one commit (spark_jobs/cdc_window._tables_writer)."""
+        self._joined = conn
+
     @contextmanager
     def _transaction(self) -> Iterator[sa.Connection]:
-        """A transaction of its own, or, inside a window's transaction, a savepoint of it."""
+        """A transaction of its own, or, inside a window's or a joined transaction, a savepoint of it."""
         assert self._engine is not None, "open() first"
-        if self._window is None:
+        outer = self._window if self._window is not None else self._joined
+        if outer is None:
             with self._engine.begin() as conn:
                 yield conn
             return
-        with self._window.begin_nested():
-            yield self._window
+        with outer.begin_nested():
+            yield outer
 
     def close(self) -> None:
         if self._window is not None:  # a window that did not commit: nothing of it stays
@@ -438,6 +445,11 @@ class MySqlSink:
                         f"sink {self.name!r}: MySQL chose this window's transaction as a deadlock victim and "
                         f"rolled it back (table {self.cfg.table!r}); nothing of the window is in MySQL and no "
                         "offset moved: the retry applies it") from exc
+                if code == 1213 and self._joined is not None:
+                    raise SinkUnavailable(
+                        f"sink {self.name!r}: MySQL chose the transaction of this task's tables as a deadlock "
+                        f"victim and rolled it back (table {self.cfg.table!r}); no offset moved: the retry "
+                        "applies them") from exc
                 if code in RETRY_ERRORS and attempt < self.max_lock_retries:
                     self.stats.extra["lock_retries"] = self.stats.extra.get("lock_retries", 0) + 1
                     time.sleep(0.1 * 2 ** attempt)
@@ -608,6 +620,22 @@ def _newest_tombstones(conn: sa.Connection, tables: Sequence[str]) -> dict[str, 
         f"WHERE table_name IN ({marks}) GROUP BY table_name", (TRUNCATE_HASH, TRUNCATE_HASH, *tables))}
 
 
+@contextmanager
+def one_transaction(engine: sa.Engine, sinks: Sequence[MySqlSink]) -> Iterator[None]:
+    """The sinks' writes in one transaction on one of ``engine``'s connections, committed at the end
+    (:meth:`MySqlSink.join`); a failing commit fails the task, named."""
+    try:
+        with engine.connect() as conn, conn.begin():
+            for sink in sinks:
+                sink.join(conn)
+            yield
+    except DBAPIError as exc:
+        raise sinks[0]._infra_error("committing", exc) from exc
+    finally:
+        for sink in sinks:
+            sink._joined = None
+
+
 def read_newest_tombstones(engine: sa.Engine, sinks: Sequence[MySqlSink]) -> None:
     """Each sink's newest tombstone, for many tables in one query (what :meth:`MySqlSink.open`
     reads per table). The tables must be prepared (:func:`prepare_tables`: the tombstone table exists)."""
@@ -699,13 +727,15 @@ def prepare_derived(url: str, tables: Sequence[tuple[MySqlSinkConfig, MySqlSinkC
             try:
                 found = _existing(conn, [create.table for create, _evolve in tables])
                 for i, (create, evolve) in enumerate(tables):
-                    current = MySqlSink(create, url)
                     existing = found.get(create.table)
-                    cfg = create
+                    cfg, have = create, None
                     if existing is not None:
+                        before = len(recorded)
                         cfg = _evolve(conn, evolve, existing, policy, recorded, decisions, pipeline)
-                        current = MySqlSink(cfg, url)
-                    current._prepare(conn, tombstones=i == 0, have=None)
+                        if not any(r["applied"] for r in recorded[before:]):  # the columns as read: no query
+                            have = {c.name.lower() for c in existing[0]}
+                    current = MySqlSink(cfg, url)
+                    current._prepare(conn, tombstones=i == 0, have=have)
                     conn.commit()
                     configs[create.table] = cfg
             finally:

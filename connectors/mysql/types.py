@@ -12,6 +12,7 @@ parsed pieces (ENUM values re-quoted), so no type text can inject SQL.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -110,6 +111,7 @@ def _unquote(literal: str) -> str:
     return re.sub(r"''|\\(.)", lambda m: "'" if m.group(0) == "''" else m.group(1), body)
 
 
+@functools.lru_cache(maxsize=4096)  # a window reads each table's column types a few times (ColumnType is frozen)
 def parse_type(text: str) -> ColumnType:
     """A column type's text -> ColumnType; raises TypeSyntaxError (a ValueError) saying what is wrong."""
     toks = _tokens(text)

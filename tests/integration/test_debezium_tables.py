@@ -229,3 +229,43 @@ def test_a_value_that_does_not_fit_a_table_from_the_schema_goes_to_the_dlq(confi
     headers = dict(dead[0].headers())
     assert (headers["__connect.errors.offset"], headers["__connect.errors.stage"]) == (b"3", b"transform")
     assert headers["__connect.errors.exception.message"].decode() == "field 'c_mediumint' = 'not a number' is not a valid INT"
+
+
+def test_a_row_mysql_refuses_among_several_tables_goes_to_the_dlq_and_the_rest_commits(
+        config_dir: Path, store: OffsetStore, spark: Any) -> None:
+    """The few changes of several tables are written in one transaction, a savepoint per table
+    (cdc_window._tables_writer): an ENUM member the table does not have passes the projection (MySQL
+    checks ENUMs), MySQL refuses it in strict mode, and that one row goes to the DLQ while every other
+    row of both tables commits."""
+    prefix = unique("mix")
+    path = write_pipeline(config_dir, prefix, "unused", "unused", sinks=[
+        {"type": "mysql", "name": "rows", "conn_id": "cdcflow_mysql", "table": f"{prefix}_{{source.table}}",
+         "create_table": True}])
+    data = yaml.safe_load(path.read_text())
+    data["source"] = {**{k: v for k, v in data["source"].items() if k != "topics"},
+                      "topics_regex": rf"{prefix}\.inventory\..*"}
+    path.write_text(yaml.safe_dump(data))
+    cfg = load_pipeline(path)
+    for table in ("ta", "tb"):
+        cdcgen.produce(bootstrap(), f"{prefix}.inventory.{table}",
+                       [cdcgen.Event(*renamed(e, table)) for e in fx.events()[:3]], partitions=1)
+    first = runner.run_window(cfg, "run-1", store=store, spark=spark)
+    assert first["dead_lettered"] == 0, first
+    key, value = edited(renamed(fx.events()[3], "ta"), 600, c_enum="huge", c_varchar="refused")
+    cdcgen.produce(bootstrap(), f"{prefix}.inventory.ta", [cdcgen.Event(key, value)], partitions=1, create=False)
+    later = edited(renamed(fx.events()[3], "tb"), 600, c_varchar="later 600")
+    cdcgen.produce(bootstrap(), f"{prefix}.inventory.tb", [cdcgen.Event(*later)], partitions=1, create=False)
+
+    second = runner.run_window(cfg, "run-2", store=store, spark=spark)
+
+    assert second["dead_lettered"] == 1, second
+    ta, tb = read_mysql(f"{prefix}_ta"), read_mysql(f"{prefix}_tb")
+    assert sorted(ta) == sorted(tb) == [1, 2, 3]
+    assert ta[1]["c_varchar"] != "refused" and ta[1]["c_enum"] == fx.ROWS[0]["c_enum"]  # the row as it was
+    assert tb[1]["c_varchar"] == "later 600"
+    dead = read_topic(cfg.errors.dlq_topic)
+    assert len(dead) == 1
+    headers = dict(dead[0].headers())
+    assert headers["__connect.errors.stage"] == b"sink"
+    assert headers["__connect.errors.topic"].decode() == f"{prefix}.inventory.ta"
+    assert "c_enum" in headers["__connect.errors.exception.message"].decode()
