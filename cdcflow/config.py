@@ -27,7 +27,7 @@ from pydantic import (
 )
 
 from cdcflow.errors import ConfigError
-from cdcflow.transforms import TransformConfig
+from cdcflow.transform_config import TransformConfig
 from connectors.mysql.types import EXPECTED as MYSQL_TYPES
 from connectors.mysql.types import ColumnType, TypeSyntaxError, parse_type
 

@@ -34,7 +34,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import ValidationError
 
-from cdcflow.airflow.dags import AirflowDags, DagControl, DagInfo, DagRunInfo
+from cdcflow.airflow.dag_control import AirflowDags, DagControl, DagInfo, DagRunInfo
 from cdcflow.config import PipelineConfig, config_dir, format_validation_error, load_all, parse_instant, parse_pipeline
 from cdcflow.errors import BadRequest, CdcflowError, Conflict, NotFound
 from cdcflow.offsets import OffsetStore, WindowPlan

@@ -134,6 +134,8 @@ class Fields:
         self.image = image = compact(image)
         self._union = pa.types.is_union(image.type)
         self._children = _children(image) if self._union else []
+        # each child's fields with the child's nulls applied, in one call per child (not one per field)
+        self._fields = [dict(zip(c.type.names, c.flatten(), strict=True)) for c in self._children]
         self._aligned = False
         if self._union:
             self._codes, self._offsets = _codes_offsets(image)
@@ -155,10 +157,8 @@ class Fields:
             return pa.nulls(len(image), pa.string())
         if pa.types.is_map(image.type):
             return pc.map_lookup(image, pa.scalar(name, pa.string()), "first")
-        parts = []
-        for child in self._children:
-            index = child.type.get_field_index(name)
-            parts.append(text_of(pc.struct_field(child, [index])) if index >= 0 else pa.nulls(len(child), pa.string()))
+        parts = [text_of(fields[name]) if name in fields else pa.nulls(len(child), pa.string())
+                 for child, fields in zip(self._children, self._fields, strict=True)]
         if self._aligned:
             return parts[0]
         if len(parts) == 1:

@@ -7,7 +7,7 @@ and per-key reduction are Spark expressions; sinks and the DLQ reporter run insi
 flushing before it reports success, so the driver commits only what every task confirmed.
 
 Run in-process (``airflow dags test``, the CLI) through :func:`cdcflow.runner.process`, or under
-``spark-submit`` / SparkSubmitOperator with ``python spark_jobs/cdc_window.py --pipeline NAME --run-id ID``.
+``spark-submit`` / SparkSubmitOperator with ``python spark_jobs/submit.py --pipeline NAME --run-id ID``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import contextlib
 import json
 import re
 import time
-import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -29,8 +28,8 @@ from cdcflow import errors as cdc_errors
 from cdcflow import faults
 from cdcflow.config import ElasticsearchSinkConfig, MySqlSinkConfig
 from cdcflow.errors import CdcflowError, ConfigError, DeadLettersExceeded, ToleranceExceeded, WindowFailed
-from connectors.base import ArrowSink, OffsetSink, SinkStats
 from connectors import images
+from connectors.base import ArrowSink, OffsetSink, SinkStats
 from connectors.changes import DECODED_SPARK_COLUMNS, TRUNCATE
 from connectors.debezium.envelope import hints_from_columns
 from connectors.formats import decoder as format_decoder
@@ -39,18 +38,16 @@ from connectors.kafka.reader import RAW_SPARK_SCHEMA, KafkaRangeReader, ReadRang
 from connectors.mysql.offsets import OffsetCommit
 from spark_jobs.deadline import Deadline
 from spark_jobs.session import Checkpoints, activate
-from spark_jobs.sinks import SINK_TYPES, SinkTarget, mysql_routes, unroutable
-from spark_jobs.tables import (
-    GROUP_COLUMNS,
-    TABLE_COLUMN,
+from spark_jobs.sinks import (
+    SINK_TYPES,
+    SinkTarget,
     TableGroup,
-    by_table,
-    key_columns,
-    latest_rows,
+    mysql_routes,
     prepare_derived,
     prepare_tables,
-    project_rows,
+    unroutable,
 )
+from spark_jobs.tables import GROUP_COLUMNS, TABLE_COLUMN, by_table, key_columns, latest_rows, project_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -405,43 +402,16 @@ def _examples(df: DataFrame) -> str:
     return "; ".join(f"{r.topic}[{r.partition}]@{r.offset} ({r.error_stage}): {r.error_message}" for r in rows)
 
 
-def run_window_job(spark: SparkSession, job: WindowJob,
-                   on_read: Callable[[dict[tuple[str, int], tuple[int, int]]], None]) -> WindowResult:
-    checkpoints = Checkpoints()
-    what = f"the window {job.run_id} of {job.pipeline}"
-    try:
-        with Deadline(spark, job.spark_timeout, what) as deadline:
-            return _run(spark, job, on_read, deadline, checkpoints)
-    except CdcflowError:
-        raise
-    except Exception as exc:  # Py4J / PythonException wrappers from Spark
-        from spark_jobs.session import out_of_memory, server_lost, spark_unavailable  # noqa: PLC0415
-
-        inner = unwrap_spark_error(exc) or out_of_memory(exc, what) or spark_unavailable(exc) or server_lost(spark)
-        if inner is not None:
-            raise inner from None
-        if "Python worker exited unexpectedly" in str(exc):
-            raise WindowFailed(
-                "a Spark task's Python worker died while the window ran (killed, or out of memory: see the Spark "
-                "log, .local/services/spark/connect.log for the long-lived Spark); nothing of the window was "
-                "committed and no offset moved: the retry runs it again") from exc
-        raise WindowFailed(f"Spark job failed: {exc.__class__.__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from exc
-    finally:
-        checkpoints.release()  # what the window held on the server, gone with it
-
-
-def _run(spark: SparkSession, job: WindowJob,
-         on_read: Callable[[dict[tuple[str, int], tuple[int, int]]], None], deadline: Deadline,
-         checkpoint: Checkpoints) -> WindowResult:
-    """Few Spark jobs, because each costs a round of scheduling (~0.1-0.2 s on the long-lived Spark):
-    read + decode (one checkpoint), one tally (ends per partition and bad records per stage), the
-    DLQ report when there are bad records, and one write per sink target."""
+def run_spark_path(spark: SparkSession, job: WindowJob,
+                   on_read: Callable[[dict[tuple[str, int], tuple[int, int]]], None], deadline: Deadline,
+                   checkpoint: Checkpoints) -> WindowResult:
+    """The older window path, which spark_jobs/window.py picks for the pipelines the per-partition
+    path does not serve (SMTs, pk_mode kafka …). Few Spark jobs, because each costs a round of
+    scheduling (~0.1-0.2 s on the long-lived Spark): read + decode (one checkpoint), one tally (ends
+    per partition and bad records per stage), the DLQ report when there are bad records, and one
+    write per sink target."""
     from pyspark.sql import functions as F  # noqa: PLC0415
 
-    from spark_jobs import partition_tasks  # noqa: PLC0415
-
-    if partition_tasks.eligible(job):  # the default path: the records stay in the Python workers
-        return partition_tasks.run(spark, job, on_read, deadline, checkpoint)
     if job.truncate == "apply":  # cdcflow/config.py refuses the pipelines it does not cover; this is the env switch
         raise ConfigError("truncate: apply runs on the per-partition window path only (unset CDCFLOW_WINDOW_PATH)")
     from spark_jobs.debezium import RAW_COLUMNS, latest_per_key  # noqa: PLC0415
@@ -769,32 +739,3 @@ def _change_frames(raw: DataFrame, job: WindowJob, ends: dict[tuple[str, int], t
         changes = records_to_changes(apply_chain(records, list(job.transforms)), job.versioning)
         frames.append(checkpoint(changes))
     return frames
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Entry point under spark-submit: process one planned window of a pipeline."""
-    import argparse  # noqa: PLC0415
-    import json  # noqa: PLC0415
-    import os  # noqa: PLC0415
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pipeline", required=True)
-    parser.add_argument("--run-id", required=True)
-    parser.add_argument("--params", default="{}", help="run parameters as JSON (max_duration override)")
-    args = parser.parse_args(argv)
-    os.environ["CDCFLOW_SPARK_SUBMITTED"] = "1"
-    from cdcflow import runner  # noqa: PLC0415
-    from cdcflow.config import find_pipeline  # noqa: PLC0415
-
-    try:
-        result = runner.process(find_pipeline(args.pipeline), args.run_id, json.loads(args.params))
-    except CdcflowError as exc:
-        print(f"cdcflow: window failed: {exc.__class__.__name__}: {exc}")
-        traceback.print_exc()
-        return 1
-    print(json.dumps(result))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,7 +1,7 @@
 """The default window path: one Spark task per partition range keeps the records in its Python
 worker from the read to the write (issue 25).
 
-The older path (``cdc_window._run``, still the one for pipelines with transforms) handed every
+The older path (``cdc_window.run_spark_path``, still the one for pipelines with transforms) handed every
 record to the JVM: Arrow rows converted to Spark rows and back, a checkpoint of every row, a shuffle
 and a sort to find the last change per key. Here the JVM holds only a few large binary values:
 
@@ -47,13 +47,22 @@ import pyarrow.compute as pc
 
 from cdcflow import faults
 from cdcflow.config import ElasticsearchSinkConfig, MySqlSinkConfig
-from connectors.base import SinkStats
 from connectors import images
+from connectors.base import SinkStats
 from connectors.changes import TRUNCATE
 from connectors.kafka.dlq import DeadLetterReporter
 from spark_jobs import cdc_window as cw
-from spark_jobs.sinks import SINK_TYPES, SinkTarget, es_mappings, is_routed
-from spark_jobs.tables import RAW_COLUMNS, TABLE_COLUMN, TableGroup, key_columns, latest_rows, project_rows
+from spark_jobs.sinks import (
+    SINK_TYPES,
+    SinkTarget,
+    TableGroup,
+    derive_from_connect,
+    es_mappings,
+    is_routed,
+    prepare_derived,
+    prepare_tables,
+)
+from spark_jobs.tables import RAW_COLUMNS, TABLE_COLUMN, key_columns, latest_rows, project_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -87,7 +96,7 @@ def _dynamic(target: SinkTarget, job: cw.WindowJob) -> bool:
 
 def eligible(job: cw.WindowJob) -> bool:
     """This path serves pipelines without transforms whose every sink is static or dynamic; the others
-    (pk_mode kafka, an exactly-once sink without declared columns) take ``cdc_window._run``, as does
+    (pk_mode kafka, an exactly-once sink without declared columns) take ``cdc_window.run_spark_path``, as does
     every window when ``CDCFLOW_WINDOW_PATH=spark`` is set in the driver's environment."""
     if os.environ.get("CDCFLOW_WINDOW_PATH") == "spark":  # the older path, for comparisons (bench/run.py)
         return False
@@ -611,9 +620,6 @@ def _prepare(job: cw.WindowJob, tallies: list[dict[str, Any]]) -> Targets:
     """On the driver, before any write: the static targets' tables created or evolved, each dynamic
     sink's tables derived from the row schemas the read tasks saw and created, and each Elasticsearch
     index without a declared mapping given one from those schemas."""
-    from spark_jobs.sinks import derive_from_connect  # noqa: PLC0415
-    from spark_jobs.tables import prepare_derived, prepare_tables  # noqa: PLC0415
-
     static: dict[str, SinkTarget] = {}
     groups: dict[str, TableGroup] = {}
     changes: list[dict[str, Any]] = []

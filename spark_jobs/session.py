@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from cdcflow.config import SparkConfig
-from spark_jobs.health import DIED_HINT, RESTART_HINT, TOO_BIG, dead_context
+from spark_jobs.health import DIED_HINT, RESTART_HINT, TOO_BIG, check_reachable, dead_context, session_url
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -52,21 +52,6 @@ def resolve_remote(cfg: SparkConfig) -> str:
     return cfg.remote or os.environ.get("CDCFLOW_SPARK_REMOTE") or DEFAULT_REMOTE
 
 
-def session_url(url: str, app_name: str, generation: int = 0) -> str:
-    """``url`` with a ``session_id`` stable per app (pipeline): every window of a pipeline, each in its
-    own process, attaches to the same server-side session, so the server's Python workers (which it
-    keeps per session) stay warm between windows (measured: a trivial task 2.7 s on a new session,
-    0.8 s on a reused one) and idle workers do not pile up one set per window."""
-    import uuid  # noqa: PLC0415
-
-    if "session_id=" in url:
-        return url
-    sid = (uuid.uuid5(uuid.NAMESPACE_URL, f"{url}#{app_name}" + (f"#{generation}" if generation else ""))
-           if generation >= 0 else uuid.uuid4())  # generation -1: a new random id
-    base, _, params = url.partition("/;")
-    return f"{base.rstrip('/')}/;{params + ';' if params else ''}session_id={sid}"
-
-
 SHARED_SESSION_SECONDS = 3600  # how long pipelines share one server-side session before the next one
 
 
@@ -96,7 +81,7 @@ def connect_spark(cfg: SparkConfig, app_name: str = "cdcflow") -> SparkSession:
     from cdcflow.errors import SparkUnavailable  # noqa: PLC0415
 
     url = resolve_remote(cfg)
-    _check_reachable(url)  # the client itself retries a refused connection for minutes
+    check_reachable(url)  # the client itself retries a refused connection for minutes
     app_name = session_name(cfg, app_name)
     cached = _CONNECT_SESSIONS.get((url, app_name))
     if cached is not None and not cached[1].is_stopped:
@@ -291,24 +276,6 @@ def first_line(exc: BaseException) -> str:
     """An exception's first line (Spark's carry a JVM stack trace after it), or its class name."""
     text = str(exc).strip()
     return text.splitlines()[0][:300] if text else exc.__class__.__name__
-
-
-def _check_reachable(url: str, timeout: float = 5.0) -> None:
-    import socket  # noqa: PLC0415
-    from urllib.parse import urlsplit  # noqa: PLC0415
-
-    from cdcflow.errors import SparkUnavailable  # noqa: PLC0415
-
-    parts = urlsplit(url.partition("/;")[0].replace("sc://", "http://", 1))
-    host, port = parts.hostname or "127.0.0.1", parts.port or 15002
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            pass
-    except OSError as exc:
-        raise SparkUnavailable(
-            f"Spark Connect at {url} is unreachable ({exc.__class__.__name__}: {exc}). Start the long-lived Spark "
-            "with `scripts/services.sh start spark`, or set spark.mode: inprocess to run Spark inside the task; "
-            "no offset was moved") from exc
 
 
 def get_spark(cfg: SparkConfig, app_name: str = "cdcflow") -> SparkSession:

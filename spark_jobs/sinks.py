@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -338,3 +338,46 @@ SINK_TYPES: dict[str, SinkType] = {
     "elasticsearch": SinkType(_es_project, lambda cfg: None if cfg.key_ignore else ["c_0", "c_1"],
                               _es_changes, _es_open, _es_expand),
 }
+
+
+# -- a routed sink's tables ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TableGroup:
+    """A routed sink and the concrete target of each table its changes in this window go to."""
+
+    target: SinkTarget
+    tables: dict[str, SinkTarget]
+    descriptions: dict[str, list[str]] = field(default_factory=dict)  # per table, its row schemas in the window
+
+    @property
+    def config(self) -> MySqlSinkConfig:
+        return self.target.config  # type: ignore[return-value]
+
+
+def prepare_derived(group: TableGroup, policy: str, decisions: dict[str, str] | None = None,
+                    pipeline: str = "PIPELINE") -> tuple[TableGroup, list[dict[str, Any]]]:
+    """A routed sink's tables made from the record schema (no declared columns) created, or changed as
+    the pipeline's ``schema_changes`` says (connectors/mysql/sink.prepare_derived; ``decisions``: an
+    operator's, under pause), before any write:
+    the group with each table's config as it is written, and the schema changes for the stats."""
+    from connectors.mysql.sink import prepare_derived as prepare  # noqa: PLC0415
+
+    pairs = []
+    for table, target in sorted(group.tables.items()):
+        first = target.config
+        assert isinstance(first, MySqlSinkConfig)
+        described = group.descriptions.get(table, [])
+        latest = derive_from_connect(group.target, table, described, latest=True) if len(described) > 1 else first
+        pairs.append((first, latest))
+    configs, changes = prepare(group.target.url, pairs, policy, decisions, pipeline)
+    tables = {table: replace(target, config=configs[table]) for table, target in group.tables.items()}
+    return TableGroup(group.target, tables, group.descriptions), changes
+
+
+def prepare_tables(targets: list[SinkTarget]) -> None:
+    """Create or evolve each table once, on the driver, on one connection, before the tasks write."""
+    from connectors.mysql.sink import MySqlSink  # noqa: PLC0415
+    from connectors.mysql.sink import prepare_tables as prepare  # noqa: PLC0415
+
+    if targets:
+        prepare(targets[0].url, [MySqlSink(t.config, t.url) for t in targets])  # type: ignore[arg-type]

@@ -11,7 +11,8 @@ changes tagged with their table (all the changes of a table in one task) and, pe
 2. :func:`latest_rows` keeps the last change per key (the rules of ``debezium.latest_per_key``);
 3. the table's writer applies them (``cdc_window._write_target``), rows that do not fit to the DLQ.
 
-The driver creates or evolves each table before the job (:func:`prepare_tables`, one connection).
+The driver creates or evolves each table before the job (spark_jobs/sinks.prepare_tables, one
+connection).
 A table's columns come from the same Connect schema as its values, so a value that does not fit is
 rare (the source column changed type within the window); its row never wins its key.
 """
@@ -22,8 +23,6 @@ import base64
 import binascii
 import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -32,9 +31,6 @@ import pyarrow.compute as pc
 from cdcflow.config import MySqlSinkConfig
 from connectors import images
 from connectors.mysql.types import parse_type
-
-if TYPE_CHECKING:
-    from spark_jobs.sinks import SinkTarget
 
 RAW_COLUMNS = ["topic", "partition", "offset", "timestamp", "key", "value", "headers"]
 TABLE_COLUMN = "_table"  # the table a change goes to, on the frame the write job gets
@@ -59,20 +55,6 @@ DECLARE_DECIMAL_ENCODING = (
 DECLARE_BINARY_ENCODING = (
     " (binary values are read as base64; declare encoding: hex or text if the stream writes those)"
 )
-
-
-
-@dataclass(frozen=True)
-class TableGroup:
-    """A routed sink and the concrete target of each table its changes in this window go to."""
-
-    target: SinkTarget
-    tables: dict[str, SinkTarget]
-    descriptions: dict[str, list[str]] = field(default_factory=dict)  # per table, its row schemas in the window
-
-    @property
-    def config(self) -> MySqlSinkConfig:
-        return self.target.config  # type: ignore[return-value]
 
 
 def key_columns(sink: MySqlSinkConfig) -> list[str]:
@@ -161,6 +143,24 @@ def _canonical(kind: pa.DataType | None, sql_type: str) -> bool:
     return False
 
 
+def _passing(raws: list[pa.Array], sql_types: list[str]) -> set[int]:
+    """The columns (by index) whose texts :func:`typed` passes as they are by its first check: every
+    text an integer's digits for an integer column, MySQL's own datetime form for DATETIME/TIMESTAMP.
+    One regex pass per form over all those columns' texts at once: a table of a few rows has the
+    per-call cost of Arrow, not its per-row cost, to save (spark_jobs/tables.py, bench.tables)."""
+    out: set[int] = set()
+    for pattern, wanted in ((EPOCH_NUMBER, lambda t: t.is_integer),
+                            (_MYSQL_DATETIME, lambda t: t.base in ("DATETIME", "TIMESTAMP"))):
+        which = [i for i, kind in enumerate(sql_types) if wanted(parse_type(kind))]
+        if not which:
+            continue
+        texts = pa.concat_arrays([raws[i] for i in which])
+        ok = pc.fill_null(pc.match_substring_regex(texts, pattern), True).to_numpy(zero_copy_only=False)
+        bounds = np.cumsum([0, *[len(raws[i]) for i in which]])
+        out.update(i for j, i in enumerate(which) if ok[bounds[j]:bounds[j + 1]].all())
+    return out
+
+
 def _all_match(raw: pa.Array, pattern: str) -> bool:
     """Every non-null text matches ``pattern``."""
     return bool(pc.all(pc.match_substring_regex(raw, pattern)).as_py() is not False)
@@ -188,13 +188,18 @@ def project_rows(rows: pa.Table, sink: MySqlSinkConfig) -> pa.Table:
     image = images.Fields(rows.column("image"))
     keys = images.Fields(rows.column("key_image")) if sink.pk_mode == "record_key" else None
     upsert = pc.equal(rows.column("change_op").combine_chunks(), "upsert")
-    values, errors = [], []
+    raws = []
     for col in sink.columns:
         raw = image.texts(col.source_field)
-        is_key = col.name in sink.primary_key
-        if keys is not None and is_key:
+        if keys is not None and col.name in sink.primary_key:
             raw = pc.coalesce(keys.texts(col.source_field), raw)
-        value = raw if keys is None and _canonical(image.type_of(col.source_field), col.type) else typed(raw, col.type)
+        raws.append(raw)
+    passing = _passing(raws, [c.type for c in sink.columns])
+    values, errors = [], []
+    for i, (col, raw) in enumerate(zip(sink.columns, raws, strict=True)):
+        is_key = col.name in sink.primary_key
+        fits = i in passing or (keys is None and _canonical(image.type_of(col.source_field), col.type))
+        value = raw if fits else typed(raw, col.type)
         values.append(value)
         if is_key and raw.null_count:
             errors.append(pc.if_else(pc.is_null(raw), f"primary key field '{col.source_field}' is missing or null", None))
@@ -287,33 +292,3 @@ def latest_rows(projected: pa.Table, key_columns: list[str], keep_unresolved: bo
     out = projected.take(pa.array(take))
     return out.set_column(out.schema.get_field_index("version"), "version",
                           pa.array(versions[take], pa.int64(), mask=~known[take]))
-
-
-def prepare_derived(group: TableGroup, policy: str, decisions: dict[str, str] | None = None,
-                    pipeline: str = "PIPELINE") -> tuple[TableGroup, list[dict[str, Any]]]:
-    """A routed sink's tables made from the record schema (no declared columns) created, or changed as
-    the pipeline's ``schema_changes`` says (connectors/mysql/sink.prepare_derived; ``decisions``: an
-    operator's, under pause), before any write:
-    the group with each table's config as it is written, and the schema changes for the stats."""
-    from connectors.mysql.sink import prepare_derived as prepare  # noqa: PLC0415
-    from spark_jobs.sinks import derive_from_connect  # noqa: PLC0415
-
-    pairs = []
-    for table, target in sorted(group.tables.items()):
-        first = target.config
-        assert isinstance(first, MySqlSinkConfig)
-        described = group.descriptions.get(table, [])
-        latest = derive_from_connect(group.target, table, described, latest=True) if len(described) > 1 else first
-        pairs.append((first, latest))
-    configs, changes = prepare(group.target.url, pairs, policy, decisions, pipeline)
-    tables = {table: replace(target, config=configs[table]) for table, target in group.tables.items()}
-    return TableGroup(group.target, tables, group.descriptions), changes
-
-
-def prepare_tables(targets: list[SinkTarget]) -> None:
-    """Create or evolve each table once, on the driver, on one connection, before the tasks write."""
-    from connectors.mysql.sink import MySqlSink  # noqa: PLC0415
-    from connectors.mysql.sink import prepare_tables as prepare  # noqa: PLC0415
-
-    if targets:
-        prepare(targets[0].url, [MySqlSink(t.config, t.url) for t in targets])  # type: ignore[arg-type]

@@ -23,7 +23,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from cdcflow import transforms as cfgs
+from cdcflow import transform_config as cfgs
 from cdcflow.errors import ConfigError
 
 log = logging.getLogger(__name__)

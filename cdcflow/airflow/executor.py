@@ -43,6 +43,7 @@ PRELOAD = (
     "connectors.elasticsearch.sink",
     "spark_jobs.session",
     "spark_jobs.cdc_window",
+    "spark_jobs.window",
     "spark_jobs.debezium",
     "spark_jobs.transforms",
     "spark_jobs.converters",

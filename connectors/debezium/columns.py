@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import msgspec
 import numpy as np
@@ -42,10 +42,21 @@ import pyarrow.json as pj
 from connectors import images
 from connectors.changes import DECODED_NAMES, JSON_DECODE, JSON_ENCODE, TRUNCATE, VERSION_SHIFT
 from connectors.debezium import typed
-from connectors.debezium.types import AS_TEXT, LOGICAL, SPATIAL_TYPES, ColumnHint, Converter, FieldSchema
+from connectors.debezium.types import AS_TEXT, LOGICAL, SPATIAL_TYPES, ColumnHint, Converter, FieldSchema, RowReader
 
-if TYPE_CHECKING:
-    from connectors.debezium.envelope import Decoder, RowReader
+
+class Decoder(Protocol):
+    """What this decode needs of its decoder (connectors/debezium/envelope.Decoder, which calls it)."""
+
+    versioning: str
+    need_json: bool
+    fields: frozenset[str] | None
+    hints: dict[str, ColumnHint]
+    schemaless: RowReader
+
+    def reader(self, schema: msgspec.Raw | None, field: str) -> RowReader: ...
+
+    def describe(self, reader: RowReader, key: bytes | None) -> str | None: ...
 
 WRAPPED = b'{"schema":'
 MAX_GROUPS = 16  # schemas per batch read column-wise; a batch of more takes the per-record decode for the rest

@@ -6,9 +6,11 @@ pipeline file: auto-commit off, explicit assignment, partition EOF on, and no si
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException
 
 from cdcflow.errors import BrokerUnavailable, OffsetOutOfRange, WindowFailed
 
@@ -66,3 +68,32 @@ def convert_error(err: KafkaError | KafkaException | Exception, what: str, serve
             return BrokerUnavailable(f"{what}: Kafka at {servers} is unavailable: {kerr.str()}")
         return BrokerUnavailable(f"{what}: Kafka error from {servers}: {kerr.name()}: {kerr.str()}")
     return BrokerUnavailable(f"{what}: Kafka at {servers} failed: {err.__class__.__name__}: {err}")
+
+
+def until_eof(consumer: Consumer, pending: set[tuple[str, int]], what: str, servers: str, timeout: float,
+              batch: int = 500, poll: float = 0.05, on_eof: Callable[[tuple[str, int], int], None] | None = None,
+              per_record: bool = False) -> Iterator[Any]:
+    """The records of the consumer's assigned partitions, until every (topic, partition) of ``pending``
+    has reported its end (``on_eof`` gets it and the end offset) or was discarded from ``pending`` by
+    the caller (a range read to its end). ``what`` names the read in errors: a broker error is
+    converted (:func:`convert_error`); no end within ``timeout`` (from the start, or with
+    ``per_record`` from the last record) is a BrokerUnavailable. ``poll`` is short: ``consume()``
+    returns when its batch is full or at its timeout, not at a partition's end."""
+    deadline = time.monotonic() + timeout
+    while pending:
+        if time.monotonic() > deadline:
+            raise BrokerUnavailable(f"{what}: no end-of-partition for {sorted(pending)} from {servers} "
+                                    f"within {timeout:.0f}s")
+        for msg in consumer.consume(num_messages=batch, timeout=poll):
+            tp = (msg.topic(), msg.partition())
+            err = msg.error()
+            if err is not None:
+                if err.code() != KafkaError._PARTITION_EOF:
+                    raise convert_error(err, f"{what} ({tp[0]}[{tp[1]}])", servers)
+                if on_eof is not None:
+                    on_eof(tp, msg.offset())
+                pending.discard(tp)
+                continue
+            if per_record:
+                deadline = time.monotonic() + timeout
+            yield msg

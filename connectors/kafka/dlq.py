@@ -13,8 +13,8 @@ after its DLQ flush does not send its dead letters twice.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
 import json
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -256,11 +256,9 @@ def describe(conf: dict[str, Any], topic: str, timeout: float = 15.0) -> list[Dl
 def read_dead_letters(conf: dict[str, Any], topic: str, ranges: dict[int, tuple[int, int]],
                       timeout: float = 20.0) -> list[DeadLetter]:
     """The records of ``topic`` in ``ranges`` ({partition: (start, end exclusive)})."""
-    import time  # noqa: PLC0415
-
     from confluent_kafka import Consumer, TopicPartition  # noqa: PLC0415
 
-    from connectors.kafka.client import convert_error  # noqa: PLC0415
+    from connectors.kafka.client import convert_error, until_eof  # noqa: PLC0415
 
     wanted = {p: (s, e) for p, (s, e) in ranges.items() if e > s}
     if not wanted:
@@ -271,32 +269,21 @@ def read_dead_letters(conf: dict[str, Any], topic: str, ranges: dict[int, tuple[
     out: list[DeadLetter] = []
     try:
         consumer.assign([TopicPartition(topic, p, s) for p, (s, _e) in wanted.items()])
-        pending = set(wanted)
-        deadline = time.monotonic() + timeout
-        while pending:
-            if time.monotonic() > deadline:
-                raise convert_error(TimeoutError(f"partitions {sorted(pending)} not read within {timeout:.0f}s"),
-                                    f"reading dead-letter topic {topic!r}", servers)
-            for msg in consumer.consume(500, 0.5):
-                p = msg.partition()
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        pending.discard(p)
-                        continue
-                    raise convert_error(err, f"reading dead-letter topic {topic!r}", servers)
-                if p not in pending:
-                    continue
-                start, end = wanted[p]
-                if msg.offset() >= end:
-                    pending.discard(p)
-                    continue
-                if msg.offset() >= start:
-                    ts_type, ts = msg.timestamp()
-                    out.append(DeadLetter(p, msg.offset(), ts if ts_type else None, msg.key(), msg.value(),
-                                          tuple(msg.headers() or ())))
-                if msg.offset() + 1 >= end:
-                    pending.discard(p)
+        pending = {(topic, p) for p in wanted}
+        for msg in until_eof(consumer, pending, f"reading dead-letter topic {topic!r}", servers, timeout, poll=0.5):
+            p = msg.partition()
+            if (topic, p) not in pending:
+                continue
+            start, end = wanted[p]
+            if msg.offset() >= end:
+                pending.discard((topic, p))
+                continue
+            if msg.offset() >= start:
+                ts_type, ts = msg.timestamp()
+                out.append(DeadLetter(p, msg.offset(), ts if ts_type else None, msg.key(), msg.value(),
+                                      tuple(msg.headers() or ())))
+            if msg.offset() + 1 >= end:
+                pending.discard((topic, p))
     except KafkaException as exc:
         raise convert_error(exc, f"reading dead-letter topic {topic!r}", servers) from exc
     finally:

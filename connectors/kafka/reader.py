@@ -18,8 +18,8 @@ from typing import Any
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from cdcflow.errors import BrokerUnavailable, ConfigError
-from connectors.kafka.client import convert_error
+from cdcflow.errors import ConfigError
+from connectors.kafka.client import convert_error, until_eof
 
 RAW_SCHEMA = pa.schema([
     ("topic", pa.string()),
@@ -117,27 +117,17 @@ def _read_to_eof(consumer: Consumer, marks: dict[tuple[str, int], tuple[int, int
                  timeout: float, servers: str) -> dict[tuple[str, int], int]:
     """Read from each reported high watermark to EOF: the true end is the last offset seen + 1."""
     ends = {tp: hi for tp, (_lo, hi) in marks.items()}
-    pending = set(marks)
-    if not pending:
+    if not marks:
         return ends
     consumer.assign([TopicPartition(t, p, max(hi, lo)) for (t, p), (lo, hi) in marks.items()])
-    deadline = time.monotonic() + timeout
-    while pending:
-        if time.monotonic() > deadline:
-            raise BrokerUnavailable(
-                f"finding the end of {sorted(pending)}: no end-of-partition from {servers} within {timeout:.0f}s")
-        # consume() returns when the batch is full or at its timeout, not at partition EOF: short
-        # timeouts, so that a few records and the EOFs do not cost a full timeout
-        for msg in consumer.consume(num_messages=1000, timeout=0.05):
-            tp = (msg.topic(), msg.partition())
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    ends[tp] = max(ends[tp], msg.offset())
-                    pending.discard(tp)
-                    continue
-                raise convert_error(err, f"finding the end of {tp[0]}[{tp[1]}]", servers)
-            ends[tp] = max(ends[tp], msg.offset() + 1)
+
+    def at_end(tp: tuple[str, int], offset: int) -> None:
+        ends[tp] = max(ends[tp], offset)
+
+    for msg in until_eof(consumer, set(marks), "finding the end of the partitions", servers, timeout, batch=1000,
+                         on_eof=at_end):
+        tp = (msg.topic(), msg.partition())
+        ends[tp] = max(ends[tp], msg.offset() + 1)
     consumer.unassign()
     return ends
 
@@ -271,20 +261,8 @@ def read_topic(conf: dict[str, Any], topic: str, timeout: float = 20.0) -> list[
         if meta is None or meta.error is not None:
             return []
         consumer.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
-        pending, out, deadline = set(meta.partitions), [], time.monotonic() + timeout
-        while pending:
-            if time.monotonic() > deadline:
-                raise BrokerUnavailable(f"reading {topic}: no end-of-partition for {sorted(pending)} from {servers} "
-                                        f"within {timeout:.0f}s")
-            for msg in consumer.consume(500, 0.5):
-                err = msg.error()
-                if err is not None:
-                    if err.code() != KafkaError._PARTITION_EOF:
-                        raise convert_error(err, f"reading {topic}", servers)
-                    pending.discard(msg.partition())
-                    continue
-                out.append(msg)
-        return out
+        return list(until_eof(consumer, {(topic, p) for p in meta.partitions}, f"reading {topic}", servers, timeout,
+                              poll=0.5))
     finally:
         consumer.close()
 
@@ -394,25 +372,16 @@ def _messages(consumer: Consumer, topic: str, partition: int, start: int, end: i
     if start >= end:
         return
     consumer.assign([TopicPartition(topic, partition, start)])
-    deadline = time.monotonic() + timeout
-    while True:
-        if time.monotonic() > deadline:
-            raise BrokerUnavailable(f"reading timestamps of {topic}[{partition}] from {servers}: no progress "
-                                    f"within {timeout:.0f}s")
-        for msg in consumer.consume(100, 0.05):
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    return
-                raise convert_error(err, f"reading timestamps of {topic}[{partition}]", servers)
-            if msg.offset() < start:
-                continue
-            if msg.offset() >= end:
-                return
-            deadline = time.monotonic() + timeout
-            yield msg
-            if msg.offset() + 1 >= end:
-                return
+    pending = {(topic, partition)}
+    for msg in until_eof(consumer, pending, f"reading timestamps of {topic}[{partition}]", servers, timeout,
+                         batch=100, per_record=True):
+        if msg.offset() < start:
+            continue
+        if msg.offset() >= end:
+            return
+        yield msg
+        if msg.offset() + 1 >= end:
+            return
 
 
 def scan_for_time(conf: dict[str, Any], topic: str, partition: int, low: int, end: int, timestamp_ms: int,

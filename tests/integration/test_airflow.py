@@ -14,7 +14,7 @@ from cdcflow import cdcgen, runner
 from cdcflow.config import load_pipeline
 from tests.helpers import bootstrap, expected, subprocess_env, table_rows, unique, write_pipeline
 
-pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.usefixtures("services")]
+pytestmark = [pytest.mark.integration, pytest.mark.system, pytest.mark.usefixtures("services")]
 ROOT = Path(__file__).resolve().parents[2]
 DAGS = ROOT / "dags"
 

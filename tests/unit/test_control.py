@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from cdcflow import control
-from cdcflow.airflow.dags import DagInfo, DagRunInfo
+from cdcflow.airflow.dag_control import DagInfo, DagRunInfo
 from cdcflow.config import load_pipeline
 from cdcflow.errors import BadRequest, Conflict, NotFound
 from cdcflow.offsets import OffsetStore, PartitionWindow

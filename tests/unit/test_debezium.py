@@ -9,9 +9,8 @@ from typing import Any
 import pyarrow as pa
 
 from cdcflow.config import MySqlSinkConfig
-from connectors.debezium.envelope import DECODED_SPARK_COLUMNS, VERSION_SHIFT, Decoder
-from connectors.kafka.reader import RAW_SCHEMA, RAW_SPARK_SCHEMA
-from spark_jobs.debezium import latest_per_key, mysql_key_columns, project_for_sink
+from connectors.debezium.envelope import VERSION_SHIFT, Decoder
+from connectors.kafka.reader import RAW_SCHEMA
 
 SINK = MySqlSinkConfig(type="mysql", table="t", primary_key=["id"], columns=[
     {"name": "id", "type": "BIGINT"}, {"name": "name", "type": "VARCHAR(10)"},
@@ -37,9 +36,6 @@ def decoded(records: list[tuple[bytes | None, bytes | None]], versioning: str = 
         r["image"] = dict(r["image"]) if r["image"] is not None else None
     return rows
 
-
-def frame(spark: Any, records: list[tuple[bytes | None, bytes | None]]) -> Any:
-    return spark.createDataFrame(decoded(records), f"{RAW_SPARK_SCHEMA}, {DECODED_SPARK_COLUMNS}")
 
 
 def test_decode_envelopes_wrappers_tombstones_and_errors() -> None:
@@ -85,37 +81,6 @@ def test_numbers_keep_their_text_and_documents_their_json_types() -> None:
                                      '"tags":{"a":[1,2]},"text":"Grüße 東京"}')
 
 
-def test_projection_types_and_errors(spark: Any) -> None:
-    df = frame(spark, [
-        (b'{"id":1}', env("c", None, {"id": 1, "name": "x", "amount": "12.50", "flag": True}, 1)),
-        (b'{"id":2}', env("c", None, {"id": 2, "amount": "12,5"}, 2)),
-        (b'{"id":3}', env("c", None, {"name": "no id"}, 3)),
-        (b'{"id":4}', env("d", {"id": 4, "amount": "junk"}, None, 4)),
-    ])
-    rows = project_for_sink(df, SINK).orderBy("offset").collect()
-    assert (rows[0].c_0, rows[0].c_1, str(rows[0].c_2), rows[0].c_3, rows[0].error_message) == (1, "x", "12.50", 1, None)
-    assert rows[1].error_message == "field 'amount' = '12,5' is not a valid DECIMAL(6,2)"
-    assert rows[2].error_message == "primary key field 'id' is missing or null"
-    assert rows[3].error_message is None  # a delete only needs its key
-
-
-def test_latest_change_per_key_wins_and_tombstones_take_their_delete_version(spark: Any) -> None:
-    k1, k2 = b'{"id": 1}', b'{"id": 2}'
-    df = frame(spark, [
-        (k1, env("c", None, {"id": 1, "name": "first"}, 10)),
-        (k2, env("r", None, {"id": 2, "name": "snap"}, 11)),
-        (k1, env("u", None, {"id": 1, "name": "second"}, 12)),
-        (k2, env("c", None, {"id": 2, "name": "again"}, 13)),  # same row as op=r then op=c
-        (k2, env("d", {"id": 2}, None, 14)),
-        (k2, None),  # tombstone after the delete
-        (b'{"id": 3}', None),  # tombstone whose delete was in an earlier window: nothing to do
-    ])
-    latest = latest_per_key(project_for_sink(df, SINK), mysql_key_columns(SINK))
-    rows = {r.c_0: r for r in latest.collect()}
-    assert set(rows) == {1, 2}
-    assert (rows[1].change_op, rows[1].c_1) == ("upsert", "second")
-    assert rows[2].change_op == "delete" and rows[2].offset == 5
-    assert rows[2].version == 14 * VERSION_SHIFT + 4  # the version of its delete event
 
 
 def test_rows_unwrapped_by_extract_new_record_state_are_changes() -> None:
@@ -144,16 +109,3 @@ def test_rows_unwrapped_by_extract_new_record_state_are_changes() -> None:
     assert (rows[2]["error_stage"], rows[2]["error_message"]) == (
         "transform", "no __source_ts_ms to version the change by (add source.ts_ms to the ExtractNewRecordState's "
                      "add.fields, or set versioning: kafka_offset)")
-
-
-def test_a_value_in_another_form_says_what_to_declare(spark: Any) -> None:
-    """Without schemas, a DATETIME arriving as epoch ms, or a DECIMAL as Debezium's base64, cannot be
-    read without the column's encoding: the dead letter says which to declare."""
-    sink = MySqlSinkConfig(type="mysql", table="t", primary_key=["id"], columns=[
-        {"name": "id", "type": "BIGINT"}, {"name": "at", "type": "DATETIME(3)"}, {"name": "price", "type": "DECIMAL(10,2)"}])
-    df = frame(spark, [(b'{"id":1}', env("c", None, {"id": 1, "at": 1709212455123, "price": "B88="}, 1))])
-    message = project_for_sink(df, sink).collect()[0].error_message
-    assert "field 'at' = '1709212455123' is not a valid DATETIME(3) (a number is time since the epoch" in message
-    assert "declare the column's encoding: ms, us or ns" in message
-    assert "field 'price' = 'B88=' is not a valid DECIMAL(10,2) (this looks like the base64 Decimal" in message
-    assert "declare encoding: base64" in message

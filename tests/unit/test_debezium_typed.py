@@ -15,11 +15,11 @@ from connectors.debezium import typed
 from connectors.debezium.types import (
     DATE,
     DECIMAL,
+    LOGICAL,
     MICRO_TIME,
     MICRO_TIMESTAMP,
     NANO_TIME,
     NANO_TIMESTAMP,
-    LOGICAL,
     TIMESTAMP,
     ZONED_TIMESTAMP,
     FieldSchema,

@@ -14,10 +14,7 @@ import pytest
 
 from cdcflow.config import MySqlSinkConfig, parse_pipeline
 from cdcflow.errors import ConfigError
-from connectors.changes import DECODED_SPARK_COLUMNS
 from connectors.formats import decoder
-from connectors.kafka.reader import RAW_SPARK_SCHEMA
-from spark_jobs.debezium import latest_per_key, mysql_key_columns, project_for_sink
 from spark_jobs.tables import key_columns, latest_rows, project_rows
 from tests.fixtures import orders as o
 from tests.fixtures.canal import orders as canal
@@ -70,12 +67,6 @@ MOVE = [(None, canal.dumps({
 MOVE_SINK = MySqlSinkConfig(type="mysql", table="t", primary_key=["id"], columns=[
     {"name": "id", "type": "INT"}, {"name": "customer", "type": "VARCHAR(64)"}])
 
-
-def test_the_changes_of_one_record_keep_their_order_in_the_spark_reduction(spark: Any) -> None:
-    df = spark.createDataFrame(decode("canal", MOVE), f"{RAW_SPARK_SCHEMA}, {DECODED_SPARK_COLUMNS}")
-    latest = latest_per_key(project_for_sink(df, MOVE_SINK), mysql_key_columns(MOVE_SINK)).collect()
-    assert sorted((r.c_0, r.change_op, r.c_1) for r in latest) == [
-        (1, "delete", "a"), (2, "upsert", "a"), (3, "upsert", "b")]
 
 
 def test_the_changes_of_one_record_keep_their_order_in_the_arrow_reduction() -> None:

@@ -46,6 +46,8 @@ def test_texts_of_several_shapes_keep_each_row_in_place() -> None:
     assert images.texts(per_record, "name").to_pylist() == ["a", None, None, "c"]
     assert images.texts(per_record, "missing").to_pylist() == [None] * 4
     assert images.as_map(per_record).to_pylist()[1] is None
+    masked = images.from_columns(["a"], [pa.array([1, 2])], pa.array([False, True]))  # a TRUNCATE's row: no image
+    assert images.texts(masked, "a").to_pylist() == ["1", None]
     assert pc.is_null(images.as_map(per_record)).to_pylist() == [False, True, False, False]
 
 

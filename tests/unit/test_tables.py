@@ -4,17 +4,13 @@ both on the same decoded changes and compares what MySQL would be given."""
 
 from __future__ import annotations
 
-import json
-import random
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from cdcflow.config import MySqlSinkConfig
 from connectors.kafka.reader import RAW_SCHEMA
 from connectors.mysql import bulk
-from spark_jobs.debezium import latest_per_key, mysql_key_columns, project_for_sink
 from spark_jobs.tables import (
     DECLARE_BINARY_ENCODING,
     DECLARE_TIME_ENCODING,
@@ -24,7 +20,7 @@ from spark_jobs.tables import (
     latest_rows,
     project_rows,
 )
-from tests.unit.test_debezium import decoded, env, frame
+from tests.unit.test_debezium import decoded, env
 
 SINK = MySqlSinkConfig(
     type="mysql",
@@ -116,27 +112,6 @@ def literals(table: Any, n: int) -> list[list[str]]:
     return [list(row) for row in zip(*[c.to_pylist() for c in columns], strict=True)]
 
 
-def test_the_arrow_projection_gives_mysql_what_the_spark_projection_gives(spark: Any) -> None:
-    ours = project_rows(arrow_changes(RECORDS), SINK)
-    spark_rows = project_for_sink(frame(spark, RECORDS), SINK).orderBy("offset").toArrow()
-    assert ours.column("error_message").to_pylist() == spark_rows.column("error_message").to_pylist()
-    fitting = pc.is_null(ours.column("error_message"))
-    mine = literals(ours.filter(fitting), len(SINK.columns))
-    theirs = literals(spark_rows.filter(fitting), len(SINK.columns))
-    assert mine[0] == [
-        *theirs[0][:2],
-        "'12.50'",
-        "'1'",
-        "'2024-02-29 23:59:59.123456'",
-        "'-838:59:59.000000'",
-        "X'000102'",
-        "X'03ff'",
-        "'0.5'",
-        "'18446744073709551615'",
-    ]
-    assert mine == theirs
-    assert ours.column("error_message").to_pylist()[1] == "field 'amount' = '12,5' is not a valid DECIMAL(6,2)"
-
 
 def test_unfit_values_are_named_column_by_column() -> None:
     messages = project_rows(arrow_changes(RECORDS), SINK).column("error_message").to_pylist()
@@ -155,32 +130,6 @@ def test_unfit_values_are_named_column_by_column() -> None:
     )
     assert messages[5] == "field 'id' = 'six' is not a valid BIGINT"
 
-
-def test_the_last_change_per_key_in_arrow_is_the_one_spark_keeps(spark: Any) -> None:
-    """Random logs over four keys (creates, updates, deletes, tombstones, changes that do not fit,
-    equal versions, a tombstone first), against debezium.latest_per_key(keep_unfit=True)."""
-    rng = random.Random(21)
-    for _round in range(12):
-        records: list[tuple[bytes | None, bytes | None]] = []
-        for _ in range(40):
-            key = rng.randint(1, 4)
-            k = json.dumps({"id": key}).encode()
-            roll = rng.random()
-            ts = rng.randint(1, 15)
-            if roll < 0.15:
-                records.append((k, None))
-            elif roll < 0.3:
-                records.append((k, env("d", {"id": key}, None, ts)))
-            else:
-                amount = "bad" if roll > 0.9 else f"{rng.randint(0, 99)}.00"
-                records.append((k, env("u", None, {"id": key, "name": f"n{len(records)}", "amount": amount}, ts)))
-        ours = latest_rows(project_rows(arrow_changes(records), SINK), key_columns(SINK))
-        theirs = latest_per_key(
-            project_for_sink(frame(spark, records), SINK), mysql_key_columns(SINK), keep_unfit=True
-        ).toArrow()
-        assert sorted(
-            zip(ours.column("offset").to_pylist(), ours.column("version").to_pylist(), strict=True)
-        ) == sorted(zip(theirs.column("offset").to_pylist(), theirs.column("version").to_pylist(), strict=True))
 
 
 def test_the_last_change_per_key_over_a_compound_key_and_partitions() -> None:

@@ -9,7 +9,7 @@ import pytest
 from pydantic import TypeAdapter, ValidationError
 
 from cdcflow.errors import ConfigError
-from cdcflow.transforms import TransformConfig
+from cdcflow.transform_config import TransformConfig
 from spark_jobs.converters import to_records
 from spark_jobs.records import records_to_changes
 from spark_jobs.transforms import apply_chain
@@ -18,6 +18,8 @@ RAW = ("topic string, partition int, offset bigint, timestamp bigint, key binary
        "headers array<struct<key:string,value:binary>>")
 T = TypeAdapter(TransformConfig)
 TS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+
+pytestmark = pytest.mark.spark
 
 
 def frame(spark: Any, values: list[Any], keys: list[Any] | None = None, topic: str = "db.shop.orders",
