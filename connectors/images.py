@@ -73,10 +73,6 @@ def from_texts(images: Sequence[Mapping[str, str | None] | None]) -> pa.Array:
     return _union(shape_of, offsets, children)
 
 
-def nulls(n: int) -> pa.Array:
-    return from_columns([], [], pa.array(np.ones(n, bool)))
-
-
 # -- reading -------------------------------------------------------------------------------------------
 def _codes_offsets(image: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """The type code and child offset of each row (pyarrow's properties ignore a slice's offset)."""
