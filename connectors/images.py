@@ -94,16 +94,24 @@ def text_of(values: pa.Array) -> pa.Array:
     return pc.cast(values, pa.string())
 
 
-def _gather(image: pa.Array, parts: list[pa.Array]) -> pa.Array:
-    """Per row, its child's value: ``parts[i]`` is child i's, aligned with the child."""
-    codes, offsets = _codes_offsets(image)
+def _gather(codes: np.ndarray, offsets: np.ndarray | None, parts: list[pa.Array]) -> pa.Array:
+    """Per row, its child's value: ``parts[i]`` is child i's, aligned with the child; ``codes`` and
+    ``offsets`` are each row's child and place in it (:func:`_layout`; None: one child, in order)."""
+    if offsets is None:
+        return parts[0]
     if len(parts) == 1:
-        part = parts[0]
-        if len(part) == len(image) and np.array_equal(offsets, np.arange(len(image))):
-            return part
-        return part.take(pa.array(offsets))
+        return parts[0].take(pa.array(offsets))
     starts = np.concatenate([[0], np.cumsum([len(p) for p in parts])[:-1]]).astype(np.int64)
     return pa.concat_arrays(parts).take(pa.array(starts[codes] + offsets))
+
+
+def _layout(image: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
+    """Each row's child and place in it; the place is None where the image is its only child, in order."""
+    codes, offsets = _codes_offsets(image)
+    if image.type.num_fields == 1 and len(image.field(0)) == len(image) and np.array_equal(
+            offsets, np.arange(len(image))):
+        return codes, None
+    return codes, offsets
 
 
 def _children(image: pa.Array) -> list[pa.StructArray]:
@@ -132,11 +140,8 @@ class Fields:
         self._children = _children(image) if self._union else []
         # each child's fields with the child's nulls applied, in one call per child (not one per field)
         self._fields = [dict(zip(c.type.names, c.flatten(), strict=True)) for c in self._children]
-        self._aligned = False
         if self._union:
-            self._codes, self._offsets = _codes_offsets(image)
-            self._aligned = (len(self._children) == 1 and len(self._children[0]) == len(image)
-                             and bool(np.array_equal(self._offsets, np.arange(len(image)))))
+            self._codes, self._offsets = _layout(image)  # once, for every field read
 
     def type_of(self, name: str) -> pa.DataType | None:
         """The field's Arrow type where every child that has it agrees (a map's: string), else None."""
@@ -155,12 +160,7 @@ class Fields:
             return pc.map_lookup(image, pa.scalar(name, pa.string()), "first")
         parts = [text_of(fields[name]) if name in fields else pa.nulls(len(child), pa.string())
                  for child, fields in zip(self._children, self._fields, strict=True)]
-        if self._aligned:
-            return parts[0]
-        if len(parts) == 1:
-            return parts[0].take(pa.array(self._offsets))
-        starts = np.concatenate([[0], np.cumsum([len(p) for p in parts])[:-1]]).astype(np.int64)
-        return pa.concat_arrays(parts).take(pa.array(starts[self._codes] + self._offsets))
+        return _gather(self._codes, self._offsets, parts)
 
 
 def texts(image: pa.Array | pa.ChunkedArray, name: str) -> pa.Array:
@@ -174,10 +174,10 @@ def compact(image: pa.Array | pa.ChunkedArray) -> pa.Array:
     image = _whole(image)
     if not pa.types.is_union(image.type) or not len(image):
         return image
-    codes, offsets = _codes_offsets(image)
-    children = _children(image)
-    if len(children) == 1 and len(children[0]) == len(image) and np.array_equal(offsets, np.arange(len(image))):
+    codes, offsets = _layout(image)
+    if offsets is None:
         return image
+    children = _children(image)
     type_codes = list(image.type.type_codes)
     new_codes, new_offsets, kept = np.zeros(len(image), np.int8), np.zeros(len(image), np.int32), []
     for code in np.unique(codes):
@@ -217,7 +217,7 @@ def as_map(image: pa.Array | pa.ChunkedArray) -> pa.Array:
         values = pa.concat_arrays([text_of(child.field(i)) for i in range(k)]).take(pa.array(order))
         keys = pa.array(names, pa.string()).take(pa.array(np.tile(np.arange(k), n)))
         parts.append(pa.MapArray.from_arrays(offsets, keys, values, mask=mask))
-    return _gather(image, parts)
+    return _gather(*_layout(image), parts)
 
 
 # -- combining -----------------------------------------------------------------------------------------

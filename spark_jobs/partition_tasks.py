@@ -189,7 +189,8 @@ def project_documents(rows: pa.Table, sink: ElasticsearchSinkConfig) -> pa.Table
         doc_id = _join([rows.column("topic"), pc.cast(rows.column("partition"), pa.string()),
                         pc.cast(rows.column("offset"), pa.string())], "+", "skip")
     else:
-        parts = [images.texts(rows.column("image"), f) for f in sink.id_fields]
+        image = images.Fields(rows.column("image"))  # its layout worked out once for every id field
+        parts = [image.texts(f) for f in sink.id_fields]
         doc_id = _join(parts, "+", "skip")
         errors += [pc.if_else(pc.is_null(p), f"document id field '{f}' is missing or null", None)
                    for p, f in zip(parts, sink.id_fields, strict=True)]
