@@ -28,7 +28,6 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
-from cdcflow import faults
 from cdcflow.config import PipelineConfig, parse_instant
 from cdcflow.connections import get_connection
 from cdcflow.errors import (
@@ -41,6 +40,7 @@ from cdcflow.errors import (
     WindowFailed,
 )
 from cdcflow.offsets import OffsetStore, Origin, PartitionWindow, TopicPartition, WindowPlan, default_store_url
+from connectors import faults
 
 log = logging.getLogger("cdcflow.runner")
 PARAMS = ("start_offsets", "start_time", "end_time", "max_records", "max_duration")

@@ -7,7 +7,7 @@ and per-key reduction are Spark expressions; sinks and the DLQ reporter run insi
 flushing before it reports success, so the driver commits only what every task confirmed.
 
 Run in-process (``airflow dags test``, the CLI) through :func:`cdcflow.runner.process`, or under
-``spark-submit`` / SparkSubmitOperator with ``python spark_jobs/submit.py --pipeline NAME --run-id ID``.
+``spark-submit`` / SparkSubmitOperator with ``python cdcflow/airflow/spark_submit.py --pipeline NAME --run-id ID``.
 """
 
 from __future__ import annotations
@@ -24,17 +24,17 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdcflow import errors as cdc_errors
-from cdcflow import faults
-from cdcflow.config import ElasticsearchSinkConfig, MySqlSinkConfig
-from cdcflow.errors import CdcflowError, ConfigError, DeadLettersExceeded, ToleranceExceeded, WindowFailed
-from connectors import images
+from connectors import errors as cdc_errors
+from connectors import faults, images
 from connectors.base import ArrowSink, OffsetSink, SinkStats
 from connectors.changes import DECODED_SPARK_COLUMNS, TRUNCATE
 from connectors.debezium.envelope import hints_from_columns
+from connectors.elasticsearch.config import ElasticsearchSinkConfig
+from connectors.errors import CdcflowError, ConfigError, DeadLettersExceeded, ToleranceExceeded, WindowFailed
 from connectors.formats import decoder as format_decoder
 from connectors.kafka.dlq import DeadLetterReporter, FailedRecord
 from connectors.kafka.reader import RAW_SPARK_SCHEMA, KafkaRangeReader, ReadRange
+from connectors.mysql.config import MySqlSinkConfig
 from connectors.mysql.offsets import OffsetCommit
 from spark_jobs.deadline import Deadline
 from spark_jobs.session import Checkpoints, activate
@@ -90,7 +90,7 @@ class WindowJob:
     value_converter: str = "json"
     # dead letters an earlier attempt of this window sent already: (topic, partition, offset, component)
     dead_letters_sent: frozenset[tuple[str, int, int, str]] = frozenset()
-    faults: tuple[str, ...] = ()  # fault injection points active in the tasks (cdcflow.faults)
+    faults: tuple[str, ...] = ()  # fault injection points active in the tasks (connectors.faults)
     # exactly-once (offset_store.sink): the MySQL sink whose transaction commits the window's offsets,
     # and how (advance: compare-and-set from the starts; set: a rewind; keep: a time-range replay)
     offsets_sink: str | None = None

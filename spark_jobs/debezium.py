@@ -9,7 +9,8 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from cdcflow.config import KAFKA_PK_COLUMNS, ElasticsearchSinkConfig, MySqlSinkConfig
+from connectors.elasticsearch.config import ElasticsearchSinkConfig
+from connectors.mysql.config import KAFKA_PK_COLUMNS, MySqlSinkConfig
 from connectors.mysql.types import parse_type
 from spark_jobs.tables import (
     BASE64_TEXT,

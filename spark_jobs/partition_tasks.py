@@ -45,12 +45,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdcflow import faults
-from cdcflow.config import ElasticsearchSinkConfig, MySqlSinkConfig
-from connectors import images
+from connectors import faults, images
 from connectors.base import SinkStats
 from connectors.changes import TRUNCATE
+from connectors.elasticsearch.config import ElasticsearchSinkConfig
 from connectors.kafka.dlq import DeadLetterReporter
+from connectors.mysql.config import MySqlSinkConfig
 from spark_jobs import cdc_window as cw
 from spark_jobs.sinks import (
     SINK_TYPES,

@@ -28,8 +28,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdcflow.config import MySqlSinkConfig
 from connectors import images
+from connectors.mysql.config import MySqlSinkConfig
 from connectors.mysql.types import parse_type
 
 RAW_COLUMNS = ["topic", "partition", "offset", "timestamp", "key", "value", "headers"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from cdcflow.errors import CdcflowError, WindowFailed
+from connectors.errors import CdcflowError, WindowFailed
 from spark_jobs import cdc_window, partition_tasks
 from spark_jobs.cdc_window import WindowJob, WindowResult, unwrap_spark_error
 from spark_jobs.deadline import Deadline

@@ -44,13 +44,13 @@ import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
-from cdcflow import faults
-from cdcflow.config import MySqlSinkConfig
-from cdcflow.errors import CdcflowError, ConfigError, SinkUnavailable
+from connectors import faults
 from connectors.base import ArrowRecords, Change, SinkStats
+from connectors.errors import CdcflowError, ConfigError, SinkUnavailable
 from connectors.kafka.dlq import FailedRecord
 from connectors.mysql import bulk, evolution
 from connectors.mysql import offsets as sink_offsets
+from connectors.mysql.config import MySqlSinkConfig
 
 VERSION_COLUMN = "__cdc_version"
 TOMBSTONES = "cdcflow_tombstones"
