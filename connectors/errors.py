@@ -149,3 +149,9 @@ class RecordError(CdcflowError):
     def __init__(self, stage: str, message: str) -> None:
         super().__init__(message)
         self.stage = stage
+
+
+# The classes go by their public name (tracebacks, Spark's wrapped errors, pickles between processes):
+# spark_jobs/cdc_window.py::unwrap_spark_error reads "cdcflow.errors.<Class>: <message>" from a task's traceback.
+for _name in __all__:
+    globals()[_name].__module__ = "cdcflow.errors"

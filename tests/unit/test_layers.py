@@ -112,3 +112,22 @@ def test_the_checks_see_a_wrong_import_and_a_cycle() -> None:
         t.startswith("cdcflow.") for t in graph["cdcflow.airflow.tasks"])
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_errors_keep_their_public_name_across_processes() -> None:
+    """Defined on the ground floor, the classes still print and pickle as cdcflow.errors.<Class>: the
+    driver recovers a task's error from the traceback text Spark wraps it in."""
+    import pickle  # noqa: PLC0415
+    import traceback  # noqa: PLC0415
+
+    from connectors.errors import ToleranceExceeded  # noqa: PLC0415
+    from spark_jobs.cdc_window import unwrap_spark_error  # noqa: PLC0415
+
+    try:
+        raise ToleranceExceeded("sink 'orders' rejected t[0]@7")
+    except ToleranceExceeded:
+        text = "org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n" + traceback.format_exc()
+    recovered = unwrap_spark_error(RuntimeError(text))
+    assert type(recovered) is ToleranceExceeded
+    assert str(recovered) == "sink 'orders' rejected t[0]@7"
+    assert type(pickle.loads(pickle.dumps(ToleranceExceeded("x")))) is ToleranceExceeded
