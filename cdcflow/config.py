@@ -531,7 +531,7 @@ def iter_errors(errors: dict[Path, str]) -> Iterable[str]:
 
 
 def _truncate_apply_checks(cfg: PipelineConfig) -> None:
-    """What ``truncate: apply`` does not cover yet (the window path of spark_jobs/partition_tasks.py)."""
+    """What ``truncate: apply`` does not cover yet (the default window path, spark_jobs/window.py)."""
     if cfg.transforms:
         raise ValueError("truncate: apply is not supported with transforms yet: use ignore or dlq")
     for sink in cfg.sinks:

@@ -531,7 +531,7 @@ def _process(cfg: PipelineConfig, window: WindowPlan, p: RunParams, store: Offse
         # nothing to read: the plan found every partition at its end (stop_on_empty)
         store.record_read(cfg.name, window.run_id, {(r.topic, r.partition): (r.start, 0) for r in ranges})
         return {"records": 0, "dead_lettered": 0, "sinks": {}, "seconds": round(time.time() - started, 3)}
-    from spark_jobs.cdc_window import WindowJob  # noqa: PLC0415
+    from spark_jobs.job import WindowJob  # noqa: PLC0415
     from spark_jobs.session import describe, get_spark  # noqa: PLC0415
     from spark_jobs.window import run_window_job  # noqa: PLC0415
 

@@ -152,6 +152,6 @@ class RecordError(CdcflowError):
 
 
 # The classes go by their public name (tracebacks, Spark's wrapped errors, pickles between processes):
-# spark_jobs/cdc_window.py::unwrap_spark_error reads "cdcflow.errors.<Class>: <message>" from a task's traceback.
+# spark_jobs/window.py::unwrap_spark_error reads "cdcflow.errors.<Class>: <message>" from a task's traceback.
 for _name in __all__:
     globals()[_name].__module__ = "cdcflow.errors"

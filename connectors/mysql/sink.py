@@ -400,7 +400,7 @@ class MySqlSink:
 
     def join(self, conn: sa.Connection) -> None:
         """Write inside ``conn``'s open transaction (a savepoint per apply), which its owner commits:
-        the few rows of many tables in one commit (spark_jobs/cdc_window._tables_writer)."""
+        the few rows of many tables in one commit (spark_jobs/write.py::tables_writer)."""
         self._joined = conn
 
     @contextmanager

@@ -11,7 +11,6 @@ and under TYPE_CHECKING, because a lazy import is still a dependency.
 from __future__ import annotations
 
 import ast
-from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -121,7 +120,7 @@ def test_the_errors_keep_their_public_name_across_processes() -> None:
     import traceback  # noqa: PLC0415
 
     from connectors.errors import ToleranceExceeded  # noqa: PLC0415
-    from spark_jobs.cdc_window import unwrap_spark_error  # noqa: PLC0415
+    from spark_jobs.window import unwrap_spark_error  # noqa: PLC0415
 
     try:
         raise ToleranceExceeded("sink 'orders' rejected t[0]@7")
