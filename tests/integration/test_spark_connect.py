@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from cdcflow import cdcgen, faults, runner
+from cdcflow import cdcgen, runner
 from cdcflow.config import load_pipeline
 from cdcflow.errors import SparkUnavailable, WindowFailed, WindowTimedOut
+from connectors import faults
 from tests.airflow_server import free_port
 from tests.helpers import bootstrap, expected, subprocess_env, table_rows, unique, write_pipeline
 
