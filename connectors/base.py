@@ -17,9 +17,27 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import pyarrow as pa
 
-from connectors.kafka.dlq import FailedRecord, Header
-
 ChangeOp = Literal["upsert", "delete"]
+Header = tuple[str, bytes | None]
+
+
+@dataclass(frozen=True)
+class FailedRecord:
+    """A record that cannot be processed, with its raw bytes and why (the dead-letter reporter,
+    connectors/kafka/dlq.py, re-sends it with these as Kafka Connect's error-context headers)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[Header]
+    stage: str  # "converter" | "transform" | "sink"
+    component: str  # what was processing it (a sink name, the converter)
+    error_class: str
+    message: str
+    stacktrace: str = ""
+    extra_headers: Sequence[Header] = ()  # sink-specific context, e.g. the Elasticsearch error type
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,8 @@ from spark_jobs.tables import RAW_COLUMNS, TABLE_COLUMN, key_columns, latest_row
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from connectors.elasticsearch.sink import ElasticsearchSink
+
     from spark_jobs.deadline import Deadline
     from spark_jobs.session import Checkpoints
 
@@ -434,9 +436,13 @@ def _apply_truncates(job: cw.WindowJob, targets: Targets, tallies: list[dict[str
 
 
 @contextmanager
-def _opened(target: SinkTarget) -> Iterator[Any]:
-    """An Elasticsearch sink opened on the driver, for what runs once per window before the writes."""
+def _opened(target: SinkTarget) -> Iterator[ElasticsearchSink]:
+    """An Elasticsearch sink opened on the driver, for what runs once per window before the writes
+    (its TRUNCATE marks, its mappings: what only Elasticsearch sinks do)."""
+    from connectors.elasticsearch.sink import ElasticsearchSink  # noqa: PLC0415
+
     sink = SINK_TYPES[target.config.type].open(target)
+    assert isinstance(sink, ElasticsearchSink), f"sink {target.config.name!r} is not an Elasticsearch sink"
     sink.open()
     try:
         yield sink

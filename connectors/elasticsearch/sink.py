@@ -31,8 +31,7 @@ from typing import Any
 
 from cdcflow.config import ElasticsearchSinkConfig
 from cdcflow.errors import ConfigError, SinkUnavailable
-from connectors.base import Change, SinkStats
-from connectors.kafka.dlq import FailedRecord
+from connectors.base import Change, FailedRecord, SinkStats
 
 log = logging.getLogger(__name__)
 

@@ -47,8 +47,7 @@ from sqlalchemy.pool import NullPool
 from cdcflow import faults
 from cdcflow.config import MySqlSinkConfig
 from cdcflow.errors import CdcflowError, ConfigError, SinkUnavailable
-from connectors.base import ArrowRecords, Change, SinkStats
-from connectors.kafka.dlq import FailedRecord
+from connectors.base import ArrowRecords, Change, FailedRecord, SinkStats
 from connectors.mysql import bulk, evolution
 from connectors.mysql import offsets as sink_offsets
 

@@ -33,3 +33,16 @@ def test_each_sink_declares_its_capabilities() -> None:
     assert (isinstance(es, ArrowSink), isinstance(es, OffsetSink), isinstance(es, PrunableSink)) == (
         False, False, True)
     assert not any(isinstance(RowsOnly(), cap) for cap in (ArrowSink, OffsetSink, PrunableSink))
+
+
+def test_the_sink_interface_imports_no_concrete_connector() -> None:
+    """connectors/base.py is the interface: importing it loads no Kafka, MySQL or Elasticsearch module."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    probe = ("import sys, connectors.base; print(sorted(m for m in sys.modules if m.split('.')[0] in "
+             "('confluent_kafka', 'pymysql', 'sqlalchemy', 'elasticsearch') or m.startswith('connectors.') "
+             "and m != 'connectors.base'))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.stdout.strip() == "[]", out.stdout
