@@ -3,6 +3,8 @@ attributes looked up by name: what each sink declares, and a sink without them."
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from cdcflow.config import load_pipeline
@@ -37,9 +39,6 @@ def test_each_sink_declares_its_capabilities() -> None:
 
 def test_the_sink_interface_imports_no_concrete_connector() -> None:
     """connectors/base.py is the interface: importing it loads no Kafka, MySQL or Elasticsearch module."""
-    import subprocess  # noqa: PLC0415
-    import sys  # noqa: PLC0415
-
     probe = ("import sys, connectors.base; print(sorted(m for m in sys.modules if m.split('.')[0] in "
              "('confluent_kafka', 'pymysql', 'sqlalchemy', 'elasticsearch') or m.startswith('connectors.') "
              "and m != 'connectors.base'))")
