@@ -588,7 +588,8 @@ def run(spark: SparkSession, job: cw.WindowJob, on_read: Callable[[dict[tuple[st
         _count_writes(result, frame.mapInArrow(_write_task(job, targets), cw.WRITE_SCHEMA).collect())
     cw._breaker(job, result)  # noqa: SLF001 - with the rows the sinks rejected, before the exactly-once sink
     if commit is not None:
-        target = targets.static[job.offsets_sink]  # type: ignore[index]
+        assert job.offsets_sink is not None, "a commit in the sink's transaction names its sink"
+        target = targets.static[job.offsets_sink]
         frame = packed.where((F.col("kind") == ROWS) & (F.col("target") == job.offsets_sink)).coalesce(1)
         rows = frame.mapInArrow(_write_task(job, targets, commit), cw.WRITE_SCHEMA).collect()
         if not any(cw.SINK_OFFSETS_KEY in json.loads(r.extra) for r in rows):

@@ -355,7 +355,7 @@ class TableGroup:
 
     @property
     def config(self) -> MySqlSinkConfig:
-        return self.target.config  # type: ignore[return-value]
+        return _mysql_config(self.target)
 
 
 def prepare_derived(group: TableGroup, policy: str, decisions: dict[str, str] | None = None,
