@@ -1,7 +1,7 @@
 """Read throughput on a real Spark standalone cluster: 1 worker against 2 workers (1 core each), on a
 topic with 6 partitions. What is timed is a window's read stage as the window job runs it: one Spark
 task per partition range reading with confluent-kafka into Arrow, the Debezium decode, and the local
-checkpoint (``spark_jobs.cdc_window``), on the Spark Connect server of that cluster.
+checkpoint (``spark_jobs.read``), on the Spark Connect server of that cluster.
 
     scripts/bench.sh --cluster-read          (or: python -m bench.cluster_read [--events 600000])
 
@@ -32,7 +32,8 @@ def read_once(spark: object, topic: str, consumer_conf: dict[str, object], ends:
 
     from connectors.debezium.envelope import DECODED_SPARK_COLUMNS  # noqa: PLC0415
     from connectors.kafka.reader import RAW_SPARK_SCHEMA, ReadRange  # noqa: PLC0415
-    from spark_jobs.cdc_window import WindowJob, _reader  # noqa: PLC0415
+    from spark_jobs.job import WindowJob
+    from spark_jobs.read import reader  # noqa: PLC0415
 
     ranges = tuple(ReadRange(topic, p, 0, max_records=ends[p], stop=ends[p], deadline=time.time() + 600,
                              stop_on_eof=True) for p in range(PARTITIONS))
@@ -40,7 +41,7 @@ def read_once(spark: object, topic: str, consumer_conf: dict[str, object], ends:
     t0 = time.perf_counter()
     idx = spark.range(0, PARTITIONS, 1, PARTITIONS).select(F.col("id").cast("int").alias("idx"))  # type: ignore[attr-defined]
     # read and decoded in the read tasks, as a window does (the Debezium path)
-    frame = idx.mapInArrow(_reader(job, PARTITIONS, decode=True),
+    frame = idx.mapInArrow(reader(job, PARTITIONS, decode=True),
                            f"{RAW_SPARK_SCHEMA}, {DECODED_SPARK_COLUMNS}").localCheckpoint(eager=True)
     seconds = time.perf_counter() - t0
     return frame.count(), seconds

@@ -17,19 +17,27 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
     Field,
     ValidationError,
     field_validator,
     model_validator,
 )
 
-from cdcflow.errors import ConfigError
-from cdcflow.transform_config import TransformConfig
-from connectors.mysql.types import EXPECTED as MYSQL_TYPES
-from connectors.mysql.types import ColumnType, TypeSyntaxError, parse_type
+from connectors.elasticsearch.config import ElasticsearchSinkConfig
+from connectors.errors import ConfigError
+from connectors.models import ConnId, Duration, Period, StrictModel, TopicName, parse_duration
+from connectors.mysql.config import (
+    KAFKA_PK_COLUMNS,
+    TABLE_PLACEHOLDERS,
+    MySqlColumn,
+    MySqlSinkConfig,
+)
+from spark_jobs.config import SparkConfig
+from spark_jobs.transform_config import TransformConfig
+
+# The sink and Spark models are defined beside the code that uses them; the pipeline model gathers them.
+__all__ = ["KAFKA_PK_COLUMNS", "TABLE_PLACEHOLDERS", "ElasticsearchSinkConfig", "MySqlColumn", "MySqlSinkConfig",
+           "SparkConfig", "parse_duration"]
 
 DEFAULT_CONFIG_DIR = Path(__file__).resolve().parent.parent / "config" / "pipelines"
 
@@ -43,19 +51,6 @@ RESERVED_KAFKA_KEYS = frozenset(
     {"enable.auto.commit", "enable.auto.offset.store", "group.id", "bootstrap.servers",
      "enable.partition.eof", "auto.offset.reset", "isolation.level"}
 )
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-
-
-def parse_duration(value: Any) -> Any:
-    """Accept seconds as a number or a string like ``90s``, ``5m``, ``1h``, ``500ms``."""
-    if isinstance(value, str):
-        match = _DURATION.match(value)
-        if not match:
-            raise ValueError(f"expected a duration such as 30, '30s', '5m' or '1h', got {value!r}")
-        number, unit = float(match.group(1)), match.group(2) or "s"
-        return number * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}[unit]
-    return value
-
 
 def parse_instant(value: Any) -> int:
     """Epoch milliseconds from an ISO 8601 time with a zone (``2026-11-23T10:00:00Z``), or from epoch
@@ -74,17 +69,6 @@ def parse_instant(value: Any) -> int:
     if moment.tzinfo is None:
         raise ValueError(f"{value!r} has no time zone; add one (Z or +01:00)")
     return int(moment.timestamp() * 1000)
-
-
-Duration = Annotated[float, BeforeValidator(parse_duration), Field(gt=0, le=86400)]
-Period = Annotated[float, BeforeValidator(parse_duration), Field(gt=0, le=3650 * 86400)]
-Identifier = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[^\x00]+$")]
-TopicName = Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]{1,249}$")]
-ConnId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,250}$")]
-
-
-class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class SourceConfig(StrictModel):
@@ -178,168 +162,8 @@ class WindowConfig(StrictModel):
         "its data interval's end, and a manual run (trigger, `airflow dags test`) replays its data interval.")
 
 
-# what a declared column's ``encoding`` may be, by the kind of column (for values without a schema)
-ENCODINGS = {"binary": ("base64", "hex", "text"), "decimal": ("base64", "text"), "date": ("days", "text"),
-             "time": ("ms", "us", "ns", "text")}
-
-
-def _encoding_kind(column_type: ColumnType) -> str | None:
-    if column_type.is_binary:
-        return "binary"
-    if column_type.base == "DECIMAL":
-        return "decimal"
-    if column_type.base == "DATE":
-        return "date"
-    if column_type.base in ("TIME", "DATETIME", "TIMESTAMP"):
-        return "time"
-    return None
-
-
-class MySqlColumn(StrictModel):
-    name: Identifier
-    type: str = Field(description="MySQL column type, as MySQL's grammar has it: BIGINT UNSIGNED, TINYINT(1), "
-                                  "DECIMAL(10,2), DATETIME(6), ENUM('a','b'), VARBINARY(16), POINT …")
-    field: str | None = Field(default=None, description="Field of the row image; default: name.")
-    nullable: bool = True
-    encoding: Literal["base64", "hex", "text", "days", "ms", "us", "ns"] | None = Field(
-        default=None, description="How a value without a schema is written (streams with schemas.enable=false): "
-        "binary columns base64 (default), hex or text; DECIMAL base64 (Debezium's precise mode) or text (default); "
-        "DATE days or text; TIME/DATETIME/TIMESTAMP ms, us or ns since the epoch (midnight for TIME), or text.")
-
-    @field_validator("type")
-    @classmethod
-    def _sql_type(cls, value: str) -> str:
-        try:
-            return parse_type(value.strip()).sql
-        except TypeSyntaxError as exc:
-            raise ValueError(f"expected a MySQL type ({exc}); the column types are {MYSQL_TYPES}") from None
-
-    @model_validator(mode="after")
-    def _encoding_fits(self) -> MySqlColumn:
-        if self.encoding is None:
-            return self
-        kind = _encoding_kind(parse_type(self.type))
-        allowed = ENCODINGS.get(kind or "", ())
-        if self.encoding not in allowed:
-            raise ValueError(f"encoding {self.encoding!r} does not apply to a {self.type} column"
-                             + (f" (expected one of {', '.join(allowed)})" if allowed else
-                                " (only binary, DECIMAL, DATE, TIME, DATETIME and TIMESTAMP columns take one)"))
-        return self
-
-    @property
-    def source_field(self) -> str:
-        return self.field or self.name
-
-    @property
-    def column_type(self) -> ColumnType:
-        return parse_type(self.type)
-
-
 FORMAT_NAMES = {"debezium": "Debezium envelopes", "goldengate": "GoldenGate JSON formatter operations",
                 "canal": "Canal flat messages", "maxwell": "Maxwell rows"}
-KAFKA_PK_COLUMNS = ("__connect_topic", "__connect_partition", "__connect_offset")
-# what a MySQL sink's table name may route by, as the Debezium JDBC sink's collection.name.format
-TABLE_PLACEHOLDERS = ("{topic}", "{source.table}", "{source.db}")
-
-
-MAX_MYSQL_COLUMNS = 1017  # InnoDB's limit on a table's columns (MySQL and MariaDB)
-
-
-class MySqlSinkConfig(StrictModel):
-    """Upserts changes and deletes deleted keys in MySQL tables."""
-
-    type: Literal["mysql"]
-    name: str = "mysql"
-    conn_id: ConnId = "cdcflow_mysql"
-    table: Identifier = Field(description="Table name, or a template: '{topic}' is replaced by the record's topic "
-                                          "(after the transforms), '{source.table}' and '{source.db}' by the "
-                                          "change's source table and database; one sink can feed many tables.")
-    pk_mode: Literal["record_value", "record_key", "kafka"] = Field(
-        default="record_value", description="Where the primary key comes from (Kafka Connect's pk.mode).")
-    primary_key: list[Identifier] = Field(
-        default_factory=list, description="Key fields; record_key: default all fields of the key; kafka: unused.")
-    columns: list[MySqlColumn] = Field(
-        default_factory=list, description="Explicit column mapping; empty: from the record schema (Debezium's "
-        "Connect schema, schemas.enable=true, or the schema the transforms leave), with create_table: true.")
-    create_table: bool = Field(default=False, description="Create missing tables (Kafka Connect's auto.create).")
-    auto_evolve: bool = Field(default=False, description="Add the declared columns the table lacks, nullable; never "
-                              "drops any. A table made from the record schema follows schema_changes instead.")
-    batch_size: int = Field(default=500, ge=1, le=10_000, description="Rows per statement on the row path.")
-    apply: Literal["set", "rows"] = Field(
-        default="set", description="set: bulk-load each batch of changes into a temporary table and apply it "
-        "with one version-guarded upsert and one delete join (falls back to rows for a batch MySQL rejects); "
-        "rows: multi-row upserts of batch_size rows.")
-    set_rows: int = Field(default=50_000, ge=100, le=1_000_000,
-                          description="Changes per set-based transaction (apply: set).")
-
-    @model_validator(mode="after")
-    def _keys_are_columns(self) -> MySqlSinkConfig:
-        if len(self.columns) > MAX_MYSQL_COLUMNS:
-            raise ValueError(f"{len(self.columns)} columns: an InnoDB table has at most {MAX_MYSQL_COLUMNS} (MySQL "
-                             "refuses a wider one); split the table, or drop fields with a ReplaceField transform")
-        names = [c.name for c in self.columns]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"column names must be unique, repeated: {dupes}")
-        if self.pk_mode == "record_value" and not self.primary_key and self.columns:
-            raise ValueError("primary_key is required with pk_mode record_value and declared columns (without "
-                             "columns the key comes from the record key's schema)")
-        unknown = sorted(set(re.findall(r"\{[^}]*\}", self.table)) - set(TABLE_PLACEHOLDERS))
-        if unknown:
-            raise ValueError(f"table {self.table!r}: unknown placeholder(s) {unknown}; expected "
-                             f"{', '.join(TABLE_PLACEHOLDERS)}")
-        missing = [k for k in self.primary_key if k not in names]
-        if self.columns and self.pk_mode != "kafka" and missing:
-            raise ValueError(f"primary_key {missing} must be listed in columns {names}")
-        return self
-
-
-_INDEX = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
-
-
-class ElasticsearchSinkConfig(StrictModel):
-    """Bulk-indexes c/r/u changes and deletes d changes (and tombstones) in Elasticsearch 8."""
-
-    type: Literal["elasticsearch"]
-    name: str = "elasticsearch"
-    conn_id: ConnId = "cdcflow_elasticsearch"
-    index: str = Field(description="Index name, or a template routing per topic, e.g. 'cdc-{topic}' "
-                                   "(the topic is lowercased).")
-    id_fields: list[str] = Field(default_factory=list,
-                                 description="Fields of the row image that form the document id.")
-    key_ignore: bool = Field(default=False, description="Document id = topic+partition+offset "
-                             "(Kafka Connect's key.ignore); every change becomes its own document.")
-    mapping: dict[str, Any] | None = Field(default=None, description="Mappings for indices created by cdcflow.")
-    settings: dict[str, Any] | None = Field(default=None, description="Settings for indices created by cdcflow.")
-    behavior_on_null_values: Literal["ignore", "delete", "fail"] = "delete"
-    behavior_on_malformed_documents: Literal["ignore", "warn", "fail"] = "fail"
-    bulk_max_actions: int = Field(default=1000, ge=1, le=100_000)
-    bulk_max_bytes: int = Field(default=5_000_000, ge=1024, le=100_000_000)
-    max_retries: int = Field(default=5, ge=0, le=20)
-    retry_backoff: Duration = 0.5
-    request_timeout: Duration = 30.0
-
-    @field_validator("index")
-    @classmethod
-    def _index_name(cls, value: str) -> str:
-        rendered = value.replace("{topic}", "t")
-        if "{" in rendered or "}" in rendered:
-            raise ValueError(f"the only placeholder allowed in index is {{topic}}; got {value!r}")
-        if not _INDEX.match(rendered) or len(rendered) > 255:
-            raise ValueError("expected a lowercase Elasticsearch index name (a-z, 0-9, '.', '_', '-', not "
-                             f"starting with '.', '_' or '-'), optionally with {{topic}}; got {value!r}")
-        return value
-
-    @model_validator(mode="after")
-    def _ids(self) -> ElasticsearchSinkConfig:
-        if not self.key_ignore and not self.id_fields:
-            raise ValueError("id_fields is required (the fields that form the document id), "
-                             "unless key_ignore is true")
-        if self.key_ignore and self.id_fields:
-            raise ValueError("id_fields and key_ignore: true exclude each other")
-        return self
-
-
 SinkConfig = Annotated[MySqlSinkConfig | ElasticsearchSinkConfig, Field(discriminator="type")]
 
 
@@ -435,20 +259,6 @@ class RetentionConfig(StrictModel):
         default=30 * 86400, description="Sink tombstones (deleted keys with their version) older than this are "
         "deleted after a commit, and replays of records older than this are refused (they could bring back "
         "rows deleted since). Keep it above the source topics' retention.ms; null keeps them forever.")
-
-
-class SparkConfig(StrictModel):
-    mode: Literal["connect", "inprocess", "submit"] = Field(
-        default="connect", description="connect: the long-lived Spark Connect server (scripts/services.sh start "
-        "spark); inprocess: a Spark started inside the task; submit: SparkSubmitOperator.")
-    remote: str | None = Field(default=None, pattern=r"^sc://[^/\s]+", description="Spark Connect URL for mode "
-                               "connect, sc://host:port. Default: $CDCFLOW_SPARK_REMOTE or sc://127.0.0.1:15002.")
-    master: str | None = Field(default=None, description="Default: $CDCFLOW_SPARK_MASTER or local[*].")
-    conn_id: ConnId = "spark_default"
-    conf: dict[str, str] = Field(default_factory=dict)
-    timeout: Duration = Field(default=1800.0, description="The longest a window's Spark work may take: past it, the "
-                              "window's operations are cancelled on the server and the window fails alone, so no "
-                              "window holds the shared Spark forever.")
 
 
 class OnDataConfig(StrictModel):
@@ -598,9 +408,7 @@ def _user_path(data: Any, loc: tuple[Any, ...]) -> tuple[str, ...]:
     shown: list[str] = []
     node = data
     for part in loc:
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+        if isinstance(node, dict) and part in node or isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
             node = node[part]
         elif isinstance(node, dict) and node.get("type") == part:
             continue  # the union tag: this node's own 'type', not a key the user wrote
@@ -723,7 +531,7 @@ def iter_errors(errors: dict[Path, str]) -> Iterable[str]:
 
 
 def _truncate_apply_checks(cfg: PipelineConfig) -> None:
-    """What ``truncate: apply`` does not cover yet (the window path of spark_jobs/partition_tasks.py)."""
+    """What ``truncate: apply`` does not cover yet (the default window path, spark_jobs/window.py)."""
     if cfg.transforms:
         raise ValueError("truncate: apply is not supported with transforms yet: use ignore or dlq")
     for sink in cfg.sinks:

@@ -29,8 +29,8 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from cdcflow import faults
 from cdcflow.errors import InfrastructureError, WindowFailed
+from connectors import faults
 
 TopicPartition = tuple[str, int]
 WindowStatus = Literal["planned", "read", "applied", "committed", "failed"]

@@ -28,7 +28,6 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
-from cdcflow import faults
 from cdcflow.config import PipelineConfig, parse_instant
 from cdcflow.connections import get_connection
 from cdcflow.errors import (
@@ -41,6 +40,7 @@ from cdcflow.errors import (
     WindowFailed,
 )
 from cdcflow.offsets import OffsetStore, Origin, PartitionWindow, TopicPartition, WindowPlan, default_store_url
+from connectors import faults
 
 log = logging.getLogger("cdcflow.runner")
 PARAMS = ("start_offsets", "start_time", "end_time", "max_records", "max_duration")
@@ -531,7 +531,7 @@ def _process(cfg: PipelineConfig, window: WindowPlan, p: RunParams, store: Offse
         # nothing to read: the plan found every partition at its end (stop_on_empty)
         store.record_read(cfg.name, window.run_id, {(r.topic, r.partition): (r.start, 0) for r in ranges})
         return {"records": 0, "dead_lettered": 0, "sinks": {}, "seconds": round(time.time() - started, 3)}
-    from spark_jobs.cdc_window import WindowJob  # noqa: PLC0415
+    from spark_jobs.job import WindowJob  # noqa: PLC0415
     from spark_jobs.session import describe, get_spark  # noqa: PLC0415
     from spark_jobs.window import run_window_job  # noqa: PLC0415
 

@@ -4,7 +4,7 @@ One decoder per ``source.format`` (connectors/formats.py registers them: Debeziu
 Oracle GoldenGate's JSON formatter, Canal's flat messages, Maxwell's JSON) turns each raw Kafka
 record into one or more :class:`Change` rows. The columns are the same for every format
 (``DECODED_FIELDS``): ``change_op`` (upsert, delete, truncate — a TRUNCATE of the source table,
-applied, ignored or dead-lettered by the pipeline's ``truncate`` setting in spark_jobs/cdc_window.py —
+applied, ignored or dead-lettered by the pipeline's ``truncate`` setting in spark_jobs/ —
 or null for a record that changes nothing),
 ``image`` (the row image: typed values per field, connectors/images.py), ``image_json`` (the row as a JSON document for
 Elasticsearch), ``version``, ``error_stage``/``error_message`` (a record that cannot be read goes to

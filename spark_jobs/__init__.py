@@ -1,1 +1,1 @@
-"""Spark jobs: pure DataFrame functions (debezium) and the consume-window job (cdc_window)."""
+"""The job: one consume window on Spark (spark_jobs/window.py names its stages)."""

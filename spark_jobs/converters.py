@@ -19,7 +19,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from cdcflow.errors import ConfigError
+from connectors.errors import ConfigError
 
 EMPTY_STRUCT = T.StructType([])
 

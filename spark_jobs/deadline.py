@@ -18,7 +18,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
-from cdcflow.errors import WindowTimedOut
+from connectors.errors import WindowTimedOut
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

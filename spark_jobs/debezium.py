@@ -9,7 +9,8 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from cdcflow.config import KAFKA_PK_COLUMNS, ElasticsearchSinkConfig, MySqlSinkConfig
+from connectors.elasticsearch.config import ElasticsearchSinkConfig
+from connectors.mysql.config import KAFKA_PK_COLUMNS, MySqlSinkConfig
 from connectors.mysql.types import parse_type
 from spark_jobs.tables import (
     BASE64_TEXT,
@@ -117,7 +118,7 @@ def latest_per_key(projected: DataFrame, key_columns: list[str], keep_unfit: boo
     The window functions see the key, the log position and the version only; every other column
     rides along in one struct, so the plan's size does not grow with the table's width. With
     ``keep_unfit``, rows whose values do not fit (error_message set) never win their key but are all
-    kept, for the writer to send to the DLQ (``cdc_window.reports_own_errors``)."""
+    kept, for the writer to send to the DLQ (``spark_jobs.write.reports_own_errors``)."""
     keys = [F.col(c) for c in key_columns]
     if "row_index" not in projected.columns:
         projected = projected.withColumn("row_index", F.lit(0))

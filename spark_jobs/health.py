@@ -52,7 +52,7 @@ def check_reachable(url: str, timeout: float = 5.0) -> None:
     import socket  # noqa: PLC0415
     from urllib.parse import urlsplit  # noqa: PLC0415
 
-    from cdcflow.errors import SparkUnavailable  # noqa: PLC0415
+    from connectors.errors import SparkUnavailable  # noqa: PLC0415
 
     parts = urlsplit(url.partition("/;")[0].replace("sc://", "http://", 1))
     host, port = parts.hostname or "127.0.0.1", parts.port or 15002
@@ -75,7 +75,7 @@ def probe(remote: str) -> str | None:
     from pyspark.sql import SparkSession  # noqa: PLC0415
     from pyspark.sql.connect.client.retries import DefaultPolicy  # noqa: PLC0415
 
-    from cdcflow.errors import SparkUnavailable  # noqa: PLC0415
+    from connectors.errors import SparkUnavailable  # noqa: PLC0415
     try:
         check_reachable(remote)
     except SparkUnavailable as exc:

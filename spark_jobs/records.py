@@ -12,8 +12,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from cdcflow.errors import ConfigError
 from connectors.changes import VERSION_SHIFT
+from connectors.errors import ConfigError
 
 ROUTE = r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,248}$"  # a Kafka topic name, not starting with '.'
 RESERVED_ROUTE = r"^(?i)cdcflow[_-]"  # cdcflow's own tables (cdcflow_tombstones, …) and index

@@ -6,13 +6,13 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from cdcflow.config import SparkConfig
+from spark_jobs.config import SparkConfig
 from spark_jobs.health import DIED_HINT, RESTART_HINT, TOO_BIG, check_reachable, dead_context, session_url
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from cdcflow.errors import SparkUnavailable, WindowFailed
+    from connectors.errors import SparkUnavailable, WindowFailed
 
 # Session SQL settings every window needs, set on every session, the long-lived server's included:
 # constraint propagation infers every combination of a plan's aliased predicates, and on a sink of
@@ -78,7 +78,7 @@ def connect_spark(cfg: SparkConfig, app_name: str = "cdcflow") -> SparkSession:
     from pyspark.sql import SparkSession  # noqa: PLC0415
     from pyspark.sql.connect.client.retries import DefaultPolicy  # noqa: PLC0415
 
-    from cdcflow.errors import SparkUnavailable  # noqa: PLC0415
+    from connectors.errors import SparkUnavailable  # noqa: PLC0415
 
     url = resolve_remote(cfg)
     check_reachable(url)  # the client itself retries a refused connection for minutes
@@ -115,7 +115,7 @@ def _prechecked(spark: SparkSession, url: str) -> SparkSession:
     """The window's pre-check: a one-row job (about 0.06 s). A server whose Spark context stopped
     keeps its port and fails every request; this fails the window at once, before anything is
     read, with what happened and how to restart it."""
-    from cdcflow.errors import SparkUnavailable  # noqa: PLC0415
+    from connectors.errors import SparkUnavailable  # noqa: PLC0415
 
     try:
         spark.range(1).count()
@@ -218,7 +218,7 @@ _CONNECT_SESSIONS: dict[tuple[str, str], tuple[str, SparkSession]] = {}
 def spark_unavailable(exc: BaseException) -> SparkUnavailable | None:
     """The clear error for a Spark Connect failure that is the server being gone (gRPC UNAVAILABLE),
     as opposed to a job failing on it; None for anything else."""
-    from cdcflow.errors import SparkUnavailable  # noqa: PLC0415
+    from connectors.errors import SparkUnavailable  # noqa: PLC0415
 
     text = str(exc)
     if dead_context(text):
@@ -246,7 +246,7 @@ def server_lost(spark: SparkSession) -> SparkUnavailable | None:
     """After a window's Spark call failed with an error that names no cause (the client can fail
     with a bare AssertionError when the server dies mid-stream): the server restarted or went away
     when the session can no longer run a one-row job; None when it still can (the job itself failed)."""
-    from cdcflow.errors import SparkUnavailable  # noqa: PLC0415
+    from connectors.errors import SparkUnavailable  # noqa: PLC0415
 
     try:
         spark.range(1).count()
@@ -262,7 +262,7 @@ def out_of_memory(exc: BaseException, what: str) -> WindowFailed | None:
     """The clear error for a window whose work ran the Spark driver (the long-lived server, in local
     mode) out of heap. The server runs with ExitOnOutOfMemoryError: it exits rather than go on
     without its context, and its supervisor starts it again within seconds (issue 22)."""
-    from cdcflow.errors import WindowFailed  # noqa: PLC0415
+    from connectors.errors import WindowFailed  # noqa: PLC0415
 
     if "java.lang.OutOfMemoryError" not in str(exc):
         return None

@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from pydantic import ValidationError
 
-from cdcflow.config import KAFKA_PK_COLUMNS, TABLE_PLACEHOLDERS, ElasticsearchSinkConfig, MySqlSinkConfig
-from cdcflow.errors import ConfigError
 from connectors.base import ArrowRecords, Change, Sink
+from connectors.elasticsearch.config import ElasticsearchSinkConfig
+from connectors.errors import ConfigError
+from connectors.mysql.config import KAFKA_PK_COLUMNS, TABLE_PLACEHOLDERS, MySqlSinkConfig
 from connectors.mysql.sink import arrow_changes
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ changes tagged with their table (all the changes of a table in one task) and, pe
 1. :func:`project_rows` reads each column's text from the typed row image (connectors/images.py)
    and checks that it fits the column (the same rules and messages as the Spark projection, ``spark_jobs/debezium.py``);
 2. :func:`latest_rows` keeps the last change per key (the rules of ``debezium.latest_per_key``);
-3. the table's writer applies them (``cdc_window._write_target``), rows that do not fit to the DLQ.
+3. the table's writer applies them (``spark_jobs.write.write_target``), rows that do not fit to the DLQ.
 
 The driver creates or evolves each table before the job (spark_jobs/sinks.prepare_tables, one
 connection).
@@ -28,8 +28,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdcflow.config import MySqlSinkConfig
 from connectors import images
+from connectors.mysql.config import MySqlSinkConfig
 from connectors.mysql.types import parse_type
 
 RAW_COLUMNS = ["topic", "partition", "offset", "timestamp", "key", "value", "headers"]
@@ -247,7 +247,7 @@ def latest_rows(projected: pa.Table, key_columns: list[str], keep_unresolved: bo
     log (none: dropped); a row that does not fit (error_message set) never wins its key and is kept,
     for the writer to send to the DLQ. ``keep_unresolved``: a key whose only changes here are
     tombstones keeps its last one, version null, for a later reduction that sees the changes before it
-    (the rows of a key from several read tasks, spark_jobs/partition_tasks.py)."""
+    (the rows of a key from several read tasks, spark_jobs/write.py)."""
     n = projected.num_rows
     if n == 0:
         return projected

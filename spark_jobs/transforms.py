@@ -23,8 +23,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from cdcflow import transform_config as cfgs
-from cdcflow.errors import ConfigError
+from connectors.errors import ConfigError
+from spark_jobs import transform_config as cfgs
 
 log = logging.getLogger(__name__)
 

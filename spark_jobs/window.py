@@ -1,36 +1,88 @@
-"""One window on Spark: the path that runs it, its deadline, and Spark's failures named.
+"""One window on Spark, stage by stage: read → decode → (transform) → project → dead letters → write.
 
-The default path keeps the records in the Python workers from the read to the write
-(spark_jobs/partition_tasks.py); the pipelines it does not serve (SMTs, ``pk_mode: kafka`` …) take
-the older Spark path (:func:`spark_jobs.cdc_window.run_spark_path`). Either way the window runs
-under its deadline (``spark.timeout``), what it checkpointed on the server is released when it ends,
-and an error from inside Spark comes back as the cdcflow error it was (or names what died).
+:func:`run_window_job` picks the path, runs it under the window's deadline (``spark.timeout``),
+releases what it checkpointed on the server, and names Spark's failures: an error from inside a
+task comes back as the cdcflow error it was (or names what died).
+
+The default path, :func:`run_partition_path`, keeps the records in the Python workers from the read
+to the write (issue 25); the JVM holds only a few large binary values:
+
+1. **read tasks** (spark_jobs/project.py::read_task; one per partition range, or a few ranges one
+   after another in a small window) read with confluent-kafka (spark_jobs/read.py), decode by the
+   pipeline's ``source.format`` (connectors/formats.py), apply ``truncate``, and per sink target
+   whose columns are known before the window project the changes and keep the last change per key,
+   all in Arrow. What cannot be processed becomes a dead-letter row. Each task emits Arrow IPC blobs
+   (spark_jobs/blobs.py) and one tally row: per partition its end, its record count and time range,
+   the dead letters per stage, and the row schemas of the tables and indices made from the records.
+2. The driver checkpoints that output (so no later stage re-reads Kafka), writes the read range to
+   the ledger, fails a window past ``errors.tolerance: none``, sends the dead letters (one task) and
+   applies the breaker (``errors.max_dead_letters``), all before any sink is written
+   (spark_jobs/dead_letters.py). It then creates or evolves the tables and indices the tally names
+   (spark_jobs/prepare.py).
+3. **write tasks** (spark_jobs/write.py) get the blobs by a hash of the key (of the table, for a
+   routed sink), so all the rows of a key, from every read task, meet in one write task, which keeps
+   the last change per key again and writes its targets at the same time. Two tasks never write one
+   key: a delete and an older upsert of a key, written at once, could race past the tombstone. The
+   MySQL sink of ``offset_store.sink`` (exactly-once) is written last by one task, in one
+   transaction with the window's offsets, once every other sink succeeded.
+
+Debezium keys records by primary key, so a key's changes usually sit in one read task; the second
+reduction is for the others (several topics into one table, a primary key that is not the Kafka
+key), and resolves a tombstone whose delete was read by another task.
+
+The pipelines the default path does not serve (SMTs, ``pk_mode: kafka`` …) take the older path,
+where the records are Spark frames (spark_jobs/spark_path.py).
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from cdcflow.errors import CdcflowError, WindowFailed
-from spark_jobs import cdc_window, partition_tasks
-from spark_jobs.cdc_window import WindowJob, WindowResult, unwrap_spark_error
+from connectors import errors as cdc_errors
+from connectors import timing
+from connectors.base import SinkStats
+from connectors.errors import CdcflowError, WindowFailed
+from spark_jobs import prepare, spark_path
+from spark_jobs.blobs import BAD, CHANGES, PACKED_SCHEMA, ROWS, TALLY
+from spark_jobs.dead_letters import blob_rows, breaker, reporter, send_dead_letters
 from spark_jobs.deadline import Deadline
+from spark_jobs.job import (
+    MAX_EXAMPLES,
+    REPORT_SCHEMA,
+    SINK_OFFSETS_KEY,
+    WRITE_SCHEMA,
+    Counted,
+    Tally,
+    WindowJob,
+    WindowResult,
+    count_written,
+    ends_of,
+    larger,
+    read_result,
+    read_tasks,
+    smaller,
+)
+from spark_jobs.project import read_task
 from spark_jobs.session import Checkpoints, out_of_memory, server_lost, spark_unavailable
+from spark_jobs.write import commit_without_rows, write_task
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
+
+OnRead = Callable[[dict[tuple[str, int], tuple[int, int]]], None]  # the read range into the ledger
 
 
-def run_window_job(spark: SparkSession, job: WindowJob,
-                   on_read: Callable[[dict[tuple[str, int], tuple[int, int]]], None]) -> WindowResult:
+def run_window_job(spark: SparkSession, job: WindowJob, on_read: OnRead) -> WindowResult:
     checkpoints = Checkpoints()
     what = f"the window {job.run_id} of {job.pipeline}"
     try:
         with Deadline(spark, job.spark_timeout, what) as deadline:
-            if partition_tasks.eligible(job):  # the default path: the records stay in the Python workers
-                return partition_tasks.run(spark, job, on_read, deadline, checkpoints)
-            return cdc_window.run_spark_path(spark, job, on_read, deadline, checkpoints)
+            if prepare.eligible(job):  # the default path: the records stay in the Python workers
+                return run_partition_path(spark, job, on_read, checkpoints)
+            return spark_path.run_spark_path(spark, job, on_read, deadline, checkpoints)
     except CdcflowError:
         raise
     except Exception as exc:  # Py4J / PythonException wrappers from Spark
@@ -46,3 +98,104 @@ def run_window_job(spark: SparkSession, job: WindowJob,
         raise WindowFailed(f"Spark job failed: {exc.__class__.__name__}: {first}") from exc
     finally:
         checkpoints.release()  # what the window held on the server, gone with it
+
+
+def run_partition_path(spark: SparkSession, job: WindowJob, on_read: OnRead,
+                       checkpoint: Checkpoints) -> WindowResult:
+    """The default path (see the module's docstring), its stages in order."""
+    from pyspark.sql import functions as F  # noqa: PLC0415
+
+    stages: dict[str, float] = {}
+    with timing.timed(stages, "read+decode"):
+        # read → decode → project → last change per key, in the read tasks; checkpointed, so no later
+        # stage re-reads Kafka (a recomputation could see a different range)
+        tasks = read_tasks(job.ranges)
+        ranges = spark.range(0, tasks, 1, tasks).select(F.col("id").cast("int").alias("idx"))
+        packed = checkpoint(ranges.mapInArrow(read_task(job, tasks), PACKED_SCHEMA))
+        tallies = [json.loads(r.info) for r in packed.where(F.col("kind") == TALLY).select("info").collect()]
+        tally = merge_tallies(tallies)
+        # the read range is in the ledger before anything is applied
+        result = read_result(ends_of(job, tally), tally, on_read, stages)
+    if result.records == 0:
+        return result
+
+    with result.timed("dlq"):  # past errors.tolerance none the window fails here, naming examples
+        send_dead_letters(
+            job, result, tally,
+            lambda: "; ".join([e for info in tallies for e in info.get("examples", [])][:MAX_EXAMPLES]),
+            lambda: sum(r.reported for r in packed.where(F.col("kind") == BAD).coalesce(1).mapInArrow(
+                reporter(job, blob_rows), REPORT_SCHEMA).collect()))
+    breaker(job, result)  # before any sink is written: a poison burst applies nothing
+
+    with result.timed("sinks"):
+        targets = prepare.make_ready(job, tallies, result)  # tables and indices created or evolved; truncate: apply
+        commit = job.offset_commit(result.ends)
+        _write(job, packed, tasks, targets, result, skip_offsets_sink=commit is not None)
+        breaker(job, result)  # with the rows the sinks rejected, before the exactly-once sink
+        if commit is not None:  # last, once every other sink succeeded: its transaction commits the offsets
+            _write_offsets_sink(job, packed, targets, commit, result)
+    return result
+
+
+def _write(job: WindowJob, packed: DataFrame, tasks: int, targets: prepare.Targets, result: WindowResult,
+           skip_offsets_sink: bool) -> None:
+    """Every sink (but the exactly-once one, written last): a write task per bucket of keys."""
+    from pyspark.sql import functions as F  # noqa: PLC0415
+
+    names = [t.config.name for t in job.sinks if not (skip_offsets_sink and t.config.name == job.offsets_sink)]
+    for name in names:
+        result.sinks.setdefault(name, SinkStats())
+    if not names:
+        return
+    frame = packed.where(F.col("kind").isin(ROWS, CHANGES) & F.col("target").isin(*names))
+    if tasks > 1:  # every key's (and table's) rows of every read task in one write task (blobs.bucketed)
+        frame = frame.repartition(tasks, "bucket")
+    _count_writes(result, frame.mapInArrow(write_task(job, targets), WRITE_SCHEMA).collect())
+
+
+def _write_offsets_sink(job: WindowJob, packed: DataFrame, targets: prepare.Targets, commit: Any,
+                        result: WindowResult) -> None:
+    """Exactly-once: the offset sink's rows of every read task and the window's offsets, in one
+    transaction of one task (or the offsets alone, from the driver, when the sink has no row)."""
+    from pyspark.sql import functions as F  # noqa: PLC0415
+
+    assert job.offsets_sink is not None
+    target = targets.static[job.offsets_sink]
+    frame = packed.where((F.col("kind") == ROWS) & (F.col("target") == job.offsets_sink)).coalesce(1)
+    rows = frame.mapInArrow(write_task(job, targets, commit), WRITE_SCHEMA).collect()
+    if not any(SINK_OFFSETS_KEY in json.loads(r.extra) for r in rows):
+        rows.append(commit_without_rows(job, target, commit))
+    result.sinks.setdefault(target.config.name, SinkStats())
+    _count_writes(result, rows)
+
+
+def merge_tallies(tallies: list[dict[str, Any]]) -> Tally:
+    """The read tasks' tallies as one: per (stage, topic, partition), the furthest end, the records
+    summed, the earliest first and latest last record time, the TRUNCATEs summed."""
+    tally: Tally = {}
+    for info in tallies:
+        for stage, topic, partition, end, count, first, last, truncates in info["counted"]:
+            key = (stage, topic, partition)
+            prior = tally.get(key)
+            tally[key] = Counted(end, count, first, last, truncates) if prior is None else Counted(
+                max(prior.end, end), prior.n + count, smaller(prior.first, first), larger(prior.last, last),
+                prior.truncates + truncates)
+    return tally
+
+
+def _count_writes(result: WindowResult, rows: list[Any]) -> None:
+    for row in rows:
+        count_written(result, row.sink, row)
+
+
+_ERROR_LINE = re.compile(r"^(cdcflow\.errors\.(\w+)): (.*)$", re.MULTILINE)
+
+
+def unwrap_spark_error(exc: BaseException) -> CdcflowError | None:
+    """Recover the cdcflow error raised inside a Spark task from Spark's wrapped exception."""
+    matches = list(_ERROR_LINE.finditer(str(exc)))
+    if not matches:
+        return None
+    last = matches[-1]
+    cls = getattr(cdc_errors, last.group(2), WindowFailed)
+    return cls(last.group(3).strip()) if cls is not cdc_errors.RecordError else WindowFailed(last.group(3))

@@ -22,8 +22,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from cdcflow.config import MySqlSinkConfig
 from connectors.base import FailedRecord, Sink
+from connectors.mysql.config import MySqlSinkConfig
 
 COLUMNS = [{"name": "id", "type": "BIGINT"}, {"name": "name", "type": "VARCHAR(64)"},
            {"name": "amount", "type": "DECIMAL(12,4)"}, {"name": "day", "type": "DATE"},

@@ -111,7 +111,7 @@ def build_dag(cfg: PipelineConfig, path: Path) -> Any:
 
             process = SparkSubmitOperator(
                 task_id="process_window", conn_id=cfg.spark.conn_id,
-                application=str(ROOT / "spark_jobs" / "submit.py"),
+                application=str(ROOT / "cdcflow" / "airflow" / "spark_submit.py"),
                 application_args=["--pipeline", cfg.name, "--run-id", "{{ run_id }}",
                                   "--params", "{{ params | tojson }}"],
                 conf={"spark.driver.memory": "1g", **cfg.spark.conf}, name=f"cdcflow-{cfg.name}")

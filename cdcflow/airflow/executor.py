@@ -42,7 +42,6 @@ PRELOAD = (
     "connectors.mysql.sink",
     "connectors.elasticsearch.sink",
     "spark_jobs.session",
-    "spark_jobs.cdc_window",
     "spark_jobs.window",
     "spark_jobs.debezium",
     "spark_jobs.transforms",

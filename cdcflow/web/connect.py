@@ -16,7 +16,7 @@ from cdcflow.config import PipelineConfig, SinkConfig, _expected, _user_path
 from cdcflow.control import Pipeline, Status
 from cdcflow.errors import BadRequest
 from cdcflow.offsets import TopicPartition
-from cdcflow.transform_config import Predicate, TransformConfig
+from spark_jobs.transform_config import Predicate, TransformConfig
 
 CONNECTOR_CLASS = "cdcflow.Pipeline"
 WORKER_ID = "airflow"

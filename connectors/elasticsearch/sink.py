@@ -29,9 +29,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cdcflow.config import ElasticsearchSinkConfig
-from cdcflow.errors import ConfigError, SinkUnavailable
 from connectors.base import Change, FailedRecord, SinkStats
+from connectors.elasticsearch.config import ElasticsearchSinkConfig
+from connectors.errors import ConfigError, SinkUnavailable
 
 log = logging.getLogger(__name__)
 

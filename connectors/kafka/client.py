@@ -12,7 +12,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException
 
-from cdcflow.errors import BrokerUnavailable, OffsetOutOfRange, WindowFailed
+from connectors.errors import BrokerUnavailable, OffsetOutOfRange, WindowFailed
 
 FORCED_CONSUMER_SETTINGS: dict[str, Any] = {
     "enable.auto.commit": False,

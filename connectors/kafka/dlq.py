@@ -20,8 +20,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 
-from cdcflow.errors import DeadLetterWriteFailed
 from connectors.base import FailedRecord, Header  # the sink interface's; re-exported here for its importers
+from connectors.errors import DeadLetterWriteFailed
 
 ERROR_HEADER_PREFIX = "__connect.errors."
 
@@ -123,7 +123,7 @@ def sent_dead_letters(consumer_conf: dict[str, Any], dlq_topic: str, run_ids: Co
     """(topic, partition, offset, component) of the dead letters the windows ``run_ids`` sent to
     ``dlq_topic`` since ``since_ms`` (earlier attempts of a window, and windows over the same
     records that never committed), read back from the topic."""
-    from cdcflow.errors import ConfigError  # noqa: PLC0415
+    from connectors.errors import ConfigError  # noqa: PLC0415
     from connectors.kafka.reader import _messages, discover, offsets_for_time  # noqa: PLC0415
 
     try:
@@ -224,7 +224,7 @@ class DlqPartition:
 
 def describe(conf: dict[str, Any], topic: str, timeout: float = 15.0) -> list[DlqPartition]:
     """The DLQ's partitions with first and true end offsets; [] when the topic does not exist yet."""
-    from cdcflow.errors import ConfigError  # noqa: PLC0415
+    from connectors.errors import ConfigError  # noqa: PLC0415
     from connectors.kafka.reader import discover  # noqa: PLC0415
 
     try:

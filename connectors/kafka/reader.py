@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from cdcflow.errors import ConfigError
+from connectors.errors import ConfigError
 from connectors.kafka.client import convert_error, until_eof
 
 RAW_SCHEMA = pa.schema([

@@ -18,9 +18,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import sqlalchemy as sa
 
-from cdcflow.config import MySqlSinkConfig
 from connectors.base import ArrowRecords, Change, SinkStats
 from connectors.mysql import bulk
+from connectors.mysql.config import MySqlSinkConfig
 from connectors.mysql.sql import (
     DELETE_STAGE,
     HASH_COLUMN,

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
-from cdcflow.errors import CdcflowError, ConfigError, SinkUnavailable
+from connectors.errors import CdcflowError, ConfigError, SinkUnavailable
 
 SESSION_SQL = (
     "SET SESSION sql_mode='STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION,ERROR_FOR_DIVISION_BY_ZERO,"

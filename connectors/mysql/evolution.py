@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from cdcflow.errors import SchemaChangePending, SchemaChangeRefused
+from connectors.errors import SchemaChangePending, SchemaChangeRefused
 from connectors.mysql.types import ColumnType, parse_type
 
 Policy = Literal["lenient", "evolve", "ignore", "fail", "pause"]

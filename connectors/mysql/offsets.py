@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
-from cdcflow.errors import SinkUnavailable
+from connectors.errors import SinkUnavailable
 
 OFFSETS, COMMITS = "cdcflow_sink_offsets", "cdcflow_sink_commits"
 TopicPartition = tuple[str, int]

@@ -40,13 +40,13 @@ import pymysql
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 
-from cdcflow.config import MySqlSinkConfig
-from cdcflow.errors import CdcflowError, SinkUnavailable
 from connectors.base import Change, FailedRecord, SinkStats
+from connectors.errors import CdcflowError, SinkUnavailable
 from connectors.mysql import apply, bulk
 from connectors.mysql import offsets as sink_offsets
 from connectors.mysql import tables as sink_tables
 from connectors.mysql.apply import arrow_changes
+from connectors.mysql.config import MySqlSinkConfig
 from connectors.mysql.connection import (
     DATA_ERRORS,
     DEADLOCK,
@@ -174,7 +174,7 @@ class MySqlSink:
 
     def join(self, conn: sa.Connection) -> None:
         """Write inside ``conn``'s open transaction (a savepoint per apply), which its owner commits:
-        the few rows of many tables in one commit (spark_jobs/cdc_window._tables_writer)."""
+        the few rows of many tables in one commit (spark_jobs/write.py::tables_writer)."""
         self._joined = conn
 
     @contextmanager

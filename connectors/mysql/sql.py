@@ -19,8 +19,8 @@ from typing import Any
 
 import pymysql
 
-from cdcflow.config import MySqlSinkConfig
-from cdcflow.errors import ConfigError
+from connectors.errors import ConfigError
+from connectors.mysql.config import MySqlSinkConfig
 
 VERSION_COLUMN = "__cdc_version"
 TOMBSTONES = "cdcflow_tombstones"

@@ -12,10 +12,10 @@ import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
-from cdcflow import faults
-from cdcflow.config import MySqlSinkConfig
-from cdcflow.errors import ConfigError, SinkUnavailable
+from connectors import faults
+from connectors.errors import ConfigError, SinkUnavailable
 from connectors.mysql import evolution
+from connectors.mysql.config import MySqlSinkConfig
 from connectors.mysql.connection import driver_error, infra_error, reader_engine, where, writer_engine
 from connectors.mysql.sql import (
     TOMBSTONES,

@@ -1,5 +1,5 @@
 """A seeded fault campaign against the real services: kill a window at every point of
-cdcflow.faults.POINTS (the driver process, or the long-lived Spark's Python worker for the points
+connectors.faults.POINTS (the driver process, or the long-lived Spark's Python worker for the points
 inside Spark tasks), or take a server away while a window runs (OUTAGES: MariaDB crashed or stopped
 and restarted, Elasticsearch stopped and restarted, the broker frozen mid-read, the long-lived Spark
 killed and restarted), retry it as Airflow
@@ -35,11 +35,11 @@ from typing import Any
 import yaml
 
 from cdcflow import cdcgen
-from cdcflow.faults import EXACTLY_ONCE_POINTS, POINTS, pause_entry
+from connectors.faults import EXACTLY_ONCE_POINTS, POINTS, pause_entry
 from tests.helpers import state_of
 
 ROOT = Path(__file__).resolve().parents[2]
-# Outages: the window pauses at one of these points (cdcflow.faults), the server goes away, the
+# Outages: the window pauses at one of these points (connectors.faults), the server goes away, the
 # window goes on against it. Tansu keeps its log in memory, so the broker is frozen (SIGSTOP, like a
 # network partition that drops packets) for a few seconds rather than restarted.
 OUTAGES: dict[str, tuple[str, ...]] = {

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from cdcflow.config import ElasticsearchSinkConfig
 from cdcflow.connections import get_connection
 from connectors.base import ArrowSink, FailedRecord, Sink
+from connectors.elasticsearch.config import ElasticsearchSinkConfig
 from connectors.elasticsearch.sink import ElasticsearchSink
 from connectors.mysql import sink as mysql_sink
 from connectors.mysql.sink import MySqlSink

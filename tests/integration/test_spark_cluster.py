@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cdcflow import cdcgen, runner
+from cdcflow import cdcgen
 from cdcflow.config import load_pipeline
 from tests.helpers import bootstrap, expected, subprocess_env, table_rows, unique, write_pipeline
 from tests.spark_cluster import ROOT, SparkCluster

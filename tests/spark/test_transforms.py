@@ -9,9 +9,9 @@ import pytest
 from pydantic import TypeAdapter, ValidationError
 
 from cdcflow.errors import ConfigError
-from cdcflow.transform_config import TransformConfig
 from spark_jobs.converters import to_records
 from spark_jobs.records import records_to_changes
+from spark_jobs.transform_config import TransformConfig
 from spark_jobs.transforms import apply_chain
 
 RAW = ("topic string, partition int, offset bigint, timestamp bigint, key binary, value binary, "

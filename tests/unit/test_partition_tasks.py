@@ -1,4 +1,4 @@
-"""The per-partition window path (spark_jobs/partition_tasks.py) without Spark: what one read task
+"""The per-partition window path (spark_jobs/window.py: read tasks in spark_jobs/project.py) without Spark: what one read task
 leaves for the driver and the write tasks, from decoded Debezium envelopes."""
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ import pytest
 
 from cdcflow.config import ElasticsearchSinkConfig, MySqlSinkConfig
 from connectors.debezium.envelope import Decoder
-from spark_jobs import partition_tasks as pt
-from spark_jobs.cdc_window import WindowJob
+from spark_jobs import blobs, prepare, project
+from spark_jobs.job import WindowJob
 from spark_jobs.sinks import SinkTarget
+from spark_jobs.tables import latest_rows
 from tests.unit.test_debezium import raw_batch
 
 MYSQL = MySqlSinkConfig(type="mysql", name="rows", table="orders", primary_key=["id"],
@@ -32,14 +33,14 @@ def job(*sinks: Any, **extra: Any) -> WindowJob:
 def split(j: WindowJob, records: list[tuple[bytes | None, bytes | None]]) -> dict[str, Any]:
     decoded = pa.Table.from_batches([Decoder("source_ts_ms").decode_batch(raw_batch(records))])
     out: dict[str, Any] = {"rows": {}, "changes": {}, "bad": [], "tally": None}
-    for batch in pt._split(j, 0, pt._truncate_policy(j, decoded)):
+    for batch in project.split(j, 0, project.truncate_policy(j, decoded)):
         kind, target, blob, info = (batch.column(c)[0].as_py() for c in ("kind", "target", "blob", "info"))
-        if kind == pt.TALLY:
+        if kind == blobs.TALLY:
             out["tally"] = json.loads(info)
-        elif kind == pt.BAD:
-            out["bad"] += pt._unpack([blob]).to_pylist()
+        elif kind == blobs.BAD:
+            out["bad"] += blobs.unpack([blob]).to_pylist()
         else:
-            out[kind].setdefault(target, []).extend(pt._unpack([blob]).to_pylist())
+            out[kind].setdefault(target, []).extend(blobs.unpack([blob]).to_pylist())
     return out
 
 
@@ -103,28 +104,28 @@ def test_documents_follow_behavior_on_null_values_and_name_a_missing_id() -> Non
     records = [(K1, envelope("c", None, {"name": "x"}, 10)), (K1, None)]
     decoded = pa.Table.from_batches([Decoder("source_ts_ms").decode_batch(raw_batch(records))])
     failing = ES.model_copy(update={"behavior_on_null_values": "fail"})
-    docs = pt.project_documents(decoded, failing).to_pylist()
+    docs = project.project_documents(decoded, failing).to_pylist()
     assert docs[0]["error_message"] == "document id field 'id' is missing or null"
     assert docs[1]["c_1"] == "1"  # a tombstone's id comes from its key
     assert docs[1]["error_message"] == "null value (tombstone) with behavior_on_null_values: fail"
     ignoring = ES.model_copy(update={"behavior_on_null_values": "ignore"})
-    assert len(pt.project_documents(decoded, ignoring)) == 1
+    assert len(project.project_documents(decoded, ignoring)) == 1
 
 
 def test_the_driver_merges_the_tasks_row_schemas_first_by_version() -> None:
     tallies = [{"schemas": {"s": [["a", "v2", 20], ["a", None, 5]]}}, {"schemas": {"s": [["a", "v1", 10],
                                                                                        ["b", None, 1]]}}]
-    assert pt._described(tallies, "s") == {"a": ["v1", "v2"], "b": []}
+    assert prepare.schemas_seen(tallies, "s") == {"a": ["v1", "v2"], "b": []}
 
 
 def test_the_older_path_serves_what_this_one_does_not() -> None:
-    assert pt.eligible(job(MYSQL, ES, ROUTED))
-    assert not pt.eligible(job(MYSQL, transforms=({"type": "x"},)))
-    assert not pt.eligible(job(MYSQL.model_copy(update={"pk_mode": "kafka", "columns": [], "primary_key": []})))
+    assert prepare.eligible(job(MYSQL, ES, ROUTED))
+    assert not prepare.eligible(job(MYSQL, transforms=({"type": "x"},)))
+    assert not prepare.eligible(job(MYSQL.model_copy(update={"pk_mode": "kafka", "columns": [], "primary_key": []})))
 
 
 def test_the_decoder_reads_only_the_fields_that_declared_mysql_columns_use() -> None:
-    from spark_jobs.cdc_window import change_decoder
+    from spark_jobs.read import change_decoder
 
     record = (K1, envelope("c", None, {"id": 1, "amount": "1.50", "note": "x" * 100}, 10))
     only_mysql = change_decoder(job(MYSQL)).decode_batch(raw_batch([record])).to_pylist()[0]
@@ -140,9 +141,9 @@ def test_the_rows_of_one_key_from_two_read_tasks_meet_in_one_write_task_in_log_o
     def task_rows(partition: int, records: list[tuple[bytes | None, bytes | None]]) -> pa.Table:
         decoded = pa.Table.from_batches([Decoder("source_ts_ms").decode_batch(raw_batch(records))])
         decoded = decoded.set_column(1, "partition", pa.array([partition] * decoded.num_rows, pa.int32()))
-        out = list(pt._split(job(MYSQL), partition, decoded, writers=4))
-        return [(b.column("bucket")[0].as_py(), pt._unpack([b.column("blob")[0].as_py()]))
-                for b in out if b.column("kind")[0].as_py() == pt.ROWS]
+        out = list(project.split(job(MYSQL), partition, decoded, writers=4))
+        return [(b.column("bucket")[0].as_py(), blobs.unpack([b.column("blob")[0].as_py()]))
+                for b in out if b.column("kind")[0].as_py() == blobs.ROWS]
 
     first = task_rows(0, [(K1, envelope("c", None, {"id": 1, "amount": "1.00"}, 10)),
                           (K2, envelope("c", None, {"id": 2, "amount": "2.00"}, 11))])
@@ -151,7 +152,7 @@ def test_the_rows_of_one_key_from_two_read_tasks_meet_in_one_write_task_in_log_o
     assert len({b for b, t in second}) == 1 and {b for b, t in second} == {buckets_of["1"]}
     kept = second[0][1].to_pylist()
     assert [(r["c_0"], r["change_op"], r["version"]) for r in kept] == [("1", "delete", None)]
-    merged = pt.latest_rows(pa.concat_tables([t for b, t in first + second if b == buckets_of["1"]]),
+    merged = latest_rows(pa.concat_tables([t for b, t in first + second if b == buckets_of["1"]]),
                             ["c_0"]).to_pylist()
     assert [(r["c_0"], r["change_op"], r["version"]) for r in merged if r["c_0"] == "1"] == [
         ("1", "delete", 10 << 20)]
@@ -176,7 +177,7 @@ def test_the_rows_of_one_key_from_two_read_tasks_meet_in_one_write_task_in_log_o
 def test_the_one_pass_envelope_decode_agrees_with_the_general_one(value: bytes, sinks: tuple[Any, ...]) -> None:
     """The common envelope is decoded in one msgspec pass (envelope._plain); every other shape takes
     the general path. Both must give the same change, or the same reason."""
-    from spark_jobs.cdc_window import change_decoder
+    from spark_jobs.read import change_decoder
 
     fast = change_decoder(job(*sinks))
     general = change_decoder(job(*sinks))

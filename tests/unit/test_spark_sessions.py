@@ -85,4 +85,4 @@ def test_the_worker_daemon_preloads_every_module_it_names() -> None:
     from spark_jobs import daemon
 
     assert daemon.preload() == []
-    assert "spark_jobs.partition_tasks" in daemon.PRELOADED and "pyspark.worker" in daemon.PRELOADED
+    assert "spark_jobs.project" in daemon.PRELOADED and "pyspark.worker" in daemon.PRELOADED

@@ -1,10 +1,9 @@
 """The window under ``spark-submit`` (SparkSubmitOperator, ``spark.mode: submit``): process one
 planned window of a pipeline, as :func:`cdcflow.runner.process` does in-process.
 
-    python spark_jobs/submit.py --pipeline NAME --run-id ID [--params JSON]
+    python cdcflow/airflow/spark_submit.py --pipeline NAME --run-id ID [--params JSON]
 
-The entry point of the job, apart from the job itself (spark_jobs/cdc_window.py), which the platform
-(cdcflow/runner.py) calls: so the job never imports the platform's runner back.
+It is the platform's entry point, not the job's: the job (spark_jobs/) never imports the platform.
 """
 
 from __future__ import annotations

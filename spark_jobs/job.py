@@ -1,0 +1,206 @@
+"""A window's job and its result: what the driver hands the tasks, and what comes back.
+
+``WindowJob`` is everything the Spark tasks need, resolved on the driver (no Airflow on the
+executors); ``WindowResult`` is what the window did, with the wall time of each stage
+(``WindowResult.timed``, the one stage timer). The tally is what the read tasks counted per
+partition: its end offset, its records, and the bad records per stage.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from connectors import timing
+from connectors.base import SinkStats
+from connectors.kafka.reader import ReadRange
+from connectors.mysql.offsets import OffsetCommit
+from spark_jobs.sinks import SinkTarget
+
+REPORT_SCHEMA = "reported long"
+
+
+DLQ_CLASS_KEY = "dlq:"  # sink dead letters by error class ride in the writer's extra stats
+
+
+WRITE_SCHEMA = "sink string, upserted long, deleted long, stale long, failed long, extra string"
+
+
+SINK_OFFSETS_KEY = "sink_offsets"  # the offset sink's commit result, in its writer's extra stats
+
+
+CHANGED_KEY = "changed"  # per table/index: [upserted, deleted] (SinkStats.changed), for the asset events
+
+
+SECONDS_KEY = "seconds"  # a per-partition write task's time on one target (spark_jobs/write.py)
+
+
+UNFIT_KEY = "unfit"  # rows a writer sent to the DLQ because their values do not fit (reports_own_errors)
+
+
+MAX_EXAMPLES = 5
+
+
+RECORDS_PER_READ_TASK = 5_000  # planned records per read task, in windows that end by themselves
+
+
+TRUNCATE_TO_DLQ = ("a TRUNCATE of the source table {table} (truncate: dlq): sent to the dead-letter topic, the target "
+                   "keeps its rows; truncate: ignore skips such records")
+
+
+@dataclass(frozen=True)
+class WindowJob:
+    """Everything the executors need; resolved on the driver so executors need no Airflow."""
+
+    pipeline: str
+    run_id: str
+    consumer_conf: dict[str, Any]
+    producer_conf: dict[str, Any]
+    ranges: tuple[ReadRange, ...]
+    sinks: tuple[SinkTarget, ...]
+    versioning: str
+    tolerance: str
+    dlq_topic: str | None
+    context_headers: bool
+    transforms: tuple[Any, ...] = ()
+    key_converter: str = "json"
+    value_converter: str = "json"
+    # dead letters an earlier attempt of this window sent already: (topic, partition, offset, component)
+    dead_letters_sent: frozenset[tuple[str, int, int, str]] = frozenset()
+    faults: tuple[str, ...] = ()  # fault injection points active in the tasks (connectors.faults)
+    # exactly-once (offset_store.sink): the MySQL sink whose transaction commits the window's offsets,
+    # and how (advance: compare-and-set from the starts; set: a rewind; keep: a time-range replay)
+    offsets_sink: str | None = None
+    offsets_mode: str = "advance"
+    max_dead_letters: Any = None  # errors.max_dead_letters (cdcflow.config.DeadLetterLimit): the breaker
+    spark_timeout: float = 1800.0  # spark.timeout: the window's Spark work is cancelled past it (spark_jobs/deadline.py)
+    source_format: str = "debezium"  # source.format: the decoder of the records (connectors/formats.py)
+    truncate: str = "ignore"  # truncate: what a TRUNCATE of a source table does (ignore | dlq)
+    schema_changes: str = "lenient"  # tables made from the record schema: connectors/mysql/evolution.py
+    schema_decisions: tuple[tuple[str, str], ...] = ()  # schema_changes pause: (change key, approved|rejected)
+    # Debezium: a smaller batch is decoded record by record (connectors/debezium/envelope.COLUMN_WISE_MIN;
+    # $CDCFLOW_COLUMN_WISE_MIN on the driver sets it, so that tests run small windows column-wise too)
+    column_wise_min: int | None = None
+
+    def offset_commit(self, ends: dict[tuple[str, int], tuple[int, int]]) -> OffsetCommit | None:
+        if self.offsets_sink is None:
+            return None
+        return OffsetCommit(self.pipeline, self.run_id, self.offsets_mode,  # type: ignore[arg-type]
+                            tuple((r.topic, r.partition, r.start, ends[(r.topic, r.partition)][0]) for r in self.ranges))
+
+
+@dataclass
+class WindowResult:
+    ends: dict[tuple[str, int], tuple[int, int]]
+    records: int = 0
+    dead_lettered: int = 0
+    dead_letters: dict[tuple[str, str], int] = field(default_factory=dict)  # (stage, error class) -> count
+    sinks: dict[str, SinkStats] = field(default_factory=dict)
+    stages: dict[str, float] = field(default_factory=dict)  # wall seconds per stage, where time goes
+    # exactly-once: what the offset sink's transaction committed ({advanced, left} or {already: run})
+    sink_offsets: dict[str, Any] | None = None
+    record_time: list[int | None] = field(default_factory=lambda: [None, None])  # Kafka ms: first, last
+    truncates_ignored: int = 0  # TRUNCATEs of source tables left unapplied (truncate: ignore)
+    schema_changes: list[dict[str, Any]] = field(default_factory=list)  # DDL run and changes ignored, per column
+    truncates: list[dict[str, Any]] = field(default_factory=list)  # truncate: apply: per table, its version, rows deleted
+
+    def stats(self) -> dict[str, Any]:
+        return {"records": self.records, "dead_lettered": self.dead_lettered, "record_time": self.record_time,
+                **({"sink_offsets": self.sink_offsets} if self.sink_offsets is not None else {}),
+                **({"truncates_ignored": self.truncates_ignored} if self.truncates_ignored else {}),
+                **({"schema_changes": self.schema_changes} if self.schema_changes else {}),
+                **({"truncates": self.truncates} if self.truncates else {}),
+                "dead_letters": [{"stage": st, "error_class": ec, "count": n}
+                                 for (st, ec), n in sorted(self.dead_letters.items())],
+                "sinks": {n: vars(s) for n, s in self.sinks.items()},
+                "stages": {k: round(v, 3) for k, v in self.stages.items()}}
+
+    def timed(self, stage: str) -> AbstractContextManager[None]:
+        """The wall time of a block into ``stages[stage]`` (connectors/timing.py, the one stage timer)."""
+        return timing.timed(self.stages, stage)
+
+
+class Counted(NamedTuple):
+    """One (stage, topic, partition) of the tally: its end offset, its records, the Kafka timestamps
+    of its first and last record, and the TRUNCATEs it left unapplied (truncate: ignore)."""
+
+    end: int
+    n: int
+    first: int | None
+    last: int | None
+    truncates: int
+
+
+Tally = dict[tuple[str | None, str, int], Counted]  # (bad stage or None for what was read, topic, partition)
+
+
+def read_tasks(ranges: tuple[ReadRange, ...]) -> int:
+    """How many Spark tasks read the window: one per partition range, except that a small window
+    whose ranges all end by themselves (at EOF, a known stop or their budget, never by waiting for
+    new records) is read by fewer tasks, one after another: a task costs more to schedule (~0.1 s)
+    than reading a few thousand records takes."""
+    if not all(r.stop_on_eof or r.stop is not None for r in ranges):
+        return len(ranges)  # a range that waits until the deadline must not delay the next one
+    planned = sum(max(r.max_records, 0) for r in ranges)
+    return max(1, min(len(ranges), -(-planned // RECORDS_PER_READ_TASK)))
+
+
+def read_result(ends: dict[tuple[str, int], tuple[int, int]], tally: Tally,
+                on_read: Callable[[dict[tuple[str, int], tuple[int, int]]], None],
+                stages: dict[str, float] | None = None) -> WindowResult:
+    """The read range into the ledger (before anything is applied), and the window's result so far
+    (its ``stages``: the timer the window's stages already run on)."""
+    on_read(ends)
+    return WindowResult(ends=ends, records=sum(c for _e, c in ends.values()), record_time=record_time(tally),
+                        truncates_ignored=sum(c.truncates for (stage, _t, _p), c in tally.items() if stage is None),
+                        stages={} if stages is None else stages)
+
+
+def ends_of(job: WindowJob, tally: Tally) -> dict[tuple[str, int], tuple[int, int]]:
+    """Per planned range, (end offset, records read); a range that read nothing ends at its start."""
+    read = {(t, p): c for (stage, t, p), c in tally.items() if stage is None}
+    return {(r.topic, r.partition): (c.end, c.n) if (c := read.get((r.topic, r.partition))) else (r.start, 0)
+            for r in job.ranges}
+
+
+def record_time(tally: Tally) -> list[int | None]:
+    """The Kafka timestamps (ms) of the window's first and last record read: [min, max]."""
+    read = [c for (stage, _t, _p), c in tally.items() if stage is None]
+    return [min((c.first for c in read if c.first is not None), default=None),
+            max((c.last for c in read if c.last is not None), default=None)]
+
+
+def count_written(result: WindowResult, sink: str, row: Any) -> None:
+    """One writer row (WRITE_SCHEMA) into the window's statistics and dead-letter counts (and, from
+    the per-partition write tasks, its seconds into the sink's stage)."""
+    stats = result.sinks.setdefault(sink, SinkStats())
+    extra = json.loads(row.extra)
+    if SINK_OFFSETS_KEY in extra:
+        result.sink_offsets = extra.pop(SINK_OFFSETS_KEY)
+    if UNFIT_KEY in extra:
+        unfit = int(extra.pop(UNFIT_KEY))
+        result.dead_lettered += unfit
+        dl = ("transform", "cdcflow.errors.RecordError")
+        result.dead_letters[dl] = result.dead_letters.get(dl, 0) + unfit
+    for key in [k for k in extra if k.startswith(DLQ_CLASS_KEY)]:
+        dl = ("sink", key.removeprefix(DLQ_CLASS_KEY))
+        result.dead_letters[dl] = result.dead_letters.get(dl, 0) + int(extra.pop(key))
+    if SECONDS_KEY in extra:
+        stage = f"sink:{sink}"
+        timing.add(result.stages, stage, float(extra.pop(SECONDS_KEY)))
+    changed = extra.pop(CHANGED_KEY, {})
+    stats.add(SinkStats(row.upserted, row.deleted, row.stale, row.failed, extra, changed))
+    result.dead_lettered += row.failed
+
+
+def smaller(a: int | None, b: int | None) -> int | None:
+    """The smaller of two values where None is unknown (the other wins)."""
+    return b if a is None else a if b is None else min(a, b)
+
+
+def larger(a: int | None, b: int | None) -> int | None:
+    """The larger of two values where None is unknown (the other wins)."""
+    return b if a is None else a if b is None else max(a, b)

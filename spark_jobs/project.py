@@ -1,0 +1,302 @@
+"""A read task's decoded changes split by sink target: projected, reduced, packed.
+
+Per target whose columns are known before the window (declared MySQL columns, Elasticsearch) the
+changes are projected (spark_jobs/tables.py, :func:`project_documents`) and reduced to the last change
+per key; a sink whose tables come from the records gets its changes tagged with their table. What
+cannot be processed becomes a dead-letter row; the tally counts what was read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from connectors import images
+from connectors.changes import TRUNCATE
+from connectors.elasticsearch.config import ElasticsearchSinkConfig
+from connectors.mysql.config import MySqlSinkConfig
+from spark_jobs.blobs import BAD, CHANGES, ROWS, TALLY, bucketed, pack, packed
+from spark_jobs.dead_letters import first_per_record
+from spark_jobs.job import MAX_EXAMPLES, TRUNCATE_TO_DLQ, WindowJob
+from spark_jobs.prepare import is_static
+from spark_jobs.read import reader
+from spark_jobs.sinks import SinkTarget, is_routed
+from spark_jobs.tables import RAW_COLUMNS, TABLE_COLUMN, latest_rows, project_rows
+from spark_jobs.write import row_keys
+
+BAD_COLUMNS = [*RAW_COLUMNS, "error_stage", "error_message", "component"]
+
+
+_ROUTE = r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,248}$"  # spark_jobs/records.ROUTE, in RE2
+
+
+_RESERVED = r"^(?i)cdcflow[_-]"
+
+
+def _join(parts: list[pa.Array], sep: str, nulls: str) -> pa.Array:
+    """``sep``-joined; nulls "skip" (Spark's concat_ws: nulls left out, "" when all are) or "emit_null".
+    pyarrow's own skip mode drops the rows whose every part is null (pyarrow 21), so it is not used."""
+    if nulls == "emit_null":
+        return pc.binary_join_element_wise(*parts, sep)
+    joined = parts[0]
+    for part in parts[1:]:
+        joined = pc.coalesce(pc.binary_join_element_wise(joined, part, sep), joined, part)
+    return pc.fill_null(joined, "")
+
+
+def _messages(errors: list[pa.Array], n: int) -> pa.Array:
+    """The rows' error texts "; "-joined (nulls skipped), null where there is none."""
+    message = pa.nulls(n, pa.string())
+    for error in errors:
+        message = pc.coalesce(pc.binary_join_element_wise(message, error, "; "), message, error)
+    return message
+
+
+def project_documents(rows: pa.Table, sink: ElasticsearchSinkConfig) -> pa.Table:
+    """Valid changes -> RAW_COLUMNS + route, change_op, version, row_index, c_0 (index), c_1 (document
+    id), c_2 (the document as JSON) and error_message: the rules of the Spark projection
+    (``debezium.project_for_elasticsearch``)."""
+    tombstone = pc.is_null(rows.column("value"))
+    if sink.behavior_on_null_values == "ignore" or sink.key_ignore:
+        rows = rows.filter(pc.invert(tombstone))
+    if sink.key_ignore:  # no stable id: every change is its own document, deletes have no target
+        rows = rows.filter(pc.equal(rows.column("change_op"), "upsert"))
+    n = rows.num_rows
+    tombstone = pc.is_null(rows.column("value"))
+    errors: list[pa.Array] = []
+    if sink.key_ignore:
+        doc_id = _join([rows.column("topic"), pc.cast(rows.column("partition"), pa.string()),
+                        pc.cast(rows.column("offset"), pa.string())], "+", "skip")
+    else:
+        image = images.Fields(rows.column("image"))  # its layout worked out once for every id field
+        parts = [image.texts(f) for f in sink.id_fields]
+        doc_id = _join(parts, "+", "skip")
+        errors += [pc.if_else(pc.is_null(p), f"document id field '{f}' is missing or null", None)
+                   for p, f in zip(parts, sink.id_fields, strict=True)]
+    index = _index_names(rows, sink.index)
+    if sink.behavior_on_null_values == "fail":
+        errors.append(pc.if_else(tombstone, "null value (tombstone) with behavior_on_null_values: fail", None))
+    base = [*RAW_COLUMNS, "route", "change_op", "version", "row_index"]
+    return pa.table([*[rows.column(c) for c in base], index, doc_id, rows.column("image_json"), _messages(errors, n)],
+                    names=[*base, "c_0", "c_1", "c_2", "error_message"])
+
+
+def _index_names(rows: pa.Table, template: str) -> Any:
+    """The index of each change: the template with {topic} filled by its route, lower-cased."""
+    pieces = template.split("{topic}")
+    index: Any = pa.array([pieces[0]] * rows.num_rows, pa.string())
+    for piece in pieces[1:]:
+        index = pc.binary_join_element_wise(index, pc.utf8_lower(rows.column("route")), piece, "")
+    return index
+
+
+def _table_names(rows: pa.Table, template: str) -> pa.Array:
+    """The table of each change: the template with {topic}, {source.table}, {source.db} filled (null
+    where the change lacks one): ``sinks.table_name``."""
+    import re  # noqa: PLC0415
+
+    columns = {"{topic}": "route", "{source.table}": "source_table", "{source.db}": "source_db"}
+    parts = [p for p in re.split(r"(\{[^}]*\})", template) if p]
+    arrays = [rows.column(columns[p]) if p in columns else pa.array([p] * rows.num_rows, pa.string()) for p in parts]
+    return arrays[0] if len(arrays) == 1 else _join(arrays, "", "emit_null")
+
+
+def _bad_route(names: pa.Array, template: str) -> pa.Array:
+    """Why a change cannot go to a table (``sinks.unroutable`` / ``records.bad_route_reason``), or null."""
+    shown = pc.utf8_slice_codeunits(names, 0, 80)
+    no_field = f"the change has no source field for table {template!r} (source.table / source.db)"
+    invalid = pc.binary_join_element_wise("the routed topic '", shown, "' cannot name a table or an index: expected "
+                                          "1-249 of A-Z a-z 0-9 . _ -, not starting with '.'", "")
+    reserved = pc.binary_join_element_wise("the routed topic '", shown, "' is reserved: names starting with cdcflow_ "
+                                           "or cdcflow- are cdcflow's own tables and indices", "")
+    ok_name = pc.fill_null(pc.match_substring_regex(names, _ROUTE), False)
+    is_reserved = pc.fill_null(pc.match_substring_regex(names, _RESERVED), False)
+    return pc.if_else(pc.is_null(names), no_field,
+                      pc.if_else(pc.invert(ok_name), invalid, pc.if_else(is_reserved, reserved, None)))
+
+
+def _schemas(rows: pa.Table, group: pa.Array) -> list[list[Any]]:
+    """[group, row_schema, min version] of the changes that carry a row schema (``sinks.schemas_by``),
+    and [group, None, min version] for the groups without one."""
+    t = pa.table({"g": group, "s": rows.column("row_schema"), "v": rows.column("version")})
+    agg = t.group_by(["g", "s"], use_threads=False).aggregate([("v", "min")])
+    return [[g, s, v] for g, s, v in zip(agg.column("g").to_pylist(), agg.column("s").to_pylist(),
+                                          agg.column("v_min").to_pylist(), strict=True)]
+
+
+def _bad_rows(rows: pa.Table, stage: Any, message: Any, component: str) -> pa.Table:
+    n = rows.num_rows
+    return pa.table([*[rows.column(c) for c in RAW_COLUMNS],
+                     stage if isinstance(stage, pa.Array | pa.ChunkedArray) else pa.array([stage] * n, pa.string()),
+                     message, pa.array([component] * n, pa.string())], names=BAD_COLUMNS)
+
+
+def _tally_of(decoded: pa.Table, bad: pa.Table) -> dict[str, Any]:
+    """Per partition: end, records, first and last Kafka timestamps, TRUNCATEs left unapplied; per
+    (stage, partition) the dead letters (spark_jobs.job.Counted, by JSON)."""
+    first = pc.equal(decoded.column("row_index"), 0)
+    ignored = pc.and_(pc.equal(pc.fill_null(decoded.column("change_op"), ""), TRUNCATE),
+                      pc.is_null(decoded.column("error_stage")))
+    t = pa.table({"topic": decoded.column("topic"), "partition": decoded.column("partition"),
+                  "offset": decoded.column("offset"), "timestamp": decoded.column("timestamp"),
+                  "record": pc.cast(first, pa.int64()), "truncate": pc.cast(ignored, pa.int64())})
+    agg = t.group_by(["topic", "partition"], use_threads=False).aggregate(
+        [("offset", "max"), ("record", "sum"), ("timestamp", "min"), ("timestamp", "max"), ("truncate", "sum")])
+    read = [[None, *r] for r in zip(*[agg.column(c).to_pylist() for c in
+                                      ("topic", "partition", "offset_max", "record_sum", "timestamp_min",
+                                       "timestamp_max", "truncate_sum")], strict=True)]
+    out = [[s, tp, p, end + 1, n, lo, hi, tr] for s, tp, p, end, n, lo, hi, tr in read]
+    if bad.num_rows:
+        b = bad.group_by(["error_stage", "topic", "partition"], use_threads=False).aggregate(
+            [("offset", "max"), ("offset", "count"), ("timestamp", "min"), ("timestamp", "max")])
+        out += [[s, tp, p, end + 1, n, lo, hi, 0] for s, tp, p, end, n, lo, hi in zip(
+            *[b.column(c).to_pylist() for c in ("error_stage", "topic", "partition", "offset_max", "offset_count",
+                                                "timestamp_min", "timestamp_max")], strict=True)]
+    return {"counted": out}
+
+
+def truncate_policy(job: WindowJob, decoded: pa.Table) -> pa.Table:
+    """truncate: dlq: a TRUNCATE becomes a bad record with its table (``spark_path._truncates``)."""
+    if job.truncate != "dlq" or not decoded.num_rows:
+        return decoded
+    is_truncate = pc.and_(pc.equal(pc.fill_null(decoded.column("change_op"), ""), TRUNCATE),
+                          pc.is_null(decoded.column("error_stage")))
+    if not pc.any(is_truncate).as_py():
+        return decoded
+    table = pc.if_else(pc.is_null(decoded.column("source_table")), decoded.column("topic"),
+                       _join([decoded.column("source_db"), decoded.column("source_table")], ".", "skip"))
+    before, after = TRUNCATE_TO_DLQ.split("{table}")
+    message = pc.if_else(is_truncate, pc.binary_join_element_wise(before, table, after, ""),
+                         decoded.column("error_message"))
+    stage = pc.if_else(is_truncate, "transform", decoded.column("error_stage"))
+    decoded = decoded.set_column(decoded.schema.get_field_index("error_message"), "error_message", message)
+    return decoded.set_column(decoded.schema.get_field_index("error_stage"), "error_stage", stage)
+
+
+def read_task(job: WindowJob, tasks: int) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The default path's read task: its partition ranges read and decoded (spark_jobs/read.py),
+    ``truncate`` applied, then :func:`split` by target into packed blobs and a tally."""
+    decode = reader(job, tasks, decode=True, typed=True)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        batches = list(batches)
+        task = batches[0].column("idx")[0].as_py() if batches and batches[0].num_rows else -1
+        decoded_batches = list(decode(iter(batches)))
+        if not decoded_batches:
+            yield packed(task, TALLY, "", info={"counted": [], "schemas": {}})
+            return
+        decoded = truncate_policy(job, images.concat_tables([pa.table(b) for b in decoded_batches]))
+        yield from split(job, task, decoded, tasks)
+    return run
+
+
+def split(job: WindowJob, task: int, decoded: pa.Table, writers: int = 1) -> Iterator[pa.RecordBatch]:
+    """A read task's decoded changes -> its dead letters, each static target's last change per key,
+    each dynamic sink's changes tagged with their table (both packed per write task, of ``writers``,
+    by key or table: :func:`bucketed`), and the tally."""
+    stage = decoded.column("error_stage")
+    bad_parts = []
+    errored = pc.is_valid(stage)
+    if pc.any(errored).as_py():
+        failed = decoded.filter(errored)
+        bad_parts.append(_bad_rows(failed, failed.column("error_stage"), failed.column("error_message"),
+                                   f"converter:{job.value_converter}"))
+    op = pc.fill_null(decoded.column("change_op"), "")
+    valid = decoded.filter(pc.and_(pc.invert(errored), pc.and_(pc.not_equal(op, ""), pc.not_equal(op, TRUNCATE))))
+    truncates = truncates_of(job, decoded.filter(pc.and_(pc.invert(errored), pc.equal(op, TRUNCATE))))
+    schemas: dict[str, list[list[Any]]] = {}
+    out: list[pa.RecordBatch] = []
+    for target in job.sinks:
+        if is_static(target):
+            out += _static_rows(task, target, valid, writers, schemas, bad_parts)
+        else:
+            out += _tagged_changes(task, target, valid, writers, schemas, bad_parts)
+    bad = pa.concat_tables(bad_parts) if bad_parts else pa.table(
+        {c: pa.array([], t) for c, t in zip(BAD_COLUMNS, [decoded.schema.field(c).type for c in RAW_COLUMNS]
+                                            + [pa.string()] * 3, strict=True)})
+    if job.source_format != "debezium" and bad.num_rows:
+        bad = first_per_record(bad)
+    yield from out
+    if bad.num_rows:
+        yield from (packed(task, BAD, "", blob) for blob in pack(bad))
+    examples = [f"{t}[{p}]@{o} ({s}): {m}" for t, p, o, s, m in zip(
+        *[bad.column(c).slice(0, MAX_EXAMPLES).to_pylist() for c in
+          ("topic", "partition", "offset", "error_stage", "error_message")], strict=True)]
+    yield packed(task, TALLY, "", info={**_tally_of(decoded, bad), "schemas": schemas, "examples": examples,
+                                         "truncates": truncates})
+
+
+def _static_rows(task: int, target: SinkTarget, valid: pa.Table, writers: int, schemas: dict[str, list[list[Any]]],
+                 bad_parts: list[pa.Table]) -> list[pa.RecordBatch]:
+    """A target whose columns are known: its projected rows, the last change per key, packed by key
+    (the rows that do not fit into ``bad_parts``; an index's row schemas into ``schemas``)."""
+    cfg = target.config
+    keys = row_keys(target)
+    if isinstance(cfg, MySqlSinkConfig):
+        projected = project_rows(valid, cfg)
+    else:
+        projected = project_documents(valid, cfg)
+        if cfg.mapping is None and projected.num_rows:  # the index mapping from the record schemas
+            routes = valid.column("route") if "{topic}" in cfg.index else pa.nulls(valid.num_rows, pa.string())
+            schemas[cfg.name] = _schemas(valid, routes)
+    unfit = pc.is_valid(projected.column("error_message"))
+    if pc.any(unfit).as_py():
+        rejected = projected.filter(unfit)
+        bad_parts.append(_bad_rows(rejected, "transform", rejected.column("error_message"), target.component))
+        projected = projected.filter(pc.invert(unfit))
+    rows = latest_rows(projected, keys, keep_unresolved=True) if keys and projected.num_rows else projected
+    return bucketed(task, ROWS, cfg.name, rows, keys, writers)
+
+
+def _tagged_changes(task: int, target: SinkTarget, valid: pa.Table, writers: int,
+                    schemas: dict[str, list[list[Any]]], bad_parts: list[pa.Table]) -> list[pa.RecordBatch]:
+    """A MySQL sink whose tables or columns come from the records: its changes tagged with their
+    table, packed by table (the unroutable and, with declared columns, the unfit into ``bad_parts``;
+    each table's row schemas into ``schemas``)."""
+    cfg = target.config
+    assert isinstance(cfg, MySqlSinkConfig)
+    names = _table_names(valid, cfg.table) if is_routed(cfg) else pa.array([cfg.table] * valid.num_rows, pa.string())
+    reason = _bad_route(names, cfg.table) if is_routed(cfg) else pa.nulls(valid.num_rows, pa.string())
+    unroutable = pc.is_valid(reason)
+    routed = valid
+    if pc.any(unroutable).as_py():
+        lost = valid.filter(unroutable)
+        bad_parts.append(_bad_rows(lost, "transform", reason.filter(unroutable), target.component))
+        routed, names = valid.filter(pc.invert(unroutable)), names.filter(pc.invert(unroutable))
+    if cfg.columns and routed.num_rows:  # declared columns: what does not fit is known before any write
+        unfit = pc.is_valid(project_rows(routed, cfg).column("error_message"))
+        if pc.any(unfit).as_py():
+            rejected = project_rows(routed.filter(unfit), cfg)
+            bad_parts.append(_bad_rows(rejected, "transform", rejected.column("error_message"), target.component))
+            routed, names = routed.filter(pc.invert(unfit)), names.filter(pc.invert(unfit))
+    if not routed.num_rows:
+        return []
+    tagged = routed.select(["topic", "partition", "offset", "timestamp", "key", "value", "headers", "route",
+                            "change_op", "version", "row_index", "image", "key_image"]).append_column(
+        TABLE_COLUMN, names)
+    schemas[cfg.name] = _schemas(routed, names)
+    return bucketed(task, CHANGES, cfg.name, tagged, [TABLE_COLUMN], writers)
+
+
+def truncates_of(job: WindowJob, rows: pa.Table) -> dict[str, dict[str, int]]:
+    """``truncate: apply``: per sink, the tables (or indices) its TRUNCATEs go to (routed like the
+    sink's changes) and the newest truncate's version of each."""
+    if job.truncate != "apply" or not rows.num_rows:
+        return {}
+    out: dict[str, dict[str, int]] = {}
+    for target in job.sinks:
+        cfg = target.config
+        if isinstance(cfg, ElasticsearchSinkConfig):
+            names = _index_names(rows, cfg.index)
+        elif is_routed(cfg):
+            names = _table_names(rows, cfg.table)
+            names = pc.if_else(pc.is_valid(_bad_route(names, cfg.table)), None, names)
+        else:
+            names = pa.array([cfg.table] * rows.num_rows, pa.string())
+        t = pa.table({"table": names, "version": rows.column("version")}).filter(pc.is_valid(names))
+        agg = t.group_by("table", use_threads=False).aggregate([("version", "max")])
+        out[cfg.name] = dict(zip(agg.column("table").to_pylist(), agg.column("version_max").to_pylist(), strict=True))
+    return out
