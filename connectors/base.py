@@ -17,9 +17,27 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import pyarrow as pa
 
-from connectors.kafka.dlq import FailedRecord, Header
-
 ChangeOp = Literal["upsert", "delete"]
+Header = tuple[str, bytes | None]
+
+
+@dataclass(frozen=True)
+class FailedRecord:
+    """A record that cannot be processed, with its raw bytes and why (the dead-letter reporter,
+    connectors/kafka/dlq.py, re-sends it with these as Kafka Connect's error-context headers)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[Header]
+    stage: str  # "converter" | "transform" | "sink"
+    component: str  # what was processing it (a sink name, the converter)
+    error_class: str
+    message: str
+    stacktrace: str = ""
+    extra_headers: Sequence[Header] = ()  # sink-specific context, e.g. the Elasticsearch error type
 
 
 @dataclass(frozen=True)
@@ -34,6 +52,24 @@ class SourceRef:
     headers: Sequence[Header] = ()
 
 
+class RecordRef(Protocol):
+    """What a change knows of its record: a :class:`SourceRef`, or a row of an Arrow batch read
+    only when asked (:meth:`ArrowRecords.ref`)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def headers(self) -> Sequence[Header]: ...
+
+
 class ArrowRecords:
     """The raw columns (topic, partition, offset, key, value, headers) of an Arrow batch, converted
     to Python only for the rows that ask: a rejected row needs its original bytes for the DLQ, the
@@ -45,8 +81,8 @@ class ArrowRecords:
         self.partition = batch.column("partition").to_pylist()
         self.offset = batch.column("offset").to_pylist()
 
-    def ref(self, i: int) -> SourceRef:
-        return _LazyRef(self, i)  # type: ignore[return-value]
+    def ref(self, i: int) -> RecordRef:
+        return _LazyRef(self, i)
 
 
 class _LazyRef:
@@ -70,7 +106,7 @@ class Change:
     key: tuple[Any, ...]
     values: dict[str, Any]
     version: int
-    source: SourceRef
+    source: RecordRef
 
     def failed(self, stage: str, component: str, error_class: str, message: str, trace: str = "",
                extra_headers: Sequence[Header] = ()) -> FailedRecord:

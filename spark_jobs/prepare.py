@@ -15,6 +15,7 @@ from typing import Any
 
 from connectors import faults
 from connectors.elasticsearch.config import ElasticsearchSinkConfig
+from connectors.elasticsearch.sink import ElasticsearchSink
 from connectors.mysql.config import MySqlSinkConfig
 from spark_jobs.job import WindowJob, WindowResult, smaller
 from spark_jobs.sinks import (
@@ -133,9 +134,11 @@ def ready_targets(job: WindowJob, tallies: list[dict[str, Any]]) -> Targets:
 
 
 @contextmanager
-def opened(target: SinkTarget) -> Iterator[Any]:
-    """An Elasticsearch sink opened on the driver, for what runs once per window before the writes."""
+def opened(target: SinkTarget) -> Iterator[ElasticsearchSink]:
+    """An Elasticsearch sink opened on the driver, for what runs once per window before the writes
+    (its TRUNCATE marks, its mappings: what only Elasticsearch sinks do)."""
     sink = SINK_TYPES[target.config.type].open(target)
+    assert isinstance(sink, ElasticsearchSink), f"sink {target.config.name!r} is not an Elasticsearch sink"
     sink.open()
     try:
         yield sink

@@ -61,11 +61,15 @@ class SinkType:
     prepare: Callable[[SinkTarget], None] = lambda t: None
 
 
+def _mysql_config(target: SinkTarget) -> MySqlSinkConfig:
+    assert isinstance(target.config, MySqlSinkConfig)
+    return target.config
+
+
 def _mysql_open(target: SinkTarget) -> Sink:
     from connectors.mysql.sink import MySqlSink  # noqa: PLC0415 - executor-side import
 
-    assert isinstance(target.config, MySqlSinkConfig)
-    return MySqlSink(target.config, target.url)
+    return MySqlSink(_mysql_config(target), target.url)
 
 
 def _es_changes(batch: pa.RecordBatch, _cfg: ElasticsearchSinkConfig) -> list[Change]:
@@ -352,7 +356,7 @@ class TableGroup:
 
     @property
     def config(self) -> MySqlSinkConfig:
-        return self.target.config  # type: ignore[return-value]
+        return _mysql_config(self.target)
 
 
 def prepare_derived(group: TableGroup, policy: str, decisions: dict[str, str] | None = None,
@@ -381,4 +385,4 @@ def prepare_tables(targets: list[SinkTarget]) -> None:
     from connectors.mysql.sink import prepare_tables as prepare  # noqa: PLC0415
 
     if targets:
-        prepare(targets[0].url, [MySqlSink(t.config, t.url) for t in targets])  # type: ignore[arg-type]
+        prepare(targets[0].url, [MySqlSink(_mysql_config(t), t.url) for t in targets])

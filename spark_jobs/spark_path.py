@@ -246,7 +246,8 @@ def _one_job_for_tables(job: WindowJob, target: SinkTarget) -> bool:
 
 
 def _target_key(target: SinkTarget) -> tuple[str, str]:
-    return target.config.name, str(getattr(target.config, "table", getattr(target.config, "index", "")))
+    cfg = target.config
+    return cfg.name, cfg.table if isinstance(cfg, MySqlSinkConfig) else cfg.index
 
 
 def _one_target_for_offsets(job: WindowJob,

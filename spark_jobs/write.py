@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectors import faults, images
-from connectors.base import ArrowSink, OffsetSink
+from connectors.base import ArrowSink, OffsetSink, Sink
 from connectors.errors import ConfigError, ToleranceExceeded
 from connectors.kafka.dlq import DeadLetterReporter, FailedRecord
 from connectors.mysql.config import MySqlSinkConfig
@@ -89,34 +89,39 @@ def tables_writer(job: WindowJob,
         try:
             tables = [(group.tables[name], rows) for name, rows in by_table(images.concat_tables(
                 [pa.table(b) for b in received]))]
-            sinks = [MySqlSink(t.config, t.url, engine=engine) for t, _rows in tables]  # type: ignore[arg-type]
+            sinks = [MySqlSink(_table_config(t), t.url, engine=engine) for t, _rows in tables]
             read_newest_tombstones(engine, sinks)  # one query for the task's tables (each open() would read its own)
             joined = len(tables) > 1 and sum(r.num_rows for _t, r in tables) <= JOINED_ROWS
             with one_transaction(engine, sinks) if joined else contextlib.nullcontext():
                 out = []
                 for (target, rows), sink in zip(tables, sinks, strict=True):
-                    cfg = target.config
-                    assert isinstance(cfg, MySqlSinkConfig)
-                    latest = latest_rows(project_rows(rows, cfg), key_columns(cfg))
-                    out.append(write_target(job, target, iter(latest.to_batches()), sink, dlq, prepared=True))
+                    latest = latest_rows(project_rows(rows, sink.cfg), key_columns(sink.cfg))
+                    sink.open(prepared=True)  # the window prepared its tables and read their tombstones
+                    out.append(write_target(job, target, iter(latest.to_batches()), sink, dlq, opened=True))
             yield from out  # once the tables' transaction committed
         finally:
             engine.dispose()
     return write
 
 
-def offset_sink(sink: Any, name: str) -> OffsetSink:
+def _table_config(target: SinkTarget) -> MySqlSinkConfig:
+    assert isinstance(target.config, MySqlSinkConfig), "a sink's tables are MySQL tables"
+    return target.config
+
+
+def offset_sink(sink: Sink, name: str) -> OffsetSink:
     if not isinstance(sink, OffsetSink):  # the config allows a MySQL sink only (cdcflow/config.py)
         raise ConfigError(f"offset_store.sink: sink {name!r} cannot commit offsets in its transaction")
     return sink
 
 
-def write_target(job: WindowJob, target: SinkTarget, batches: Iterator[pa.RecordBatch], sink: Any,
+def write_target(job: WindowJob, target: SinkTarget, batches: Iterator[pa.RecordBatch], sink: Sink,
                   dlq: DeadLetterReporter | None, commit: OffsetCommit | None = None,
-                  prepared: bool = False) -> pa.RecordBatch:
+                  opened: bool = False) -> pa.RecordBatch:
     """Write one target's batches and flush them, and its dead letters, before the task reports
     success (so before any commit). Rows whose values do not fit (error_message set:
-    ``reports_own_errors``, spark_jobs/tables.py) go to the DLQ from here. Returns its stats row."""
+    ``reports_own_errors``, spark_jobs/tables.py) go to the DLQ from here. Returns its stats row.
+    ``opened``: the caller opened the sink (a table of many, whose tables the window prepared)."""
     cfg = target.config
     kind = SINK_TYPES[cfg.type]
     classes: dict[str, int] = {}
@@ -134,9 +139,7 @@ def write_target(job: WindowJob, target: SinkTarget, batches: Iterator[pa.Record
 
     write_arrow = sink.write_arrow if isinstance(sink, ArrowSink) else None  # the batches as they are
     offsets = offset_sink(sink, cfg.name) if commit is not None else None  # exactly-once
-    if prepared:
-        sink.open(prepared=True)
-    else:
+    if not opened:
         sink.open()
     extra: dict[str, Any] = {}
     try:

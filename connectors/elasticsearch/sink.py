@@ -29,10 +29,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from connectors.base import Change, SinkStats
+from connectors.base import Change, FailedRecord, SinkStats
 from connectors.elasticsearch.config import ElasticsearchSinkConfig
 from connectors.errors import ConfigError, SinkUnavailable
-from connectors.kafka.dlq import FailedRecord
 
 log = logging.getLogger(__name__)
 

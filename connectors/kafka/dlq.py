@@ -20,29 +20,10 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 
+from connectors.base import FailedRecord, Header  # the sink interface's; re-exported here for its importers
 from connectors.errors import DeadLetterWriteFailed
 
-Header = tuple[str, bytes | None]
-
 ERROR_HEADER_PREFIX = "__connect.errors."
-
-
-@dataclass(frozen=True)
-class FailedRecord:
-    """A record that cannot be processed, with its raw bytes and why."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: Sequence[Header]
-    stage: str  # "converter" | "transform" | "sink"
-    component: str  # what was processing it (a sink name, the converter)
-    error_class: str
-    message: str
-    stacktrace: str = ""
-    extra_headers: Sequence[Header] = ()  # sink-specific context, e.g. the Elasticsearch error type
 
 
 def context_headers(rec: FailedRecord, pipeline: str, run_id: str) -> list[Header]:

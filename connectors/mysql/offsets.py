@@ -17,7 +17,7 @@ it; a time-range replay never moves it.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -31,14 +31,14 @@ from connectors.errors import SinkUnavailable
 OFFSETS, COMMITS = "cdcflow_sink_offsets", "cdcflow_sink_commits"
 TopicPartition = tuple[str, int]
 CREATE = (
-    f"CREATE TABLE IF NOT EXISTS `{OFFSETS}` (pipeline VARCHAR(200) NOT NULL, topic VARCHAR(249) NOT NULL, "
-    "`partition` INT NOT NULL, next_offset BIGINT NOT NULL, run_id VARCHAR(250) NOT NULL, "
-    "updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), PRIMARY KEY (pipeline, topic, `partition`)"
-    ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
-    f"CREATE TABLE IF NOT EXISTS `{COMMITS}` (pipeline VARCHAR(200) NOT NULL, run_id VARCHAR(250) NOT NULL, "
-    "committed_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), offsets TEXT NOT NULL, "
-    "PRIMARY KEY (pipeline, run_id), KEY ix_cdcflow_sink_commits_age (pipeline, committed_at)"
-    ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+    (f"CREATE TABLE IF NOT EXISTS `{OFFSETS}` (pipeline VARCHAR(200) NOT NULL, topic VARCHAR(249) NOT NULL, "
+     "`partition` INT NOT NULL, next_offset BIGINT NOT NULL, run_id VARCHAR(250) NOT NULL, "
+     "updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), PRIMARY KEY (pipeline, topic, `partition`)"
+     ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"),
+    (f"CREATE TABLE IF NOT EXISTS `{COMMITS}` (pipeline VARCHAR(200) NOT NULL, run_id VARCHAR(250) NOT NULL, "
+     "committed_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), offsets TEXT NOT NULL, "
+     "PRIMARY KEY (pipeline, run_id), KEY ix_cdcflow_sink_commits_age (pipeline, committed_at)"
+     ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"),
 )
 
 
@@ -64,6 +64,37 @@ def lock(conn: sa.Connection, commit: OffsetCommit) -> bool:
     conn.exec_driver_sql(f"SELECT next_offset FROM `{OFFSETS}` WHERE pipeline = %s FOR UPDATE", (commit.pipeline,))
     return conn.exec_driver_sql(f"SELECT 1 FROM `{COMMITS}` WHERE pipeline = %s AND run_id = %s",
                                 (commit.pipeline, commit.run_id)).first() is not None
+
+
+def begin(engine: sa.Engine, commit: OffsetCommit) -> sa.Connection | None:
+    """The window's transaction, its offset rows locked (:meth:`MySqlSink.begin_window`), or None when
+    this run's window committed already (nothing to write)."""
+    conn = engine.connect()
+    try:
+        create_tables(conn)
+        conn.commit()
+        conn.begin()
+        committed = lock(conn, commit)
+    except BaseException:  # failed: this connection is done
+        conn.close()
+        raise
+    if committed:
+        conn.close()
+        return None
+    return conn
+
+
+def commit_window(window: sa.Connection, commit: OffsetCommit,
+                  before_commit: Callable[[], None] = lambda: None) -> dict[str, Any]:
+    """Write the window's offsets into its transaction and commit rows and offsets together; the
+    connection is closed either way."""
+    try:
+        result = write(window, commit)
+        before_commit()
+        window.commit()
+    finally:
+        window.close()
+    return result
 
 
 def _upsert(conn: sa.Connection, pipeline: str, topic: str, partition: int, offset: int, run_id: str) -> None:

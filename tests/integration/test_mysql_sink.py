@@ -172,3 +172,58 @@ def test_large_sets_are_split_into_transactions_and_statements(monkeypatch: pyte
         assert (count, total) == (1_000, sum(i % 50 for i in range(1_000)))
     finally:
         sink.close()
+
+
+def test_a_window_commits_its_rows_and_offsets_together_and_a_committed_run_writes_nothing_again() -> None:
+    """Exactly-once on the sink itself (the window job's own path runs on the Spark server's code)."""
+    from connectors.mysql.offsets import OffsetCommit, SinkOffsets
+
+    table, pipeline = unique("eo"), unique("eo_pipeline")
+    offsets = SinkOffsets(get_connection("cdcflow_mysql").sqlalchemy_url())
+    commit = OffsetCommit(pipeline, "run-1", "advance", (("t", 0, 0, 2),))
+    rows = [("upsert", 1, 1, "a", Decimal("1.00"), None, None), ("upsert", 2, 2, "b", None, None, None)]
+    try:
+        sink = make_sink(table, "set")
+        assert sink.begin_window(commit)
+        assert apply(sink, rows) == []
+        sink.close()  # killed before its commit: nothing of the window stays
+        assert table_rows(table) == [] and offsets.load(pipeline) == {}
+        sink = make_sink(table, "set")
+        assert sink.begin_window(commit)
+        assert apply(sink, rows) == []
+        assert sink.commit_window(commit) == {"advanced": {"t:0": 2}, "left": {}}
+        sink.close()
+        assert table_rows(table) == [(1, "a", Decimal("1.00"), None, None, 1), (2, "b", None, None, None, 2)]
+        assert offsets.load(pipeline) == {("t", 0): (2, "run-1")}
+        sink = make_sink(table, "set")
+        assert not sink.begin_window(commit)  # this run committed already: nothing to write
+        sink.close()
+    finally:
+        offsets.close()
+
+
+def test_many_tables_in_one_transaction_and_a_truncate_mark_keeps_older_changes_out() -> None:
+    table_a, table_b = unique("ja"), unique("jb")
+    url = get_connection("cdcflow_mysql").sqlalchemy_url()
+    engine = mysql_sink.writer_engine(url, shared=True)
+    cfgs = [MySqlSinkConfig(type="mysql", name="m", table=t, primary_key=["id"], columns=COLUMNS, create_table=True)
+            for t in (table_a, table_b)]
+    sinks = [MySqlSink(cfg, url, engine=engine) for cfg in cfgs]
+    try:
+        mysql_sink.prepare_tables(url, sinks)
+        mysql_sink.read_newest_tombstones(engine, sinks)
+        with mysql_sink.one_transaction(engine, sinks):
+            for i, sink in enumerate(sinks):
+                sink.open(prepared=True)
+                assert apply(sink, [("upsert", 10, i, f"in {sink.cfg.table}", None, None, None)]) == []
+                sink.close()
+        assert [table_rows(t) for t in (table_a, table_b)] == [[(0, f"in {table_a}", None, None, None, 10)],
+                                                               [(1, f"in {table_b}", None, None, None, 10)]]
+        assert mysql_sink.truncate_tables(url, {table_a: 20}, "m") == {table_a: 1}
+        sink = make_sink(table_a, "set")
+        assert apply(sink, [("upsert", 15, 5, "older than the TRUNCATE", None, None, None),
+                            ("upsert", 25, 6, "newer", None, None, None)]) == []
+        sink.close()
+        assert table_rows(table_a) == [(6, "newer", None, None, None, 25)] and sink.stats.stale == 1
+    finally:
+        engine.dispose()

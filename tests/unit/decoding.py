@@ -9,15 +9,11 @@ import pyarrow as pa
 
 from connectors.debezium.envelope import hints_from_columns
 from connectors.formats import decoder
-from connectors.kafka.reader import RAW_SCHEMA
+from connectors.memory import MemorySource, Record
 
 
 def raw_batch(records: list[tuple[bytes | None, bytes | None]], topic: str = "t") -> pa.RecordBatch:
-    n = len(records)
-    return pa.RecordBatch.from_pydict({
-        "topic": [topic] * n, "partition": [0] * n, "offset": list(range(n)), "timestamp": [1000 + i for i in range(n)],
-        "key": [k for k, _v in records], "value": [v for _k, v in records], "headers": [[] for _ in range(n)]},
-        schema=RAW_SCHEMA)
+    return MemorySource([Record(topic, 0, i, k, v, 1000 + i) for i, (k, v) in enumerate(records)]).batch()
 
 
 def decode(source_format: str, records: list[tuple[bytes | None, bytes | None]],

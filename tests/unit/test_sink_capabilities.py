@@ -3,6 +3,8 @@ attributes looked up by name: what each sink declares, and a sink without them."
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from cdcflow.config import load_pipeline
@@ -33,3 +35,13 @@ def test_each_sink_declares_its_capabilities() -> None:
     assert (isinstance(es, ArrowSink), isinstance(es, OffsetSink), isinstance(es, PrunableSink)) == (
         False, False, True)
     assert not any(isinstance(RowsOnly(), cap) for cap in (ArrowSink, OffsetSink, PrunableSink))
+
+
+def test_the_sink_interface_imports_no_concrete_connector() -> None:
+    """connectors/base.py is the interface: importing it loads no Kafka, MySQL or Elasticsearch module."""
+    probe = ("import sys, connectors.base; print(sorted(m for m in sys.modules if m.split('.')[0] in "
+             "('confluent_kafka', 'pymysql', 'sqlalchemy', 'elasticsearch') or m.startswith('connectors.') "
+             "and m != 'connectors.base'))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.stdout.strip() == "[]", out.stdout

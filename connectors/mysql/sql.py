@@ -1,0 +1,133 @@
+"""The MySQL sink's statements, built once per table from its config (connectors/mysql/sink.py says
+what they guarantee). Identifiers are always quoted; values are parameters, or, in the set-based
+statements that run without parameters, escaped literals.
+
+* The upsert: ``INSERT … ON DUPLICATE KEY UPDATE`` where every column is only replaced when the
+  incoming version is at least the stored one (``__cdc_version``). MySQL evaluates the assignments
+  left to right, so the version column is assigned last.
+* The delete: ``DELETE … WHERE __cdc_version <= version``, and a row of ``cdcflow_tombstones``
+  (table, key, version) for the key.
+* The set-based statements: the same guards from the staging tables (temporary tables with the
+  target's column types) that connectors/mysql/apply.py loads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import pymysql
+
+from connectors.errors import ConfigError
+from connectors.mysql.config import MySqlSinkConfig
+
+VERSION_COLUMN = "__cdc_version"
+TOMBSTONES = "cdcflow_tombstones"
+TOMBSTONES_AGE_INDEX = "ix_cdcflow_tombstones_age"  # (table_name, deleted_at), for retention
+TOMBSTONES_DDL = (
+    f"CREATE TABLE IF NOT EXISTS `{TOMBSTONES}` ("
+    "table_name VARCHAR(64) NOT NULL, key_hash BINARY(20) NOT NULL, key_json TEXT NOT NULL, "
+    "version BIGINT NOT NULL, deleted_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, "
+    f"PRIMARY KEY (table_name, key_hash), KEY `{TOMBSTONES_AGE_INDEX}` (table_name, deleted_at)"
+    ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4")
+# a table's TRUNCATE mark (truncate: apply): a tombstone row of the whole table, at the truncate's version
+TRUNCATE_HASH = hashlib.sha1(b"cdcflow:truncate").digest()
+TRUNCATE_KEY = '"<truncate>"'
+UPSERT_STAGE, DELETE_STAGE = "cdcflow_stage_upserts", "cdcflow_stage_deletes"
+HASH_COLUMN, KEY_JSON_COLUMN = "__cdc_key_hash", "__cdc_key_json"
+
+
+def quote(identifier: str) -> str:
+    """Quote a MySQL identifier; backticks inside are doubled, so no name can break out."""
+    if "\x00" in identifier:
+        raise ConfigError(f"identifier {identifier!r} contains a NUL byte")
+    return "`" + identifier.replace("`", "``") + "`"
+
+
+def literal(text: str) -> str:
+    """A MySQL string literal (backslash escapes on, as the sink's session has them)."""
+    return "'" + pymysql.converters.escape_string(text) + "'"
+
+
+def key_hash(key: tuple[Any, ...]) -> tuple[bytes, str]:
+    text = json.dumps([str(k) for k in key], ensure_ascii=False)
+    return hashlib.sha1(text.encode("utf-8")).digest(), text
+
+
+class Statements:
+    """A table's statements: the row path's, the set path's and its DDL."""
+
+    def __init__(self, cfg: MySqlSinkConfig) -> None:
+        self.cfg = cfg
+        self.columns = [c.name for c in cfg.columns]
+        self.data_columns = [c for c in self.columns if c not in cfg.primary_key]
+        t = quote(cfg.table)
+        cols = [*self.columns, VERSION_COLUMN]
+        collist = ", ".join(quote(c) for c in cols)
+        placeholders = ", ".join(["%s"] * len(cols))
+        v = quote(VERSION_COLUMN)
+        self.upsert_sql = f"INSERT INTO {t} ({collist}) VALUES ({placeholders}) {self.guard()}"
+        where = " AND ".join(f"{quote(k)} = %s" for k in cfg.primary_key)
+        self.delete_sql = f"DELETE FROM {t} WHERE {where} AND {v} <= %s"
+        self.tombstone_sql = (
+            f"INSERT INTO {quote(TOMBSTONES)} (table_name, key_hash, key_json, version) "
+            "VALUES (%s, %s, %s, %s) ON DUPLICATE KEY UPDATE version = GREATEST(version, VALUES(version))")
+        self._set_statements(t, cols, collist)
+
+    def _set_statements(self, t: str, cols: list[str], collist: str) -> None:
+        """Set-based: the same guard, from the staging tables (target columns qualified: the SELECT may join)."""
+        cfg = self.cfg
+        v = quote(VERSION_COLUMN)
+        su, sd, tb = quote(UPSERT_STAGE), quote(DELETE_STAGE), quote(TOMBSTONES)
+        name = literal(cfg.table)  # inlined: these run without parameters, so '%' in a name is plain
+        h = quote(HASH_COLUMN)
+        tv = f"{t}.{v}"
+        selected = ", ".join(f"s.{quote(c)}" for c in cols)
+        order = ", ".join(f"s.{quote(k)}" for k in cfg.primary_key)  # lock rows in key order
+
+        def set_upsert(join: str = "") -> str:
+            return (f"INSERT INTO {t} ({collist}) SELECT {selected} FROM {su} s{join} ORDER BY {order} "
+                    f"{self.guard(t)}")
+
+        self.set_upsert_sql = set_upsert()
+        # when some tombstone may be newer than an upsert of the batch (replays): skip those upserts
+        self.set_upsert_live_sql = set_upsert(
+            f" LEFT JOIN {tb} tb ON tb.table_name = {name} AND tb.key_hash = UNHEX(s.{h}) "
+            f"WHERE tb.version IS NULL OR s.{v} > tb.version")
+        self.set_stale_sql = (f"SELECT COUNT(*) FROM {su} s JOIN {tb} tb ON tb.table_name = {name} "
+                              f"AND tb.key_hash = UNHEX(s.{h}) WHERE s.{v} <= tb.version")
+        on = " AND ".join(f"{t}.{quote(k)} = d.{quote(k)}" for k in cfg.primary_key)
+        self.set_delete_sql = f"DELETE {t} FROM {t} JOIN {sd} d ON {on} WHERE {tv} <= d.{v}"
+        self.set_tombstone_sql = (
+            f"INSERT INTO {tb} (table_name, key_hash, key_json, version) "
+            f"SELECT {name}, UNHEX(d.{h}), d.{quote(KEY_JSON_COLUMN)}, d.{v} FROM {sd} d "
+            f"ON DUPLICATE KEY UPDATE version = GREATEST({tb}.version, VALUES(version))")
+        keylist = ", ".join(quote(k) for k in cfg.primary_key)
+        # staging tables with the target's column types (and NOT NULLs): a value MySQL would reject
+        # in the target is rejected by the load, in strict mode, as on the row path
+        # (the added columns take NULL: MariaDB checks NOT NULL ones without a default even on no rows)
+        self.stage_sql = (f"CREATE TEMPORARY TABLE {su} ({h} CHAR(40) NULL DEFAULT NULL) "
+                          f"SELECT {collist} FROM {t} WHERE 1 = 0")
+        self.stage_delete_sql = (f"CREATE TEMPORARY TABLE {sd} ({h} CHAR(40) NULL DEFAULT NULL, "
+                                 f"{quote(KEY_JSON_COLUMN)} TEXT NULL DEFAULT NULL) SELECT {keylist}, {v} FROM {t} WHERE 1 = 0")
+        self.drop_stages_sql = f"DROP TEMPORARY TABLE IF EXISTS {su}, {sd}"
+
+    def guard(self, table: str = "") -> str:
+        """The version guard of an upsert: every column replaced only when the incoming version is at
+        least the stored one; ``table`` qualifies the target's columns (a SELECT that joins needs it)."""
+        q = f"{table}." if table else ""
+        v = quote(VERSION_COLUMN)
+        guarded = [f"{q}{quote(c)} = IF(VALUES({v}) >= {q}{v}, VALUES({quote(c)}), {q}{quote(c)})"
+                   for c in self.data_columns]
+        guarded.append(f"{q}{v} = GREATEST({q}{v}, VALUES({v}))")  # last: the IFs above read the old version
+        return f"ON DUPLICATE KEY UPDATE {', '.join(guarded)}"
+
+    def create_table_sql(self) -> str:
+        cfg = self.cfg
+        lines = [f"{quote(c.name)} {c.type} {'NOT NULL' if (c.name in cfg.primary_key or not c.nullable) else 'NULL'}"
+                 for c in cfg.columns]
+        lines.append(f"{quote(VERSION_COLUMN)} BIGINT NOT NULL DEFAULT 0")
+        lines.append(f"PRIMARY KEY ({', '.join(quote(k) for k in cfg.primary_key)})")
+        body = ",\n  ".join(lines)
+        return f"CREATE TABLE IF NOT EXISTS {quote(cfg.table)} (\n  {body}\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"

@@ -1,0 +1,259 @@
+"""The MySQL sink's tables, once per window on the driver or when a sink opens: created, checked or
+evolved (connectors/mysql/evolution.py) before any write; their tombstones read and pruned; a
+``truncate: apply`` applied."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import NullPool
+
+from connectors import faults
+from connectors.errors import ConfigError, SinkUnavailable
+from connectors.mysql import evolution
+from connectors.mysql.config import MySqlSinkConfig
+from connectors.mysql.connection import driver_error, infra_error, reader_engine, where, writer_engine
+from connectors.mysql.sql import (
+    TOMBSTONES,
+    TOMBSTONES_AGE_INDEX,
+    TOMBSTONES_DDL,
+    TRUNCATE_HASH,
+    TRUNCATE_KEY,
+    VERSION_COLUMN,
+    Statements,
+    quote,
+)
+
+DDL_LOCK = "cdcflow_ddl"  # GET_LOCK name (per database): one window at a time plans and runs schema changes
+
+
+def existing_columns(url: str, table: str) -> tuple[list[dict[str, Any]], list[str]] | None:
+    """A table's columns ({name, type, nullable}, without cdcflow's own) and primary key, as MySQL
+    has them; None when the table does not exist."""
+    engine = sa.create_engine(url, poolclass=NullPool, connect_args={"connect_timeout": 10})
+    try:
+        with engine.connect() as conn:
+            found = _existing(conn, [table]).get(table)
+    except DBAPIError as exc:
+        raise SinkUnavailable(f"MySQL at {where(url)} failed while reading the columns of table {table!r}: {exc.orig}") from exc
+    finally:
+        engine.dispose()
+    if found is None:
+        return None
+    columns, key = found
+    return [{"name": c.name, "type": c.type, "nullable": c.nullable} for c in columns if c.name != VERSION_COLUMN], key
+
+
+def _existing(conn: sa.Connection, tables: Sequence[str]) -> dict[str, tuple[list[evolution.Column], list[str]]]:
+    """Each existing table's columns (as MySQL has them) and primary key, in two queries."""
+    if not tables:
+        return {}
+    marks = ", ".join(["%s"] * len(tables))
+    found: dict[str, tuple[list[evolution.Column], list[str]]] = {}
+    for table, name, kind, nullable in conn.exec_driver_sql(
+            "SELECT table_name, column_name, column_type, is_nullable FROM information_schema.columns "
+            f"WHERE table_schema = DATABASE() AND table_name IN ({marks}) ORDER BY table_name, ordinal_position",
+            tuple(tables)):
+        found.setdefault(table, ([], []))[0].append(evolution.Column(name, kind, nullable == "YES"))
+    for table, name in conn.exec_driver_sql(
+            "SELECT table_name, column_name FROM information_schema.statistics WHERE table_schema = DATABASE() "
+            f"AND index_name = 'PRIMARY' AND table_name IN ({marks}) ORDER BY table_name, seq_in_index", tuple(tables)):
+        if table in found:
+            found[table][1].append(name)
+    return found
+
+
+def prepare_table(conn: sa.Connection, cfg: MySqlSinkConfig, tombstones: bool = True,
+                  have: set[str] | None = None) -> None:
+    """Create the table (``create_table``) and check it has the sink's columns, adding new ones
+    (``auto_evolve``). ``have``: the table's columns (lower case) as read for many tables at once;
+    an empty set is a table that does not exist."""
+    if tombstones:
+        conn.exec_driver_sql(TOMBSTONES_DDL)
+    if cfg.create_table and not have:
+        conn.exec_driver_sql(Statements(cfg).create_table_sql())
+        have = None
+    _check_table(conn, cfg, have)
+
+
+def _check_table(conn: sa.Connection, cfg: MySqlSinkConfig, have: set[str] | None = None) -> None:
+    if have is None:
+        have = {r[0].lower() for r in conn.exec_driver_sql(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = DATABASE() "
+            "AND table_name = %s", (cfg.table,))}
+    if not have:
+        raise ConfigError(f"sink {cfg.name!r}: table {cfg.table!r} does not exist; create it or "
+                          "set create_table: true")
+    missing = [c for c in [*(c.name for c in cfg.columns), VERSION_COLUMN] if c.lower() not in have]
+    evolvable = [c for c in cfg.columns if c.name in missing and c.name not in cfg.primary_key]
+    if missing and cfg.auto_evolve and len(evolvable) == len(missing):
+        for c in evolvable:  # new fields become nullable columns; nothing is ever dropped
+            conn.exec_driver_sql(f"ALTER TABLE {quote(cfg.table)} ADD COLUMN {quote(c.name)} {c.type} NULL")
+        return
+    if missing:
+        hint = (f"; add it with: ALTER TABLE {quote(cfg.table)} ADD COLUMN {quote(VERSION_COLUMN)} "
+                "BIGINT NOT NULL DEFAULT 0" if VERSION_COLUMN in missing else "")
+        raise ConfigError(f"sink {cfg.name!r}: table {cfg.table!r} lacks columns {missing}{hint}"
+                          f"{'' if hint else ' (set auto_evolve: true to add new fields as columns)'}")
+
+
+def prepare_tables(url: str, configs: Sequence[MySqlSinkConfig]) -> None:
+    """Create or evolve many tables (the tables of a routed sink) on one connection, once per window,
+    before its tasks write to them (they then ``open(prepared=True)``)."""
+    if not configs:
+        return
+    engine = writer_engine(url)
+    current = configs[0]
+    try:
+        with engine.begin() as conn:
+            have: dict[str, set[str]] = {c.table: set() for c in configs}
+            marks = ", ".join(["%s"] * len(have))
+            for table, column in conn.exec_driver_sql(  # every table's columns in one query
+                    "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = DATABASE() "
+                    f"AND table_name IN ({marks})", tuple(have)):
+                have.setdefault(table, set()).add(column.lower())
+            for i, current in enumerate(configs):
+                prepare_table(conn, current, tombstones=i == 0, have=have.get(current.table, set()))
+    except DBAPIError as exc:
+        raise infra_error(current.name, current.table, url, "creating or checking", exc) from exc
+    finally:
+        engine.dispose()
+
+
+def prepare_derived(url: str, tables: Sequence[tuple[MySqlSinkConfig, MySqlSinkConfig]], policy: str,
+                    decisions: Mapping[str, str] | None = None,
+                    pipeline: str = "PIPELINE") -> tuple[dict[str, MySqlSinkConfig], list[dict[str, Any]]]:
+    """Create the tables made from the record schema, or change them as ``policy`` says
+    (connectors/mysql/evolution.py), once per window, before any write. ``tables``: per table, its
+    config to create it with (the window's first schema decides a column's type) and to evolve it to
+    (the latest one does). Returns the config each table is written with, and the schema changes
+    (applied or ignored) for the window's stats. Under a MySQL lock, the tables read again: two
+    windows never run the same DDL (MySQL's DDL is not transactional; a window killed between DDL
+    statements finds the rest to do the next time)."""
+    if not tables:
+        return {}, []
+    engine = writer_engine(url)
+    configs: dict[str, MySqlSinkConfig] = {}
+    recorded: list[dict[str, Any]] = []
+    current = tables[0][0]
+    try:
+        with engine.connect() as conn:
+            if conn.exec_driver_sql("SELECT GET_LOCK(CONCAT(%s, '.', DATABASE()), 60)", (DDL_LOCK,)).scalar() != 1:
+                raise SinkUnavailable(f"MySQL at {where(url)}: another window held the schema-change lock for 60 s")
+            try:
+                found = _existing(conn, [create.table for create, _evolve in tables])
+                for i, (create, evolve) in enumerate(tables):
+                    existing = found.get(create.table)
+                    cfg, have = create, None
+                    if existing is not None:
+                        before = len(recorded)
+                        cfg = _evolve(conn, evolve, existing, policy, recorded, decisions, pipeline)
+                        if not any(r["applied"] for r in recorded[before:]):  # the columns as read: no query
+                            have = {c.name.lower() for c in existing[0]}
+                    current = cfg
+                    prepare_table(conn, cfg, tombstones=i == 0, have=have)
+                    conn.commit()
+                    configs[create.table] = cfg
+            finally:
+                conn.exec_driver_sql("SELECT RELEASE_LOCK(CONCAT(%s, '.', DATABASE()))", (DDL_LOCK,))
+    except DBAPIError as exc:
+        raise infra_error(current.name, current.table, url, "creating or changing", exc) from exc
+    finally:
+        engine.dispose()
+    return configs, recorded
+
+
+def _evolve(conn: sa.Connection, cfg: MySqlSinkConfig, existing: tuple[list[evolution.Column], list[str]],
+            policy: str, recorded: list[dict[str, Any]], decisions: Mapping[str, str] | None,
+            pipeline: str) -> MySqlSinkConfig:
+    columns, key = existing
+    found = evolution.changes(cfg.table, [evolution.Column(c.name, c.type, c.nullable) for c in cfg.columns],
+                              cfg.primary_key, columns, key, protected=frozenset({VERSION_COLUMN.lower()}))
+    apply, ignored = evolution.decide(found, policy, decisions, pipeline)
+    for change in apply:
+        assert change.statement is not None, "a change to apply has its statement"
+        conn.exec_driver_sql(change.statement)
+        recorded.append({**change.as_dict(), "applied": True})
+        faults.checkpoint("during_ddl")  # MySQL's DDL commits itself: a kill here leaves the rest to the retry
+    recorded += [{**c.as_dict(), "applied": False} for c in ignored if c.kind != "dropped" or c.statement]
+    if not ignored:
+        return cfg
+    # ignored (or rejected) changes: the columns the table has, as the records type them
+    have = {c.name.lower() for c in columns} | {c.column.lower() for c in apply if c.kind == "add"}
+    return cfg.model_copy(update={"columns": [c for c in cfg.columns if c.name.lower() in have]})
+
+
+def newest_tombstones(conn: sa.Connection, tables: Sequence[str]) -> dict[str, tuple[int | None, int | None]]:
+    """Per table that has tombstones: (its newest key tombstone's version, its TRUNCATE mark), in one query."""
+    marks = ", ".join(["%s"] * len(tables))
+    return {t: (newest, truncated) for t, newest, truncated in conn.exec_driver_sql(
+        "SELECT table_name, MAX(CASE WHEN key_hash <> %s THEN version END), "
+        f"MAX(CASE WHEN key_hash = %s THEN version END) FROM {quote(TOMBSTONES)} "
+        f"WHERE table_name IN ({marks}) GROUP BY table_name", (TRUNCATE_HASH, TRUNCATE_HASH, *tables))}
+
+
+def prune_tombstones(url: str, cfg: MySqlSinkConfig, older_than_s: float, batch: int = 10_000) -> int:
+    """Delete the tombstones of the sink's table(s) written more than ``older_than_s`` ago
+    (retention.tombstones), in transactions of ``batch`` rows. Returns how many."""
+    engine = reader_engine(url)
+    # a routed table ('{topic}', '{source.table}' …): every table the template can produce
+    pattern = re.sub(r"\{[^}]*\}", "%", re.sub(r"([%_\\])", r"\\\1", cfg.table))
+    total = 0
+    try:
+        with engine.begin() as conn:
+            if not conn.exec_driver_sql(
+                    "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() "
+                    "AND TABLE_NAME = %s", (TOMBSTONES,)).scalar():
+                return 0
+            if not conn.exec_driver_sql(
+                    "SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() "
+                    "AND TABLE_NAME = %s AND INDEX_NAME = %s", (TOMBSTONES, TOMBSTONES_AGE_INDEX)).scalar():
+                conn.exec_driver_sql(f"CREATE INDEX {quote(TOMBSTONES_AGE_INDEX)} ON {quote(TOMBSTONES)} "
+                                     "(table_name, deleted_at)")
+        while True:
+            with engine.begin() as conn:
+                n = conn.exec_driver_sql(
+                    f"DELETE FROM {quote(TOMBSTONES)} WHERE table_name LIKE %s AND "
+                    f"deleted_at < NOW() - INTERVAL %s SECOND LIMIT {int(batch)}",
+                    (pattern, int(older_than_s))).rowcount
+            total += n
+            if n < batch:
+                return total
+    except DBAPIError as exc:
+        raise infra_error(cfg.name, cfg.table, url, "pruning the tombstones of", exc) from exc
+    finally:
+        engine.dispose()
+
+
+def truncate_tables(url: str, truncates: dict[str, int], sink: str) -> dict[str, int]:
+    """``truncate: apply``: per table, a TRUNCATE of its source table at a version. The rows written
+    by older changes are deleted (``__cdc_version`` below the truncate's; a newer row, written by a
+    later window a replay runs after, stays) and the table's TRUNCATE mark is raised to it, so that an
+    older change replayed later is not written (:meth:`MySqlSink.write_arrow`). One transaction;
+    idempotent. Returns the rows deleted per table."""
+    engine = writer_engine(url)
+    deleted: dict[str, int] = {}
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(TOMBSTONES_DDL)
+            have = {r[0] for r in conn.exec_driver_sql(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name IN "
+                f"({', '.join(['%s'] * len(truncates))})", tuple(truncates))}
+            for table, version in sorted(truncates.items()):
+                deleted[table] = conn.exec_driver_sql(
+                    f"DELETE FROM {quote(table)} WHERE {quote(VERSION_COLUMN)} < %s", (version,)).rowcount \
+                    if table in have else 0
+                conn.exec_driver_sql(
+                    f"INSERT INTO {quote(TOMBSTONES)} (table_name, key_hash, key_json, version) VALUES (%s, %s, %s, %s) "
+                    "ON DUPLICATE KEY UPDATE version = GREATEST(version, VALUES(version))",
+                    (table, TRUNCATE_HASH, TRUNCATE_KEY, version))
+    except DBAPIError as exc:
+        raise SinkUnavailable(f"sink {sink!r}: MySQL at {where(url)} failed "
+                              f"while applying the TRUNCATE of tables {sorted(truncates)}: {driver_error(exc)}") from exc
+    finally:
+        engine.dispose()
+    return deleted
