@@ -449,7 +449,7 @@ class Control:
     def run_now(self, name: str, user: str, conf: Mapping[str, Any] | None = None, note: str | None = None) -> str:
         """Trigger one window now (also Connect's restart). Returns the Airflow run id."""
         from cdcflow.errors import ConfigError  # noqa: PLC0415
-        from cdcflow.runner import RunParams  # noqa: PLC0415
+        from cdcflow.run_params import RunParams  # noqa: PLC0415
 
         cfg = valid(name)
         self._dag(cfg.name)
