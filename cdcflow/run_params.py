@@ -5,7 +5,7 @@
   Schema from :func:`json_schema`);
 * the CLI's options of ``cdcflow run`` and ``cdcflow trigger`` (cdcflow/cli.py: ``flag``, ``cli_value``);
 * the REST API's ``POST /connectors/{name}/run`` ``conf`` and ``POST /connectors/{name}/replay`` body
-  (cdcflow/web/api.py: the fields, :data:`REPLAY_PARAMS`, and the OpenAPI schema);
+  (cdcflow/web/api_pipelines.py: the fields, :data:`REPLAY_PARAMS`, and :func:`body_schema`);
 * the parsing and validation every one of them ends in: :meth:`RunParams.parse` (cdcflow/runner.py
   plans and processes with it; cdcflow/control.py checks a trigger's conf with it first).
 
@@ -217,3 +217,12 @@ class RunParams:
         if problems:
             raise ConfigError(f"invalid run parameters for pipeline {cfg.name!r}:\n  - " + "\n  - ".join(problems))
         return cls(**parsed)
+
+
+def body_schema(params: tuple[RunParam, ...], closed: bool = False) -> dict[str, Any]:
+    """A JSON object of these parameters: the REST API's documented request body (``closed``: no other
+    key is taken)."""
+    out: dict[str, Any] = {"type": "object", "properties": {p.name: json_schema(p) for p in params}}
+    if closed:
+        out["additionalProperties"] = False
+    return out

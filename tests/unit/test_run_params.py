@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from cdcflow import cli
 from cdcflow.config import load_pipeline
-from cdcflow.run_params import PARAMS, REPLAY_PARAMS, RUN_PARAMS, RunParams, offset_specs
+from cdcflow.run_params import PARAMS, REPLAY_PARAMS, RUN_PARAMS, RunParams, json_schema, offset_specs
 
 ROOT = Path(__file__).resolve().parents[2]
 CFG = load_pipeline(ROOT / "config/pipelines/demo_orders.yaml")
@@ -72,3 +73,14 @@ def test_bad_cli_values_name_what_was_expected(capsys: pytest.CaptureFixture[str
     with pytest.raises(argparse.ArgumentTypeError):
         offset_specs("t:x=1")
 
+
+def test_rest_bodies_document_the_declared_ones() -> None:
+    from cdcflow.web.app import create_app
+
+    paths: dict[str, Any] = create_app(object()).openapi()["paths"]  # type: ignore[arg-type]
+    run = paths["/connectors/{name}/run"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert tuple(run["properties"]["conf"]["properties"]) == PARAMS
+    assert run["properties"]["conf"]["additionalProperties"] is False  # RunParams.parse refuses others
+    replay = paths["/connectors/{name}/replay"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert tuple(replay["properties"]) == tuple(p.name for p in REPLAY_PARAMS)
+    assert replay["properties"]["start_time"] == json_schema(RUN_PARAMS[1])
