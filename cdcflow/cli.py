@@ -305,6 +305,8 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """Every command and its options, in the order of the module's docstring (one flat list: it reads
+    better whole than split by command)."""
     parser = argparse.ArgumentParser(prog="cdcflow", description="CDC pipelines as Airflow DAGs on Spark")
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
