@@ -3,7 +3,8 @@
     cdcflow validate [--dir DIR]                 check every pipeline file, print every error
     cdcflow schema [--output FILE]               the JSON Schema of a pipeline file (for editors)
     cdcflow schema show|apply|reject PIPELINE    schema changes waiting for an operator (schema_changes: pause)
-    cdcflow run PIPELINE [--run-id ID] [--conf JSON]
+    cdcflow run PIPELINE [--run-id ID] [--conf JSON] [--from T --to T] [--start-offsets T:P=O,...]
+                [--max-records N] [--max-duration S]
                                                  one window (plan, process, commit) in this process
     cdcflow offsets show PIPELINE                stored offsets, log end and lag per partition
     cdcflow offsets set PIPELINE TOPIC:PARTITION=OFFSET ...     (only while STOPPED)
@@ -11,7 +12,8 @@
     cdcflow history PIPELINE [--limit N]         the window ledger
     cdcflow status [PIPELINE]                    state (RUNNING, PAUSED, STOPPED, FAILED) and last window
     cdcflow pause|resume|stop PIPELINE           as the page and PUT /cdcflow/connectors/{name}/...
-    cdcflow trigger PIPELINE [--conf JSON]       a window now, run by Airflow's scheduler
+    cdcflow trigger PIPELINE [--conf JSON] [run parameter options, as run]
+                                                 a window now, run by Airflow's scheduler
     cdcflow replay PIPELINE TOPIC:PARTITION=OFFSET ...          a window from the given offsets
     cdcflow dlq show PIPELINE [--limit N] [--before P:O,...] [--trace]
     cdcflow dlq redrive PIPELINE [--partition P --from O --to O] [--stage S] [--error-class C] [--topic T]
@@ -31,9 +33,11 @@ import sys
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from cdcflow.config import config_dir, find_pipeline, iter_errors, json_schema, load_all
 from cdcflow.errors import CdcflowError, ConfigError, ControlError
+from cdcflow.run_params import RUN_PARAMS
 
 DEFAULT_SCHEMA_PATH = Path(__file__).resolve().parent.parent / "config" / "pipeline.schema.json"
 
@@ -68,20 +72,35 @@ def cmd_run(args: argparse.Namespace) -> int:
     from cdcflow import runner  # noqa: PLC0415
 
     cfg = find_pipeline(args.pipeline)
+    conf = _conf(args)
+    run_id = args.run_id or f"cli__{datetime.now(UTC):%Y%m%dT%H%M%S}_{uuid.uuid4().hex[:6]}"
+    stats = runner.run_window(cfg, run_id, conf)
+    print(json.dumps({"run_id": run_id, **stats}, indent=2, default=str))
+    return 0
+
+
+def _conf(args: argparse.Namespace) -> dict[str, Any]:
+    """The run parameters: --conf (a JSON object), with the declared parameters' options over it."""
     try:
         conf = json.loads(args.conf) if args.conf else {}
     except json.JSONDecodeError as exc:
         raise ConfigError(f"--conf is not valid JSON: {exc}") from exc
     if not isinstance(conf, dict):
         raise ConfigError(f"--conf must be a JSON object, got {args.conf!r}")
-    if args.start:
-        conf["start_time"] = args.start
-    if args.end:
-        conf["end_time"] = args.end
-    run_id = args.run_id or f"cli__{datetime.now(UTC):%Y%m%dT%H%M%S}_{uuid.uuid4().hex[:6]}"
-    stats = runner.run_window(cfg, run_id, conf)
-    print(json.dumps({"run_id": run_id, **stats}, indent=2, default=str))
-    return 0
+    for param in RUN_PARAMS:
+        value = getattr(args, param.name)
+        if value not in (None, ""):
+            conf[param.name] = value
+    return conf
+
+
+def _run_param_options(p: argparse.ArgumentParser) -> None:
+    """--conf and one option per declared run parameter (cdcflow/run_params.py)."""
+    p.add_argument("--conf", help='run parameters as JSON, e.g. {"max_records": 100}; the options below '
+                   "override its keys")
+    for param in RUN_PARAMS:
+        p.add_argument(param.flag, dest=param.name, type=param.cli_value, metavar=param.metavar,
+                       help=f"run parameter {param.name} ({param.title}): {param.help}")
 
 
 def cmd_offsets(args: argparse.Namespace) -> int:
@@ -184,11 +203,7 @@ def cmd_lifecycle(args: argparse.Namespace) -> int:
 
 
 def cmd_trigger(args: argparse.Namespace) -> int:
-    try:
-        conf = json.loads(args.conf) if args.conf else {}
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"--conf is not valid JSON: {exc}") from exc
-    print(f"triggered {_service().run_now(args.pipeline, _who(), conf)}")
+    print(f"triggered {_service().run_now(args.pipeline, _who(), _conf(args))}")
     return 0
 
 
@@ -290,6 +305,8 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """Every command and its options, in the order of the module's docstring (one flat list: it reads
+    better whole than split by command)."""
     parser = argparse.ArgumentParser(prog="cdcflow", description="CDC pipelines as Airflow DAGs on Spark")
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -305,10 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run one window in this process")
     p.add_argument("pipeline")
     p.add_argument("--run-id")
-    p.add_argument("--conf", help='run parameters as JSON, e.g. {"max_records": 100}')
-    p.add_argument("--from", dest="start", help="replay by time: first record time (ISO 8601 with a zone); with "
-                   "--to the range [from, to) is re-applied and the stored offsets stay")
-    p.add_argument("--to", dest="end", help="end (exclusive) of the time range; needs --from")
+    _run_param_options(p)
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("offsets", help="show, set or reset stored offsets (set/reset only while STOPPED)")
     p.add_argument("action", choices=["show", "set", "reset"])
@@ -329,7 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=cmd_lifecycle)
     p = sub.add_parser("trigger", help="have Airflow run a window now")
     p.add_argument("pipeline")
-    p.add_argument("--conf", help="run parameters as JSON")
+    _run_param_options(p)
     p.set_defaults(func=cmd_trigger)
     p = sub.add_parser("replay", help="have Airflow run a window from the given offsets")
     p.add_argument("pipeline")

@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
-from cdcflow.config import PipelineConfig, parse_instant
+from cdcflow.config import PipelineConfig
 from cdcflow.connections import get_connection
 from cdcflow.errors import (
     CdcflowError,
@@ -40,10 +40,10 @@ from cdcflow.errors import (
     WindowFailed,
 )
 from cdcflow.offsets import OffsetStore, Origin, PartitionWindow, TopicPartition, WindowPlan, default_store_url
+from cdcflow.run_params import RunParams
 from connectors import faults
 
 log = logging.getLogger("cdcflow.runner")
-PARAMS = ("start_offsets", "start_time", "end_time", "max_records", "max_duration")
 LEASE_SECONDS = 60.0  # a writer's lease; renewed every third of it while the window runs
 LEASE_WAIT = 3600.0  # how long a window waits for another window of its pipeline to finish writing
 RETENTION_EVERY = 600.0  # retention runs after a commit at most every 10 minutes per pipeline
@@ -63,77 +63,6 @@ class AirflowRun:
         if self.interval_start is None or self.interval_end is None or self.interval_end <= self.interval_start:
             return None
         return (self.interval_start, self.interval_end)
-
-
-@dataclass(frozen=True)
-class RunParams:
-    """Per-run overrides, from Airflow trigger params / conf."""
-
-    start_offsets: dict[str, dict[int, int]] | None = None
-    max_records: int | None = None
-    max_duration: float | None = None
-    start_time: int | None = None  # epoch ms
-    end_time: int | None = None
-
-    @classmethod
-    def parse(cls, raw: Mapping[str, Any] | None, cfg: PipelineConfig) -> RunParams:
-        raw = dict(raw or {})
-        problems: list[str] = []
-        unknown = sorted(set(raw) - set(PARAMS))
-        if unknown:
-            problems.append(f"unknown parameters {unknown} (expected {', '.join(PARAMS)})")
-        starts: dict[str, dict[int, int]] | None = None
-        so = raw.get("start_offsets")
-        if so not in (None, {}):
-            if not isinstance(so, Mapping):
-                problems.append(f"start_offsets: expected {{topic: {{partition: offset}}}}, got {so!r}")
-            else:
-                starts = {}
-                for topic, parts in so.items():
-                    if not cfg.source.covers(topic):
-                        problems.append(f"start_offsets.{topic}: not a topic of this pipeline ({cfg.source.described})")
-                        continue
-                    if not isinstance(parts, Mapping) or not parts:
-                        problems.append(f"start_offsets.{topic}: expected {{partition: offset}}, got {parts!r}")
-                        continue
-                    starts[topic] = {}
-                    for part, off in parts.items():
-                        try:
-                            p = int(part)
-                        except (TypeError, ValueError):
-                            problems.append(f"start_offsets.{topic}: partition {part!r} is not an integer")
-                            continue
-                        if isinstance(off, bool) or not isinstance(off, int) or off < 0 or p < 0:
-                            problems.append(f"start_offsets.{topic}.{part}: expected an offset >= 0, got {off!r}")
-                            continue
-                        starts[topic][p] = off
-        mr = raw.get("max_records")
-        if mr is not None and (isinstance(mr, bool) or not isinstance(mr, int) or mr < 1):
-            problems.append(f"max_records: expected an integer >= 1, got {mr!r}")
-        md = raw.get("max_duration")
-        if md is not None and (isinstance(md, bool) or not isinstance(md, int | float) or md <= 0):
-            problems.append(f"max_duration: expected a number of seconds > 0, got {md!r}")
-        times: dict[str, int | None] = {}
-        for key in ("start_time", "end_time"):
-            value = raw.get(key)
-            times[key] = None
-            if value not in (None, ""):
-                try:
-                    if not isinstance(value, str):
-                        raise ValueError(f"expected an ISO 8601 time with a zone (2026-11-23T10:00:00Z), got {value!r}")
-                    times[key] = parse_instant(value)
-                except ValueError as exc:
-                    problems.append(f"{key}: {exc}")
-        start_time, end_time = times["start_time"], times["end_time"]
-        if starts and (raw.get("start_time") or raw.get("end_time")):
-            problems.append("give start_offsets or start_time/end_time, not both")
-        if raw.get("end_time") and not raw.get("start_time"):
-            problems.append("end_time needs start_time: the range [start_time, end_time) is replayed")
-        if start_time is not None and end_time is not None and end_time <= start_time:
-            problems.append(f"end_time ({raw.get('end_time')}) must be after start_time ({raw.get('start_time')})")
-        if problems:
-            raise ConfigError(f"invalid run parameters for pipeline {cfg.name!r}:\n  - " + "\n  - ".join(problems))
-        return cls(starts, mr, float(md) if md is not None else None, start_time, end_time)
 
 
 def offset_store_url(cfg: PipelineConfig) -> str:

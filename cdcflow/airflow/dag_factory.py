@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from cdcflow.config import PipelineConfig, config_dir, iter_errors, load_all
+from cdcflow.run_params import RUN_PARAMS, json_schema
 
 log = logging.getLogger("cdcflow.dags")
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,33 +20,10 @@ START_DATE = datetime(2026, 1, 1)
 
 
 def params_schema(cfg: PipelineConfig) -> dict[str, Any]:
+    """The DAG's trigger params: one Airflow ``Param`` per declared run parameter (cdcflow/run_params.py)."""
     from airflow.sdk import Param  # noqa: PLC0415
 
-    return {
-        "start_offsets": Param(
-            None, type=["null", "object"], title="Start offsets",
-            description="Replay or rewind: {topic: {partition: offset}}. Only the listed partitions are "
-                        "read; after the run, their stored offsets continue from the window's end.",
-            propertyNames=({"enum": list(cfg.source.topics)} if cfg.source.topics else
-                           {"pattern": f"^(?:{cfg.source.topics_regex})$"}),
-            additionalProperties={"type": "object", "minProperties": 1,
-                                  "propertyNames": {"pattern": "^[0-9]+$"},
-                                  "additionalProperties": {"type": "integer", "minimum": 0}},
-        ),
-        "start_time": Param(
-            None, type=["null", "string"], format="date-time", title="Start time",
-            description="Replay by time: with End time, the records of [start, end) are re-applied and the "
-                        "stored offsets do not move; alone, the window starts at the first record at or after "
-                        "it and the pipeline continues from there. ISO 8601 with a time zone "
-                        f"(record time: {cfg.source.timestamp}).",
-        ),
-        "end_time": Param(None, type=["null", "string"], format="date-time", title="End time",
-                          description="End (exclusive) of the time range to replay; needs Start time."),
-        "max_records": Param(None, type=["null", "integer"], minimum=1, title="Max records",
-                             description=f"Override window.max_records ({cfg.window.max_records})."),
-        "max_duration": Param(None, type=["null", "number"], exclusiveMinimum=0, title="Max duration (s)",
-                              description=f"Override window.max_duration ({cfg.window.max_duration:g}s)."),
-    }
+    return {p.name: Param(None, **json_schema(p, cfg)) for p in RUN_PARAMS}
 
 
 def timetable(cfg: PipelineConfig) -> Any:

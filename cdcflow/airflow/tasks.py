@@ -9,13 +9,14 @@ from typing import Any
 from cdcflow import assets, runner
 from cdcflow.config import find_pipeline
 from cdcflow.errors import CdcflowError, DeadLettersExceeded, PipelineStopped
+from cdcflow.run_params import PARAMS
 
 log = logging.getLogger("cdcflow.tasks")
 
 
 def _params(context: dict[str, Any]) -> dict[str, Any]:
     params = dict(context.get("params") or {})
-    return {k: params.get(k) for k in runner.PARAMS}
+    return {k: params.get(k) for k in PARAMS}
 
 
 def _run(context: dict[str, Any]) -> runner.AirflowRun:
