@@ -37,7 +37,7 @@ from pydantic import ValidationError
 from cdcflow.airflow.dag_control import AirflowDags, DagControl, DagInfo, DagRunInfo
 from cdcflow.config import PipelineConfig, config_dir, format_validation_error, load_all, parse_instant, parse_pipeline
 from cdcflow.errors import BadRequest, CdcflowError, Conflict, NotFound
-from cdcflow.offsets import OffsetStore, WindowPlan
+from cdcflow.state import StateStore, WindowPlan
 
 State = Literal["RUNNING", "PAUSED", "STOPPED", "FAILED", "UNASSIGNED"]
 log = logging.getLogger("cdcflow.control")
@@ -208,15 +208,15 @@ def write_atomically(path: Path, text: str) -> None:
 
 
 @functools.lru_cache(maxsize=32)
-def _store(url: str) -> OffsetStore:
-    return OffsetStore(url)
+def _store(url: str) -> StateStore:
+    return StateStore(url)
 
 
-def store_for(cfg: PipelineConfig | None) -> OffsetStore:
+def store_for(cfg: PipelineConfig | None) -> StateStore:
     """The pipeline's offset store, one per URL for the life of the process: the api-server serves
     every request and scrape from it instead of building an engine (and checking the schema) each time."""
     from cdcflow import runner  # noqa: PLC0415
-    from cdcflow.offsets import default_store_url  # noqa: PLC0415
+    from cdcflow.state import default_store_url  # noqa: PLC0415
 
     return _store(runner.offset_store_url(cfg) if cfg is not None else default_store_url())
 
@@ -264,8 +264,8 @@ class Control:
         cfg = p.config
         store = store_for(cfg)
         info: DagInfo | None = self.dags.info(cfg.name)
-        stopped = store.get_state(cfg.name) == "stopped"
-        last = store.last_window(cfg.name)
+        stopped = store.operator.get_state(cfg.name) == "stopped"
+        last = store.ledger.last_window(cfg.name)
         window, at = last if last else (None, None)
         in_flight = self.dags.active_runs(cfg.name) if info is not None else []
         trace = None
@@ -288,8 +288,8 @@ class Control:
     def windows(self, name: str, limit: int = 20) -> list[tuple[WindowPlan, datetime, datetime]]:
         cfg = valid(name)
         store = store_for(cfg)
-        plans = store.history(cfg.name, limit)
-        times = store.window_times(cfg.name, [w.run_id for w in plans])
+        plans = store.ledger.history(cfg.name, limit)
+        times = store.ledger.window_times(cfg.name, [w.run_id for w in plans])
         return [(w, *times[w.run_id]) for w in plans if w.run_id in times]
 
     def offsets(self, name: str) -> list[PartitionOffsets]:
@@ -316,10 +316,10 @@ class Control:
 
         cfg = valid(name)
         store = store_for(cfg)
-        stored = store.load(cfg.name)
+        stored = store.offsets.load(cfg.name)
         rows = {(s.topic, s.partition): (stored.get((s.topic, s.partition)), s.end)
                 for s in discover(runner.consumer_conf(cfg), runner.source_topics(cfg), timeout=10)}
-        store.record_lag(cfg.name, "sample", rows)
+        store.lag.record(cfg.name, "sample", rows)
         return rows
 
     def lag(self, name: str, refresh: bool | None = None, now: datetime | None = None) -> Any:
@@ -330,23 +330,23 @@ class Control:
         cfg = valid(name)
         store = store_for(cfg)
         now = now or datetime.now(UTC).replace(tzinfo=None)
-        entries = store.lag_entries(cfg.name, per_partition=max(50, 2 * cfg.monitor.window))
+        entries = store.lag.entries(cfg.name, per_partition=max(50, 2 * cfg.monitor.window))
         newest = max((e.at for rows in entries.values() for e in rows if e.source in ("sample", "plan")),
                      default=None)
         if refresh or (refresh is None and (newest is None
                                             or (now - newest).total_seconds() > cfg.monitor.sample_interval)):
             self.sample(cfg.name)
-            entries = store.lag_entries(cfg.name, per_partition=max(50, 2 * cfg.monitor.window))
-        partitions = sorted(set(entries) | set(store.load(cfg.name)))
-        replays = frozenset(store.run_ids(cfg.name, origin="params"))
+            entries = store.lag.entries(cfg.name, per_partition=max(50, 2 * cfg.monitor.window))
+        partitions = sorted(set(entries) | set(store.offsets.load(cfg.name)))
+        replays = frozenset(store.ledger.run_ids(cfg.name, origin="params"))
         return lagmod.from_entries(cfg.name, cfg.group_id, entries, partitions, replays, now,
                                    cfg.monitor.window, cfg.monitor.stop_after)
 
     def lag_history(self, name: str, per_partition: int = 50) -> dict[tuple[str, int], list[Any]]:
-        """The stored lag entries of each partition, oldest first (``OffsetStore.lag_entries``): the
+        """The stored lag entries of each partition, oldest first (``LagHistory.entries``): the
         page's lag chart. Reads only; :meth:`lag` samples the broker when its samples are stale."""
         cfg = valid(name)
-        return dict(store_for(cfg).lag_entries(cfg.name, per_partition=per_partition))
+        return dict(store_for(cfg).lag.entries(cfg.name, per_partition=per_partition))
 
     # -- lifecycle -----------------------------------------------------------------------------
     def _dag(self, name: str) -> DagInfo:
@@ -365,7 +365,7 @@ class Control:
     def resume(self, name: str, user: str) -> Status:
         cfg = valid(name)
         self._dag(cfg.name)
-        store_for(cfg).set_state(cfg.name, "running", user)
+        store_for(cfg).operator.set_state(cfg.name, "running", user)
         self.dags.set_paused(cfg.name, False)
         return self.status(cfg.name)
 
@@ -373,7 +373,7 @@ class Control:
         cfg = valid(name)
         self._dag(cfg.name)
         self.dags.set_paused(cfg.name, True)
-        store_for(cfg).set_state(cfg.name, "stopped", user)
+        store_for(cfg).operator.set_state(cfg.name, "stopped", user)
         return self.status(cfg.name)
 
     # -- schema changes waiting for an operator (schema_changes: pause) ---------------------------
@@ -381,7 +381,7 @@ class Control:
         """The pipeline's schema changes met under ``schema_changes: pause``: pending ones and the
         decisions taken, newest first (docs/schema-changes.md)."""
         cfg = valid(name)
-        return store_for(cfg).schema_changes(cfg.name)
+        return store_for(cfg).operator.schema_changes(cfg.name)
 
     def decide_schema(self, name: str, decision: str, user: str) -> list[dict[str, Any]]:
         """Approve (the next window applies the changes) or reject (the windows write the columns the
@@ -390,10 +390,10 @@ class Control:
             raise BadRequest(f"decision must be approved or rejected, got {decision!r}")
         cfg = valid(name)
         store = store_for(cfg)
-        decided = store.decide_schema_changes(cfg.name, decision, user)
+        decided = store.operator.decide_schema_changes(cfg.name, decision, user)
         if not decided:
             raise Conflict(f"pipeline {name!r} has no schema change waiting for a decision")
-        store.set_state(cfg.name, "running", user)
+        store.operator.set_state(cfg.name, "running", user)
         if self.dags.info(cfg.name) is not None:
             self.dags.set_paused(cfg.name, False)
         return decided
@@ -453,7 +453,7 @@ class Control:
 
         cfg = valid(name)
         self._dag(cfg.name)
-        if store_for(cfg).get_state(cfg.name) == "stopped":
+        if store_for(cfg).operator.get_state(cfg.name) == "stopped":
             raise Conflict(f"pipeline {cfg.name!r} is STOPPED: resume it before running a window")
         try:
             RunParams.parse(conf, cfg)
@@ -469,10 +469,10 @@ class Control:
         return self.run_now(name, user, conf, note=f"replay requested by {user}")
 
     # -- offsets (Connect: only while STOPPED) --------------------------------------------------
-    def _require_stopped(self, cfg: PipelineConfig, need_stop: str = OFFSETS_NEED_STOP) -> OffsetStore:
+    def _require_stopped(self, cfg: PipelineConfig, need_stop: str = OFFSETS_NEED_STOP) -> StateStore:
         """The pipeline is STOPPED (else Conflict with ``need_stop``) and no run is queued or running."""
         store = store_for(cfg)
-        if store.get_state(cfg.name) != "stopped":
+        if store.operator.get_state(cfg.name) != "stopped":
             raise Conflict(need_stop.replace("{name}", cfg.name))
         active = self.dags.active_runs(cfg.name) if self.dags.info(cfg.name) is not None else []
         if active:
@@ -561,7 +561,7 @@ class Control:
         for d in page:
             nxt[d.partition] = min(nxt[d.partition], d.offset)
         more = any(nxt[p.partition] > p.low for p in parts)
-        done = store_for(cfg).redrives(cfg.name, topic)
+        done = store_for(cfg).operator.redrives(cfg.name, topic)
         return DlqPage(topic, page, total, nxt if more else None,
                        {(d.partition, d.offset): done[(d.partition, d.offset)] for d in page
                         if (d.partition, d.offset) in done
@@ -608,7 +608,7 @@ class Control:
             raise NotFound(f"no dead letter in {topic!r} matches {_describe_selection(partition, start, end, stage, error_class)}")
         store = store_for(cfg)
         prints = {(d.partition, d.offset): d.fingerprint for d in records}
-        done = {k: r for k, r in store.redrives(cfg.name, topic).items() if prints.get(k) == r.fingerprint}
+        done = {k: r for k, r in store.operator.redrives(cfg.name, topic).items() if prints.get(k) == r.fingerprint}
         already = [{"partition": d.partition, "offset": d.offset, "status": done[(d.partition, d.offset)].status,
                     "target_topic": done[(d.partition, d.offset)].target_topic,
                     "by": done[(d.partition, d.offset)].requested_by,
@@ -627,7 +627,7 @@ class Control:
         request_id = uuid.uuid4().hex[:16]
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         plan = [(target_topic or d.original_topic or "", d) for d in todo]
-        store.claim_redrives(cfg.name, topic, [(d.partition, d.offset, t, d.fingerprint) for t, d in plan],
+        store.operator.claim_redrives(cfg.name, topic, [(d.partition, d.offset, t, d.fingerprint) for t, d in plan],
                              request_id, user)
         marker = lambda d: (REDRIVE_HEADER, json.dumps(  # noqa: E731
             {"dlq": f"{topic}/{d.partition}/{d.offset}", "request": request_id, "by": user, "at": now}).encode())
@@ -637,7 +637,7 @@ class Control:
             # nothing confirmed: Kafka's idempotent producer may still have written some, so the claims
             # stay "pending" and a later request reports them instead of sending twice
             raise
-        store.finish_redrives(cfg.name, request_id)
+        store.operator.finish_redrives(cfg.name, request_id)
         return RedriveResult(request_id, [{"partition": d.partition, "offset": d.offset, "target_topic": t,
                                            "original": f"{d.original_topic}[{d.original_partition}]@{d.original_offset}"}
                                           for t, d in plan], already, len(records))
