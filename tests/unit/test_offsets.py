@@ -108,3 +108,50 @@ def test_the_uncommitted_runs_over_a_windows_records(tmp_path: Path) -> None:
     later = store.offsets.plan("p", "later", "stored", [PartitionWindow("t", 0, 130, 100)])
     assert store.ledger.uncommitted_overlapping("p", later) == []  # 'left' read up to 130 only
     store.close()
+
+
+class _SinkConn:
+    """Just enough of a connection for connectors.mysql.offsets.write: the stored rows, and the
+    statements that would change them."""
+
+    def __init__(self, rows: list[tuple[str, int, int, str]]) -> None:
+        self.rows = rows
+        self.upserts: list[tuple[str, str, int, int, str]] = []
+        self.commits: list[tuple[str, str, str]] = []
+
+    def exec_driver_sql(self, sql: str, params: tuple[object, ...]) -> list[tuple[str, int, int, str]]:
+        if sql.startswith("SELECT"):
+            return self.rows
+        if "cdcflow_sink_offsets" in sql:
+            self.upserts.append(params)  # type: ignore[arg-type]
+        else:
+            self.commits.append(params)  # type: ignore[arg-type]
+        return []
+
+
+def test_exactly_once_offsets_move_by_the_same_rule() -> None:
+    """The MySQL sink's offsets (connectors/mysql/offsets.write) follow connectors/offset_rule.py:
+    advance from the start only, set on a rewind, keep on a time range."""
+    from connectors.mysql.offsets import OffsetCommit, write
+
+    conn = _SinkConn([("t", 0, 10, "r0"), ("t", 1, 30, "r9")])
+    ranges = (("t", 0, 10, 20), ("t", 1, 20, 25), ("t", 2, 0, 5))
+    result = write(conn, OffsetCommit("p", "r1", "advance", ranges))  # type: ignore[arg-type]
+    assert result == {"advanced": {"t:0": 20, "t:2": 5}, "left": {
+        "t:1": "the sink's offset is 30 (set by run r9), not this window's start 20: left unchanged"}}
+    assert conn.upserts == [("p", "t", 0, 20, "r1"), ("p", "t", 2, 5, "r1")]
+    assert conn.commits == [("p", "r1", '{"t:0": 20, "t:2": 5}')]
+
+    conn = _SinkConn([("t", 0, 20, "r1")])  # this run's end, but no record of its commit: not a repeat here
+    result = write(conn, OffsetCommit("p", "r1", "advance", (("t", 0, 10, 20),)))  # type: ignore[arg-type]
+    assert result["advanced"] == {} and "the sink's offset is 20 (set by run r1)" in result["left"]["t:0"]
+    assert conn.upserts == []
+
+    conn = _SinkConn([("t", 0, 50, "r0")])
+    assert write(conn, OffsetCommit("p", "rw", "set", (("t", 0, 5, 15),)))["advanced"] == {"t:0": 15}  # type: ignore[arg-type]
+    assert conn.upserts == [("p", "t", 0, 15, "rw")]
+
+    conn = _SinkConn([("t", 0, 50, "r0")])
+    kept = write(conn, OffsetCommit("p", "rb", "keep", (("t", 0, 0, 30),)))  # type: ignore[arg-type]
+    assert kept == {"advanced": {}, "left": {"t:0": "a replay of a time range: stored offsets stay"}}
+    assert conn.upserts == [] and conn.commits == [("p", "rb", "{}")]
