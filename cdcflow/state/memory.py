@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
 
-from cdcflow.state.offsets import committable
+from cdcflow.state.offsets import committable, conflict_reason, kept_reason
 from cdcflow.state.tables import naive_utc
 from cdcflow.state.windows import CommitResult, Origin, PartitionWindow, TopicPartition, WindowPlan
 from connectors.offset_rule import commit_outcome
@@ -53,11 +53,9 @@ class MemoryOffsetStore:
             assert p.end is not None
             outcome = commit_outcome(plan.offsets_mode, stored.get(p.tp), p.start, p.end, run_id)
             if outcome == "keep":
-                left[p.tp] = f"a {plan.origin.replace('_', '-')} window (a replay of a time range): stored offsets stay"
+                left[p.tp] = kept_reason(plan)
             elif outcome == "conflict":
-                offset, by = stored[p.tp]
-                left[p.tp] = (f"stored offset is {offset} (set by run {by}), "
-                              f"not this window's start {p.start}: left unchanged")
+                left[p.tp] = conflict_reason(stored[p.tp], p.start)
             else:
                 if outcome == "move":
                     stored[p.tp] = (p.end, run_id)

@@ -126,7 +126,7 @@ class SqlOffsetStore:
         left: dict[TopicPartition, str] = {}
         if plan.offsets_mode == "keep":
             for p in plan.partitions:
-                left[p.tp] = f"a {plan.origin.replace('_', '-')} window (a replay of a time range): stored offsets stay"
+                left[p.tp] = kept_reason(plan)
             with self.engine.begin() as conn:
                 set_status(conn, pipeline, run_id, "committed", None)
             return CommitResult(advanced, left)
@@ -141,8 +141,7 @@ class SqlOffsetStore:
                 outcome = commit_outcome(plan.offsets_mode, current, p.start, p.end, run_id)
                 if outcome == "conflict":
                     assert current is not None
-                    left[p.tp] = (f"stored offset is {current[0]} (set by run {current[1]}), "
-                                  f"not this window's start {p.start}: left unchanged")
+                    left[p.tp] = conflict_reason(current, p.start)
                     continue
                 if outcome == "move":
                     _upsert(conn, pipeline, p.topic, p.partition, p.end, run_id)
@@ -172,3 +171,11 @@ def committable(plan: WindowPlan | None, pipeline: str, run_id: str) -> WindowPl
     if not plan.read_done:
         raise WindowFailed(f"run {run_id!r}: the window was not read completely; nothing to commit")
     return plan
+
+
+def kept_reason(plan: WindowPlan) -> str:
+    return f"a {plan.origin.replace('_', '-')} window (a replay of a time range): stored offsets stay"
+
+
+def conflict_reason(stored: tuple[int, str], start: int) -> str:
+    return f"stored offset is {stored[0]} (set by run {stored[1]}), not this window's start {start}: left unchanged"
