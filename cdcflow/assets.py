@@ -25,7 +25,7 @@ from typing import Any
 from cdcflow.config import TABLE_PLACEHOLDERS, PipelineConfig
 from cdcflow.connections import get_connection
 from cdcflow.errors import ConfigError
-from cdcflow.offsets import WindowPlan
+from cdcflow.state import WindowPlan
 
 log = logging.getLogger("cdcflow.assets")
 

@@ -131,7 +131,7 @@ def cmd_offsets(args: argparse.Namespace) -> int:
         return 0
     from connectors.kafka.reader import discover  # noqa: PLC0415
 
-    stored = store.load(cfg.name)
+    stored = store.offsets.load(cfg.name)
     print(f"{'topic':40} {'part':>4} {'stored':>10} {'log end':>10} {'lag':>8}")
     for state in discover(runner.consumer_conf(cfg), runner.source_topics(cfg)):
         pos = stored.get((state.topic, state.partition))
@@ -289,7 +289,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     from cdcflow import runner  # noqa: PLC0415
 
     cfg = find_pipeline(args.pipeline)
-    for w in runner.offset_store(cfg).history(cfg.name, args.limit):
+    for w in runner.offset_store(cfg).ledger.history(cfg.name, args.limit):
         ranges = ", ".join(f"{p.topic}[{p.partition}] {p.start}..{p.end if p.end is not None else '?'}"
                            for p in w.partitions)
         print(f"{w.run_id:55} {w.status:9} {w.origin:10} attempts={w.attempt} {ranges}")

@@ -46,8 +46,8 @@ def prepare() -> None:
         if conn.exec_driver_sql("SHOW TABLES LIKE 'cdcflow_tombstones'").first():
             conn.exec_driver_sql("DELETE FROM cdcflow_tombstones WHERE table_name = %s", (cfg.sinks[0].table,))
     store = runner.offset_store(cfg)
-    store.clear(cfg.name)
-    store.set_state(cfg.name, "running", "demo")  # a demo stopped from the page earlier runs again
+    store.offsets.clear(cfg.name)
+    store.operator.set_state(cfg.name, "running", "demo")  # a demo stopped from the page earlier runs again
     for sink in cfg.sinks:
         if sink.type == "elasticsearch":
             from elasticsearch import Elasticsearch  # noqa: PLC0415
@@ -147,7 +147,7 @@ def report() -> int:
 
     store = runner.offset_store(cfg)
     print(f"\n== committed offsets of pipeline {cfg.name!r} ==")
-    for (t, p), o in sorted(store.load(cfg.name).items()):
+    for (t, p), o in sorted(store.offsets.load(cfg.name).items()):
         print(f"{t}[{p}] -> {o}")
     return 0 if same and es_ok and len(dead) >= len(stream.broken) else 1
 
@@ -198,7 +198,7 @@ def downstream() -> int:
     import subprocess  # noqa: PLC0415
 
     print(f"\n== downstream DAG {REPORT_DAG!r} (scheduled on the asset of table demo_orders) ==")
-    newest = runner.offset_store(find_pipeline(PIPELINE)).last_window(PIPELINE)
+    newest = runner.offset_store(find_pipeline(PIPELINE)).ledger.last_window(PIPELINE)
     window = newest[0].run_id if newest else "?"
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:

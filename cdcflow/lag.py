@@ -109,7 +109,7 @@ def evaluate_partition(commits: Sequence[Commit], current_lag: int, now: datetim
 def from_entries(pipeline: str, group: str, entries: dict[tuple[str, int], list[Any]],
                  partitions: list[tuple[str, int]], replays: frozenset[str], now: datetime, window: int,
                  stop_after: float) -> PipelineLag:
-    """Evaluate a pipeline from the offset store's lag entries (``OffsetStore.lag_entries``) for the
+    """Evaluate a pipeline from the offset store's lag entries (``LagHistory.entries``) for the
     given partitions (a partition with no entry has no commit yet)."""
     out: list[PartitionLag] = []
     for tp in partitions:

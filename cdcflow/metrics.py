@@ -85,13 +85,13 @@ class PipelineCollector(Collector):
             name = p.name
             try:
                 store = control.store_for(p.config)
-                for (t, part), n in sorted(store.records_read(name).items()):
+                for (t, part), n in sorted(store.ledger.records_read(name).items()):
                     read.add_metric([name, t, str(part)], n)
                 outcomes: dict[str, int] = {}
                 sinks: dict[tuple[str, str], int] = {}
                 dls: dict[tuple[str, str], int] = {}
                 newest_ok: datetime | None = None
-                summary = store.windows_summary(name)
+                summary = store.ledger.windows_summary(name)
                 last_failed.add_metric([name], 1 if summary and summary[-1][1] == "failed" else 0)
                 for _run, status, _origin, stats, at in summary:
                     outcomes[status] = outcomes.get(status, 0) + 1

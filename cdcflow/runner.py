@@ -39,8 +39,8 @@ from cdcflow.errors import (
     SchemaChangePending,
     WindowFailed,
 )
-from cdcflow.offsets import OffsetStore, Origin, PartitionWindow, TopicPartition, WindowPlan, default_store_url
 from cdcflow.run_params import RunParams
+from cdcflow.state import Origin, PartitionWindow, StateStore, TopicPartition, WindowPlan, default_store_url
 from connectors import faults
 
 log = logging.getLogger("cdcflow.runner")
@@ -71,8 +71,8 @@ def offset_store_url(cfg: PipelineConfig) -> str:
     return default_store_url()
 
 
-def offset_store(cfg: PipelineConfig) -> OffsetStore:
-    return OffsetStore(offset_store_url(cfg))
+def offset_store(cfg: PipelineConfig) -> StateStore:
+    return StateStore(offset_store_url(cfg))
 
 
 def sink_offsets(cfg: PipelineConfig) -> Any:
@@ -96,12 +96,12 @@ def _held_offsets(cfg: PipelineConfig) -> Iterator[Any]:
             held.close()
 
 
-def stored_offsets(cfg: PipelineConfig, store: OffsetStore) -> dict[TopicPartition, int]:
+def stored_offsets(cfg: PipelineConfig, store: StateStore) -> dict[TopicPartition, int]:
     """Where the next window starts. Exactly-once: the sink's offsets are the authority; the offset
     store is brought up to them when a window's sink transaction committed and its ledger commit did
     not happen (the process died between the two). A partition the sink has no offset for yet (a
     pipeline switched to exactly-once) starts from the store's."""
-    stored = store.load(cfg.name)
+    stored = store.offsets.load(cfg.name)
     with _held_offsets(cfg) as held:
         if held is None:
             return stored
@@ -112,11 +112,11 @@ def stored_offsets(cfg: PipelineConfig, store: OffsetStore) -> dict[TopicPartiti
                     "windows that committed them in the sink did not reach their ledger commit", cfg.name,
                     cfg.offset_store.sink, ", ".join(f"{t}[{p}] {stored.get((t, p))} -> {o} (run {run})"
                                                      for (t, p), (o, run) in sorted(behind.items())))
-        store.mirror_offsets(cfg.name, behind)
+        store.offsets.mirror(cfg.name, behind)
     return {**stored, **{tp: o for tp, (o, _run) in in_sink.items()}}
 
 
-def backlog(cfg: PipelineConfig, store: OffsetStore) -> dict[TopicPartition, int]:
+def backlog(cfg: PipelineConfig, store: StateStore) -> dict[TopicPartition, int]:
     """Per partition, the records the next window would find: the true end (read to EOF) minus the
     stored offset, or minus initial_offsets' start for a partition with none. Reads ends only: no
     offset is committed and no consumer group moves."""
@@ -132,7 +132,7 @@ def backlog(cfg: PipelineConfig, store: OffsetStore) -> dict[TopicPartition, int
     return waiting
 
 
-def set_offsets(cfg: PipelineConfig, store: OffsetStore, offsets: Mapping[TopicPartition, int | None], by: str) -> None:
+def set_offsets(cfg: PipelineConfig, store: StateStore, offsets: Mapping[TopicPartition, int | None], by: str) -> None:
     """Operator reset of some partitions (None: forget), in the offset store and, exactly-once, in the sink."""
     values = {tp: o for tp, o in offsets.items() if o is not None}
     forget = [tp for tp, o in offsets.items() if o is None]
@@ -142,17 +142,17 @@ def set_offsets(cfg: PipelineConfig, store: OffsetStore, offsets: Mapping[TopicP
             if forget:
                 held.forget(cfg.name, forget)
     if values:
-        store.set_offsets(cfg.name, values, run_id=by)
+        store.offsets.set(cfg.name, values, run_id=by)
     if forget:
-        store.forget_offsets(cfg.name, forget)
+        store.offsets.forget(cfg.name, forget)
 
 
-def clear_offsets(cfg: PipelineConfig, store: OffsetStore) -> None:
+def clear_offsets(cfg: PipelineConfig, store: StateStore) -> None:
     """Forget every stored offset of the pipeline (the next window starts from initial_offsets)."""
     with _held_offsets(cfg) as held:
         if held is not None:
             held.forget(cfg.name)
-    store.clear(cfg.name)
+    store.offsets.clear(cfg.name)
 
 
 def kafka_client(cfg: PipelineConfig) -> dict[str, Any]:
@@ -232,14 +232,14 @@ def time_range(cfg: PipelineConfig, p: RunParams,
 
 
 def plan(cfg: PipelineConfig, run_id: str, params: Mapping[str, Any] | None = None,
-         store: OffsetStore | None = None, run: AirflowRun | None = None) -> WindowPlan:
+         store: StateStore | None = None, run: AirflowRun | None = None) -> WindowPlan:
     p = RunParams.parse(params, cfg)
     store = store or offset_store(cfg)
-    existing = store.get_window(cfg.name, run_id)
+    existing = store.ledger.get_window(cfg.name, run_id)
     if existing is not None:
         log.info("run %s already has a window (status %s): reusing it", run_id, existing.status)
         return existing
-    if store.get_state(cfg.name) == "stopped":
+    if store.operator.get_state(cfg.name) == "stopped":
         raise PipelineStopped(f"pipeline {cfg.name!r} is STOPPED: no window is planned until an operator "
                               f"resumes it (the cdcflow page, PUT /cdcflow/connectors/{cfg.name}/resume, or "
                               "`cdcflow resume`)")
@@ -307,8 +307,8 @@ def plan(cfg: PipelineConfig, run_id: str, params: Mapping[str, Any] | None = No
                 shares[tp] += spare // len(shares)
     windows = [PartitionWindow(t, part, starts[(t, part)], shares[(t, part)], stop=stops.get((t, part)))
                for t, part in sorted(starts)]
-    result = store.plan(cfg.name, run_id, origin, windows, interval)
-    store.record_lag(cfg.name, "plan", {tp: (stored.get(tp), state.end) for tp, state in parts.items()}, run_id)
+    result = store.offsets.plan(cfg.name, run_id, origin, windows, interval)
+    store.lag.record(cfg.name, "plan", {tp: (stored.get(tp), state.end) for tp, state in parts.items()}, run_id)
     span = f" (time range {interval[0].isoformat()} .. {interval[1].isoformat()})" if interval else ""
     log.info("planned %s window %s%s: %s", origin, run_id, span, ", ".join(
         f"{w.topic}[{w.partition}] from {w.start} up to {w.max_records}"
@@ -317,14 +317,14 @@ def plan(cfg: PipelineConfig, run_id: str, params: Mapping[str, Any] | None = No
 
 
 def process(cfg: PipelineConfig, run_id: str, params: Mapping[str, Any] | None = None,
-            store: OffsetStore | None = None, spark: Any = None) -> dict[str, Any]:
+            store: StateStore | None = None, spark: Any = None) -> dict[str, Any]:
     """Read, transform and apply the planned window. Returns the window's statistics."""
     p = RunParams.parse(params, cfg)
     store = store or offset_store(cfg)
-    window = store.get_window(cfg.name, run_id)
+    window = store.ledger.get_window(cfg.name, run_id)
     if window is None:
         raise WindowFailed(f"run {run_id!r} of pipeline {cfg.name!r} has no planned window; run plan first")
-    attempt = store.begin_attempt(cfg.name, run_id)
+    attempt = store.ledger.begin_attempt(cfg.name, run_id)
     if window.status == "committed":
         log.info("run %s was committed already: re-applying its range %s (sinks are idempotent)",
                  run_id, _describe(window))
@@ -335,24 +335,24 @@ def process(cfg: PipelineConfig, run_id: str, params: Mapping[str, Any] | None =
             stats = _process(cfg, window, p, store, spark)
             stats["writer"] = {"waited_s": round(held - asked, 3), "from": held, "to": time.time()}
     except Exception as exc:
-        store.mark(cfg.name, run_id, "failed", f"attempt {attempt}: {exc.__class__.__name__}: {exc}")
+        store.ledger.mark(cfg.name, run_id, "failed", f"attempt {attempt}: {exc.__class__.__name__}: {exc}")
         if isinstance(exc, DeadLettersExceeded):  # the breaker: no window runs until an operator resumes
-            store.set_state(cfg.name, "stopped", "cdcflow: errors.max_dead_letters")
+            store.operator.set_state(cfg.name, "stopped", "cdcflow: errors.max_dead_letters")
         if isinstance(exc, SchemaChangePending):  # schema_changes pause: no window runs until an operator decides
-            store.record_schema_pending(cfg.name, run_id, {c["key"]: c for c in exc.changes})
-            store.set_state(cfg.name, "stopped", "cdcflow: schema_changes pause")
+            store.operator.record_schema_pending(cfg.name, run_id, {c["key"]: c for c in exc.changes})
+            store.operator.set_state(cfg.name, "stopped", "cdcflow: schema_changes pause")
         if isinstance(exc, CdcflowError):
             raise
         raise WindowFailed(f"window {run_id} failed unexpectedly: {exc.__class__.__name__}: {exc}") from exc
-    store.mark(cfg.name, run_id, "applied", None, stats)
+    store.ledger.mark(cfg.name, run_id, "applied", None, stats)
     return stats
 
 
-def _schema_decisions(cfg: PipelineConfig, store: OffsetStore) -> tuple[tuple[str, str], ...]:
+def _schema_decisions(cfg: PipelineConfig, store: StateStore) -> tuple[tuple[str, str], ...]:
     """schema_changes pause: the changes an operator approved or rejected (by change key)."""
     if cfg.schema_changes != "pause":
         return ()
-    return tuple((c["key"], c["decision"]) for c in store.schema_changes(cfg.name) if c["decision"] != "pending")
+    return tuple((c["key"], c["decision"]) for c in store.operator.schema_changes(cfg.name) if c["decision"] != "pending")
 
 
 def _dead_holder(run_id: str, holder: str) -> bool:
@@ -377,13 +377,13 @@ def _dead_holder(run_id: str, holder: str) -> bool:
 
 
 @contextmanager
-def writer_lease(store: OffsetStore, pipeline: str, run_id: str, wait: float = LEASE_WAIT,
+def writer_lease(store: StateStore, pipeline: str, run_id: str, wait: float = LEASE_WAIT,
                  seconds: float = LEASE_SECONDS) -> Iterator[None]:
     """Hold the pipeline's writer lease while the block runs: a live window and a backfill window of
     one pipeline never write at the same time. Waits up to ``wait`` seconds for the holder."""
     holder = f"{run_id}@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     deadline, told = time.monotonic() + wait, 0.0
-    while (other := store.try_lease(pipeline, holder, seconds, dead=partial(_dead_holder, run_id))) is not None:
+    while (other := store.leases.try_take(pipeline, holder, seconds, dead=partial(_dead_holder, run_id))) is not None:
         if time.monotonic() > deadline:
             raise WindowFailed(
                 f"pipeline {pipeline!r}: window {other.split('@')[0]!r} has been writing to the sinks for over "
@@ -399,7 +399,7 @@ def writer_lease(store: OffsetStore, pipeline: str, run_id: str, wait: float = L
     def renew() -> None:
         while not stop.wait(seconds / 3):
             try:
-                other = store.try_lease(pipeline, holder, seconds)
+                other = store.leases.try_take(pipeline, holder, seconds)
             except Exception as exc:  # noqa: BLE001 - a missed renewal is retried; the lease still runs
                 log.warning("renewing the writer lease of %s failed: %s", pipeline, exc)
                 continue
@@ -414,21 +414,21 @@ def writer_lease(store: OffsetStore, pipeline: str, run_id: str, wait: float = L
     finally:
         stop.set()
         keeper.join()
-        store.release_lease(pipeline, holder)
+        store.leases.release(pipeline, holder)
 
 
-def _sent_before(cfg: PipelineConfig, window: WindowPlan, store: OffsetStore) -> frozenset[tuple[str, int, int, str]]:
+def _sent_before(cfg: PipelineConfig, window: WindowPlan, store: StateStore) -> frozenset[tuple[str, int, int, str]]:
     """The dead letters already in the DLQ for this window's records, so they are not sent twice:
     those of this run's earlier attempts and those of earlier runs over the same records that never
     committed (a run whose retries ran out, a window killed before its commit and then left)."""
     if not cfg.errors.dlq_topic or cfg.errors.tolerance != "all":
         return frozenset()
-    runs = ([window.run_id] if window.attempt >= 1 else []) + store.uncommitted_overlapping(cfg.name, window)
+    runs = ([window.run_id] if window.attempt >= 1 else []) + store.ledger.uncommitted_overlapping(cfg.name, window)
     if not runs:
         return frozenset()
     from connectors.kafka.dlq import sent_dead_letters  # noqa: PLC0415
 
-    created = min(c for c, _updated in store.window_times(cfg.name, runs).values())
+    created = min(c for c, _updated in store.ledger.window_times(cfg.name, runs).values())
     since_ms = int(created.replace(tzinfo=UTC).timestamp() * 1000) - 300_000  # producers' clocks may differ
     sent = sent_dead_letters(consumer_conf(cfg), cfg.errors.dlq_topic, frozenset(runs), since_ms)
     if sent:
@@ -442,7 +442,7 @@ def _describe(window: WindowPlan) -> str:
                      for w in window.partitions)
 
 
-def _process(cfg: PipelineConfig, window: WindowPlan, p: RunParams, store: OffsetStore,
+def _process(cfg: PipelineConfig, window: WindowPlan, p: RunParams, store: StateStore,
              spark: Any) -> dict[str, Any]:
     from connectors.kafka.client import producer_config  # noqa: PLC0415
     from connectors.kafka.reader import ReadRange  # noqa: PLC0415
@@ -458,7 +458,7 @@ def _process(cfg: PipelineConfig, window: WindowPlan, p: RunParams, store: Offse
         for w in window.partitions)
     if not any(r.max_records > 0 for r in ranges):
         # nothing to read: the plan found every partition at its end (stop_on_empty)
-        store.record_read(cfg.name, window.run_id, {(r.topic, r.partition): (r.start, 0) for r in ranges})
+        store.offsets.record_read(cfg.name, window.run_id, {(r.topic, r.partition): (r.start, 0) for r in ranges})
         return {"records": 0, "dead_lettered": 0, "sinks": {}, "seconds": round(time.time() - started, 3)}
     from spark_jobs.job import WindowJob  # noqa: PLC0415
     from spark_jobs.session import describe, get_spark  # noqa: PLC0415
@@ -476,12 +476,12 @@ def _process(cfg: PipelineConfig, window: WindowPlan, p: RunParams, store: Offse
         source_format=cfg.source.format, truncate=cfg.truncate, schema_changes=cfg.schema_changes,
         schema_decisions=_schema_decisions(cfg, store),
         column_wise_min=int(os.environ["CDCFLOW_COLUMN_WISE_MIN"]) if os.environ.get("CDCFLOW_COLUMN_WISE_MIN") else None,
-        offsets_mode="keep" if not window.moves_offsets else "advance" if window.origin == "stored" else "set")
+        offsets_mode=window.offsets_mode)
     spark = spark or get_spark(cfg.spark, app_name=f"cdcflow-{cfg.name}")
     faults.checkpoint("before_read")
 
     def on_read(ends: dict[TopicPartition, tuple[int, int]]) -> None:
-        store.record_read(cfg.name, window.run_id, ends)
+        store.offsets.record_read(cfg.name, window.run_id, ends)
         faults.checkpoint("after_read")
         starts = {(r.topic, r.partition): r.start for r in ranges}
         log.info("read %s records: %s", sum(c for _e, c in ends.values()),
@@ -498,12 +498,12 @@ def _process(cfg: PipelineConfig, window: WindowPlan, p: RunParams, store: Offse
     return stats
 
 
-def apply_retention(cfg: PipelineConfig, store: OffsetStore) -> dict[str, Any]:
+def apply_retention(cfg: PipelineConfig, store: StateStore) -> dict[str, Any]:
     """Forget what retention allows (after a commit): old ledger windows and lag samples, old sink
     tombstones. A failure here is logged, never a failed window: nothing of the window depends on it."""
     out: dict[str, Any] = {}
     try:
-        out["ledger"] = store.prune(cfg.name, cfg.retention.ledger)
+        out["ledger"] = store.chores.prune(cfg.name, cfg.retention.ledger)
     except Exception as exc:  # noqa: BLE001
         log.warning("retention: pruning the ledger of %s failed: %s", cfg.name, exc)
     with _held_offsets(cfg) as held:
@@ -553,9 +553,9 @@ def _check_replay_horizon(cfg: PipelineConfig, origin: str, starts: Mapping[Topi
         raise ConfigError(f"pipeline {cfg.name!r}: the replay starts at records older than {since}: {where}; {advice}")
 
 
-def commit(cfg: PipelineConfig, run_id: str, store: OffsetStore | None = None) -> dict[str, Any]:
+def commit(cfg: PipelineConfig, run_id: str, store: StateStore | None = None) -> dict[str, Any]:
     store = store or offset_store(cfg)
-    result = store.commit(cfg.name, run_id)
+    result = store.offsets.commit(cfg.name, run_id)
     for tp, reason in result.left.items():
         log.warning("%s[%s]: %s", tp[0], tp[1], reason)
     faults.checkpoint("after_commit")
@@ -564,21 +564,21 @@ def commit(cfg: PipelineConfig, run_id: str, store: OffsetStore | None = None) -
 
         mirror_offsets({**kafka_client(cfg), "group.id": cfg.group_id}, result.advanced)
     log.info("committed %s", {f"{t}[{p}]": o for (t, p), o in result.advanced.items()})
-    pruned = apply_retention(cfg, store) if store.due(cfg.name, "retention", RETENTION_EVERY) else {}
+    pruned = apply_retention(cfg, store) if store.chores.due(cfg.name, "retention", RETENTION_EVERY) else {}
     return {"advanced": {f"{t}:{p}": o for (t, p), o in result.advanced.items()},
             "left": {f"{t}:{p}": r for (t, p), r in result.left.items()}, "pruned": pruned}
 
 
-def asset_events(cfg: PipelineConfig, run_id: str, store: OffsetStore | None = None) -> list[Any]:
+def asset_events(cfg: PipelineConfig, run_id: str, store: StateStore | None = None) -> list[Any]:
     """The asset events of a committed window: one per sink target it changed (cdcflow/assets.py)."""
     from cdcflow.assets import window_events  # noqa: PLC0415
 
-    window = (store or offset_store(cfg)).get_window(cfg.name, run_id)
+    window = (store or offset_store(cfg)).ledger.get_window(cfg.name, run_id)
     return window_events(cfg, window) if window is not None and window.status == "committed" else []
 
 
 def run_window(cfg: PipelineConfig, run_id: str, params: Mapping[str, Any] | None = None,
-               store: OffsetStore | None = None, spark: Any = None) -> dict[str, Any]:
+               store: StateStore | None = None, spark: Any = None) -> dict[str, Any]:
     """plan + process + commit in this process (CLI and tests; the DAG runs them as tasks)."""
     store = store or offset_store(cfg)
     plan(cfg, run_id, params, store)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from cdcflow.offsets import OffsetStore
+from cdcflow.state import StateStore
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -92,8 +92,8 @@ def spark() -> Iterator[Any]:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[OffsetStore]:
-    s = OffsetStore(f"sqlite:///{tmp_path / 'offsets.db'}")
+def store(tmp_path: Path) -> Iterator[StateStore]:
+    s = StateStore(f"sqlite:///{tmp_path / 'offsets.db'}")
     yield s
     s.close()
 

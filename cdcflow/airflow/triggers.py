@@ -90,6 +90,6 @@ def _probe(pipeline: str) -> _Probe:
     cfg = find_pipeline(pipeline)
     store = store_for(cfg)
     waiting = sum(runner.backlog(cfg, store).values())
-    newest = store.last_window(cfg.name)
-    return _Probe(waiting, store.get_state(cfg.name) == "stopped",
+    newest = store.ledger.last_window(cfg.name)
+    return _Probe(waiting, store.operator.get_state(cfg.name) == "stopped",
                   newest[0].run_id if newest else None, newest[0].status if newest else None)

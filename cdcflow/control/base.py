@@ -8,7 +8,7 @@ from cdcflow.airflow.dag_control import AirflowDags, DagControl, DagInfo
 from cdcflow.config import PipelineConfig
 from cdcflow.control.pipelines import store_for
 from cdcflow.errors import Conflict
-from cdcflow.offsets import OffsetStore
+from cdcflow.state import StateStore
 
 OFFSETS_NEED_STOP = ("Connectors must be in the STOPPED state before their offsets can be modified. This can "
                      "be done for the specified connector by issuing a 'PUT' request to the "
@@ -28,10 +28,10 @@ class ControlBase:
                            "it, or its file is invalid); wait for it to appear in the DAG list")
         return info
 
-    def _require_stopped(self, cfg: PipelineConfig, need_stop: str = OFFSETS_NEED_STOP) -> OffsetStore:
+    def _require_stopped(self, cfg: PipelineConfig, need_stop: str = OFFSETS_NEED_STOP) -> StateStore:
         """The pipeline is STOPPED (else Conflict with ``need_stop``) and no run is queued or running."""
         store = store_for(cfg)
-        if store.get_state(cfg.name) != "stopped":
+        if store.operator.get_state(cfg.name) != "stopped":
             raise Conflict(need_stop.replace("{name}", cfg.name))
         active = self.dags.active_runs(cfg.name) if self.dags.info(cfg.name) is not None else []
         if active:

@@ -15,7 +15,7 @@ from cdcflow.config import PipelineConfig
 from cdcflow.control.base import ControlBase
 from cdcflow.control.pipelines import store_for, valid
 from cdcflow.errors import BadRequest, CdcflowError, Conflict, NotFound
-from cdcflow.offsets import OffsetStore
+from cdcflow.state import StateStore
 
 
 @dataclass
@@ -64,7 +64,7 @@ class DeadLetters(ControlBase):
         for d in page:
             nxt[d.partition] = min(nxt[d.partition], d.offset)
         more = any(nxt[p.partition] > p.low for p in parts)
-        done = store_for(cfg).redrives(cfg.name, topic)
+        done = store_for(cfg).operator.redrives(cfg.name, topic)
         return DlqPage(topic, page, total, nxt if more else None,
                        {(d.partition, d.offset): done[(d.partition, d.offset)] for d in page
                         if (d.partition, d.offset) in done
@@ -108,7 +108,7 @@ class DeadLetters(ControlBase):
         request_id = uuid.uuid4().hex[:16]
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         plan = [(target_topic or d.original_topic or "", d) for d in todo]
-        store.claim_redrives(cfg.name, topic, [(d.partition, d.offset, t, d.fingerprint) for t, d in plan],
+        store.operator.claim_redrives(cfg.name, topic, [(d.partition, d.offset, t, d.fingerprint) for t, d in plan],
                              request_id, user)
         marker = lambda d: (REDRIVE_HEADER, json.dumps(  # noqa: E731
             {"dlq": f"{topic}/{d.partition}/{d.offset}", "request": request_id, "by": user, "at": now}).encode())
@@ -118,7 +118,7 @@ class DeadLetters(ControlBase):
             # nothing confirmed: Kafka's idempotent producer may still have written some, so the claims
             # stay "pending" and a later request reports them instead of sending twice
             raise
-        store.finish_redrives(cfg.name, request_id)
+        store.operator.finish_redrives(cfg.name, request_id)
         return RedriveResult(request_id, [{"partition": d.partition, "offset": d.offset, "target_topic": t,
                                            "original": f"{d.original_topic}[{d.original_partition}]@{d.original_offset}"}
                                           for t, d in plan], already, len(records))
@@ -144,12 +144,12 @@ def _matching(cfg: PipelineConfig, topic: str, partition: int | None, start: int
     return records
 
 
-def _not_yet_redriven(store: OffsetStore, cfg: PipelineConfig, topic: str,
+def _not_yet_redriven(store: StateStore, cfg: PipelineConfig, topic: str,
                       records: list[Any]) -> tuple[list[dict[str, Any]], list[Any]]:
     """The records redriven already (as the answer reports them) and those to send; Conflict when every
     one was redriven already."""
     prints = {(d.partition, d.offset): d.fingerprint for d in records}
-    done = {k: r for k, r in store.redrives(cfg.name, topic).items() if prints.get(k) == r.fingerprint}
+    done = {k: r for k, r in store.operator.redrives(cfg.name, topic).items() if prints.get(k) == r.fingerprint}
     already = [{"partition": d.partition, "offset": d.offset, "status": done[(d.partition, d.offset)].status,
                 "target_topic": done[(d.partition, d.offset)].target_topic,
                 "by": done[(d.partition, d.offset)].requested_by,

@@ -23,7 +23,7 @@ class Lifecycle(Reading):
     def resume(self, name: str, user: str) -> Status:
         cfg = valid(name)
         self._dag(cfg.name)
-        store_for(cfg).set_state(cfg.name, "running", user)
+        store_for(cfg).operator.set_state(cfg.name, "running", user)
         self.dags.set_paused(cfg.name, False)
         return self.status(cfg.name)
 
@@ -31,7 +31,7 @@ class Lifecycle(Reading):
         cfg = valid(name)
         self._dag(cfg.name)
         self.dags.set_paused(cfg.name, True)
-        store_for(cfg).set_state(cfg.name, "stopped", user)
+        store_for(cfg).operator.set_state(cfg.name, "stopped", user)
         return self.status(cfg.name)
 
     def run_now(self, name: str, user: str, conf: Mapping[str, Any] | None = None, note: str | None = None) -> str:
@@ -41,7 +41,7 @@ class Lifecycle(Reading):
 
         cfg = valid(name)
         self._dag(cfg.name)
-        if store_for(cfg).get_state(cfg.name) == "stopped":
+        if store_for(cfg).operator.get_state(cfg.name) == "stopped":
             raise Conflict(f"pipeline {cfg.name!r} is STOPPED: resume it before running a window")
         try:
             RunParams.parse(conf, cfg)

@@ -21,10 +21,10 @@ class Monitoring(ControlBase):
 
         cfg = valid(name)
         store = store_for(cfg)
-        stored = store.load(cfg.name)
+        stored = store.offsets.load(cfg.name)
         rows = {(s.topic, s.partition): (stored.get((s.topic, s.partition)), s.end)
                 for s in discover(runner.consumer_conf(cfg), runner.source_topics(cfg), timeout=10)}
-        store.record_lag(cfg.name, "sample", rows)
+        store.lag.record(cfg.name, "sample", rows)
         return rows
 
     def lag(self, name: str, refresh: bool | None = None, now: datetime | None = None) -> Any:
@@ -35,21 +35,21 @@ class Monitoring(ControlBase):
         cfg = valid(name)
         store = store_for(cfg)
         now = now or datetime.now(UTC).replace(tzinfo=None)
-        entries = store.lag_entries(cfg.name, per_partition=max(50, 2 * cfg.monitor.window))
+        entries = store.lag.entries(cfg.name, per_partition=max(50, 2 * cfg.monitor.window))
         newest = max((e.at for rows in entries.values() for e in rows if e.source in ("sample", "plan")),
                      default=None)
         if refresh or (refresh is None and (newest is None
                                             or (now - newest).total_seconds() > cfg.monitor.sample_interval)):
             self.sample(cfg.name)
-            entries = store.lag_entries(cfg.name, per_partition=max(50, 2 * cfg.monitor.window))
-        partitions = sorted(set(entries) | set(store.load(cfg.name)))
-        replays = frozenset(store.run_ids(cfg.name, origin="params"))
+            entries = store.lag.entries(cfg.name, per_partition=max(50, 2 * cfg.monitor.window))
+        partitions = sorted(set(entries) | set(store.offsets.load(cfg.name)))
+        replays = frozenset(store.ledger.run_ids(cfg.name, origin="params"))
         return lagmod.from_entries(cfg.name, cfg.group_id, entries, partitions, replays, now,
                                    cfg.monitor.window, cfg.monitor.stop_after)
 
     def lag_history(self, name: str, per_partition: int = 50) -> dict[tuple[str, int], list[Any]]:
-        """The stored lag entries of each partition, oldest first (``OffsetStore.lag_entries``): the
+        """The stored lag entries of each partition, oldest first (``StateStore.lag_entries``): the
         page's lag chart. Reads only; :meth:`lag` samples the broker when its samples are stale."""
         cfg = valid(name)
-        return dict(store_for(cfg).lag_entries(cfg.name, per_partition=per_partition))
+        return dict(store_for(cfg).lag.entries(cfg.name, per_partition=per_partition))
 

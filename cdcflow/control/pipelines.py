@@ -13,7 +13,7 @@ import yaml
 
 from cdcflow.config import PipelineConfig, config_dir, load_all, parse_instant
 from cdcflow.errors import BadRequest, NotFound
-from cdcflow.offsets import OffsetStore
+from cdcflow.state import StateStore
 
 
 @dataclass(frozen=True)
@@ -79,15 +79,15 @@ def check_name(name: str) -> str:
 
 
 @functools.lru_cache(maxsize=32)
-def _store(url: str) -> OffsetStore:
-    return OffsetStore(url)
+def _store(url: str) -> StateStore:
+    return StateStore(url)
 
 
-def store_for(cfg: PipelineConfig | None) -> OffsetStore:
+def store_for(cfg: PipelineConfig | None) -> StateStore:
     """The pipeline's offset store, one per URL for the life of the process: the api-server serves
     every request and scrape from it instead of building an engine (and checking the schema) each time."""
     from cdcflow import runner  # noqa: PLC0415
-    from cdcflow.offsets import default_store_url  # noqa: PLC0415
+    from cdcflow.state import default_store_url  # noqa: PLC0415
 
     return _store(runner.offset_store_url(cfg) if cfg is not None else default_store_url())
 

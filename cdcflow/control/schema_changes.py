@@ -17,7 +17,7 @@ class SchemaChanges(ControlBase):
         """The pipeline's schema changes met under ``schema_changes: pause``: pending ones and the
         decisions taken, newest first (docs/schema-changes.md)."""
         cfg = valid(name)
-        return store_for(cfg).schema_changes(cfg.name)
+        return store_for(cfg).operator.schema_changes(cfg.name)
 
     def decide_schema(self, name: str, decision: str, user: str) -> list[dict[str, Any]]:
         """Approve (the next window applies the changes) or reject (the windows write the columns the
@@ -26,10 +26,10 @@ class SchemaChanges(ControlBase):
             raise BadRequest(f"decision must be approved or rejected, got {decision!r}")
         cfg = valid(name)
         store = store_for(cfg)
-        decided = store.decide_schema_changes(cfg.name, decision, user)
+        decided = store.operator.decide_schema_changes(cfg.name, decision, user)
         if not decided:
             raise Conflict(f"pipeline {name!r} has no schema change waiting for a decision")
-        store.set_state(cfg.name, "running", user)
+        store.operator.set_state(cfg.name, "running", user)
         if self.dags.info(cfg.name) is not None:
             self.dags.set_paused(cfg.name, False)
         return decided

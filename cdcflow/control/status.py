@@ -11,7 +11,7 @@ from typing import Any, Literal
 from cdcflow.airflow.dag_control import DagInfo, DagRunInfo
 from cdcflow.control.base import ControlBase
 from cdcflow.control.pipelines import get, pipelines, store_for, valid
-from cdcflow.offsets import WindowPlan
+from cdcflow.state import WindowPlan
 
 State = Literal["RUNNING", "PAUSED", "STOPPED", "FAILED", "UNASSIGNED"]
 
@@ -87,8 +87,8 @@ class Reading(ControlBase):
         cfg = p.config
         store = store_for(cfg)
         info: DagInfo | None = self.dags.info(cfg.name)
-        stopped = store.get_state(cfg.name) == "stopped"
-        last = store.last_window(cfg.name)
+        stopped = store.operator.get_state(cfg.name) == "stopped"
+        last = store.ledger.last_window(cfg.name)
         window, at = last if last else (None, None)
         in_flight = self.dags.active_runs(cfg.name) if info is not None else []
         trace = None
@@ -111,8 +111,8 @@ class Reading(ControlBase):
     def windows(self, name: str, limit: int = 20) -> list[tuple[WindowPlan, datetime, datetime]]:
         cfg = valid(name)
         store = store_for(cfg)
-        plans = store.history(cfg.name, limit)
-        times = store.window_times(cfg.name, [w.run_id for w in plans])
+        plans = store.ledger.history(cfg.name, limit)
+        times = store.ledger.window_times(cfg.name, [w.run_id for w in plans])
         return [(w, *times[w.run_id]) for w in plans if w.run_id in times]
 
     def offsets(self, name: str) -> list[PartitionOffsets]:

@@ -15,7 +15,7 @@ from html import escape
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from cdcflow.offsets import LagEntry, WindowPlan
+    from cdcflow.state import LagEntry, WindowPlan
 
 WINDOWS = 30  # windows in the bar charts
 LAG_SAMPLES = 50  # newest lag entries of each source per partition in the line chart
@@ -200,7 +200,7 @@ def bar_chart(bars: Sequence[Bar], title: str, unit: str, empty: str, *, chart: 
 # -- the page's data ---------------------------------------------------------------------------------
 
 def lag_series(entries: Mapping[tuple[str, int], Sequence[LagEntry]]) -> dict[str, list[Point]]:
-    """``OffsetStore.lag_entries`` → "topic[partition]" → [(at, log end − committed)], every entry
+    """``LagHistory.entries`` → "topic[partition]" → [(at, log end − committed)], every entry
     that knows both (a plan, a commit, a sample; not an offset reset)."""
     return {f"{topic}[{partition}]": [(e.at, e.log_end - e.committed) for e in rows
                                       if e.log_end is not None and e.committed is not None]

@@ -15,7 +15,7 @@ from cdcflow import __version__
 from cdcflow.config import PipelineConfig, SinkConfig, _expected, _user_path
 from cdcflow.control import Pipeline, Status
 from cdcflow.errors import BadRequest
-from cdcflow.offsets import TopicPartition
+from cdcflow.state import TopicPartition
 from spark_jobs.transform_config import Predicate, TransformConfig
 
 CONNECTOR_CLASS = "cdcflow.Pipeline"

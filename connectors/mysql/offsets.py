@@ -9,9 +9,10 @@ both or neither, whatever dies when. Two tables:
 * ``cdcflow_sink_commits`` (pipeline, run id): every run whose window is in the table, so a retried
   run whose transaction committed already writes nothing again (it does not rely on re-application).
 
-A window planned from stored offsets moves a partition only when the offset is still the window's
-start (compare-and-set, as the offset store does); a ``start_offsets``/``start_time`` rewind sets
-it; a time-range replay never moves it.
+Offsets move by the rule the offset store commits by too (connectors/offset_rule.py): a window
+planned from stored offsets moves a partition only when the offset is still the window's start
+(compare-and-set); a ``start_offsets``/``start_time`` rewind sets it; a time-range replay never
+moves it.
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
 from connectors.errors import SinkUnavailable
+from connectors.offset_rule import Mode, commit_outcome
 
 OFFSETS, COMMITS = "cdcflow_sink_offsets", "cdcflow_sink_commits"
 TopicPartition = tuple[str, int]
@@ -48,7 +50,7 @@ class OffsetCommit:
 
     pipeline: str
     run_id: str
-    mode: Literal["advance", "set", "keep"]  # stored window: compare-and-set; rewind: set; time range: keep
+    mode: Mode  # stored window: compare-and-set; rewind: set; time range: keep (connectors/offset_rule.py)
     ranges: tuple[tuple[str, int, int, int], ...]  # (topic, partition, start, end)
 
 
@@ -114,10 +116,13 @@ def write(conn: sa.Connection, commit: OffsetCommit) -> dict[str, Any]:
     for topic, partition, start, end in commit.ranges:
         name = f"{topic}:{partition}"
         now = current.get((topic, partition))
-        if commit.mode == "keep":
+        # no run id: a repeated run is recognised by its commit record (lock), not by the offset it left
+        outcome = commit_outcome(commit.mode, now, start, end)
+        if outcome == "keep":
             left[name] = "a replay of a time range: stored offsets stay"
             continue
-        if commit.mode == "advance" and now is not None and now[0] != start:
+        if outcome == "conflict":
+            assert now is not None
             left[name] = (f"the sink's offset is {now[0]} (set by run {now[1]}), not this window's start {start}: "
                           "left unchanged")
             continue

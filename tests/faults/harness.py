@@ -264,17 +264,17 @@ class Campaign:
             _found(out, seen, "duplicated", (where, i, "extra"), f"{where}: {i} should not exist (a resurrected delete?)")
 
     def _ledger_gaps(self) -> list[tuple[Any, ...]]:
-        from cdcflow.offsets import OffsetStore  # noqa: PLC0415
+        from cdcflow.state import StateStore  # noqa: PLC0415
 
-        store = OffsetStore(self.env["CDCFLOW_OFFSET_STORE_URL"])
+        store = StateStore(self.env["CDCFLOW_OFFSET_STORE_URL"])
         ranges: dict[tuple[str, int], list[tuple[int, int]]] = collections.defaultdict(list)
-        for w in store.history(self.name, limit=100_000):
+        for w in store.ledger.history(self.name, limit=100_000):
             if w.status == "committed" and w.origin == "stored":
                 for p in w.partitions:
                     if p.end is not None and p.end > p.start:
                         ranges[p.tp].append((p.start, p.end))
         gaps: list[tuple[Any, ...]] = []
-        stored = store.load(self.name)
+        stored = store.offsets.load(self.name)
         for tp, spans in ranges.items():
             spans.sort()
             expect = 0

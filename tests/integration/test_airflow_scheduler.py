@@ -12,7 +12,7 @@ import pytest
 
 from cdcflow import cdcgen
 from cdcflow.config import load_pipeline
-from cdcflow.offsets import OffsetStore
+from cdcflow.state import StateStore
 from tests.airflow_server import ROOT, AirflowServer, make_server
 from tests.helpers import bootstrap, expected, table_rows, unique, write_pipeline
 
@@ -110,15 +110,15 @@ def test_three_windows_triggered_through_the_rest_api_run_in_fresh_task_processe
         assert stats["preloaded"] is True  # forked from a worker of the PreloadingLocalExecutor
 
     # no overlap and no gap: per partition the windows' ranges follow each other from offset 0
-    store = OffsetStore(airflow.store_url)
-    windows = [store.get_window(cfg.name, r) for r in run_ids]
+    store = StateStore(airflow.store_url)
+    windows = [store.ledger.get_window(cfg.name, r) for r in run_ids]
     assert [w.origin for w in windows] == ["params", "stored", "stored"]
     for part in range(3):
         ranges = [next((p.start, p.end) for p in w.partitions if p.partition == part) for w in windows]
         assert ranges[0][0] == 0
         for (_s1, e1), (s2, _e2) in zip(ranges, ranges[1:], strict=False):
             assert s2 == e1, ranges
-        assert store.load(cfg.name)[(topic, part)] == ranges[-1][1]
+        assert store.offsets.load(cfg.name)[(topic, part)] == ranges[-1][1]
     assert sum(p.end - p.start for w in windows for p in w.partitions) == len(stream.events)
     assert table_rows(cfg.sinks[0].table) == expected(stream.state)
 
@@ -141,8 +141,8 @@ def test_airflow_backfill_replays_three_intervals_without_moving_the_live_pipeli
     assert r.status == 200, r.text
     assert _wait_for_runs(airflow, cfg.name, ["live-0"])[0]["state"] == "success", airflow.log_tail()
     _wait_until_idle(airflow, cfg.name)
-    store = OffsetStore(airflow.store_url)
-    live_offsets = store.load(cfg.name)
+    store = StateStore(airflow.store_url)
+    live_offsets = store.offsets.load(cfg.name)
     assert sum(live_offsets.values()) == len(stream.events)
     assert table_rows(cfg.sinks[0].table) == expected(stream.state)
 
@@ -156,8 +156,8 @@ def test_airflow_backfill_replays_three_intervals_without_moving_the_live_pipeli
 
     # newer changes are never overwritten by the replayed older ones; the live offsets stay
     assert table_rows(cfg.sinks[0].table) == expected(stream.state)
-    assert store.load(cfg.name) == live_offsets
-    windows = sorted((store.get_window(cfg.name, r["dag_run_id"]) for r in runs), key=lambda w: w.interval)
+    assert store.offsets.load(cfg.name) == live_offsets
+    windows = sorted((store.ledger.get_window(cfg.name, r["dag_run_id"]) for r in runs), key=lambda w: w.interval)
     assert [w.origin for w in windows] == ["backfill"] * 3
     assert [w.interval for w in windows] == [(datetime(2026, 11, 20, h), datetime(2026, 11, 20, h + 1))
                                              for h in (1, 2, 3)]
@@ -237,8 +237,8 @@ def test_a_window_that_changed_a_table_emits_its_asset_event_after_the_commit_an
     extra = events[0]["extra"]
     rows = table_rows(table)
     assert rows == expected(stream.state)
-    store = OffsetStore(airflow.store_url)
-    window = store.get_window(cfg.name, "full")
+    store = StateStore(airflow.store_url)
+    window = store.ledger.get_window(cfg.name, "full")
     assert {k: extra[k] for k in ("pipeline", "run_id", "sink", "target")} == {
         "pipeline": cfg.name, "run_id": "full", "sink": cfg.sinks[0].name, "target": table}
     assert extra["offsets"] == {f"{p.topic}[{p.partition}]": [p.start, p.end] for p in window.partitions if p.records}
@@ -249,7 +249,7 @@ def test_a_window_that_changed_a_table_emits_its_asset_event_after_the_commit_an
     # emitted after the commit: the event is later than the commit task's start, which committed
     ti = airflow.request("GET", f"/api/v2/dags/{cfg.name}/dagRuns/full/taskInstances/commit_offsets").body
     assert events[0]["timestamp"] >= ti["start_date"]
-    assert store.load(cfg.name) == {(p.topic, p.partition): p.end for p in window.partitions}
+    assert store.offsets.load(cfg.name) == {(p.topic, p.partition): p.end for p in window.partitions}
 
     # the downstream DAG ran on the event, and saw this run's event
     deadline = time.monotonic() + 120
@@ -306,8 +306,8 @@ def test_on_data_starts_a_window_when_records_wait_and_batches_a_trickle_until_m
 
     first = wait_runs(1)
     assert [(r["run_type"], r["state"]) for r in first] == [("asset_triggered", "success")], airflow.log_tail()
-    store = OffsetStore(airflow.store_url)
-    ends = store.load(cfg.name)
+    store = StateStore(airflow.store_url)
+    ends = store.offsets.load(cfg.name)
     assert sum(ends.values()) == len(burst)
     conf = {"bootstrap.servers": bootstrap(), "group.id": cfg.group_id}
     assert group_offsets(conf, sorted(ends)) == ends  # mirrored by the commit, not by the trigger
@@ -318,11 +318,11 @@ def test_on_data_starts_a_window_when_records_wait_and_batches_a_trickle_until_m
     cdcgen.produce(bootstrap(), topic, trickle, create=False)
     time.sleep(5)
     assert len(runs()) == 1
-    assert store.load(cfg.name) == ends and group_offsets(conf, sorted(ends)) == ends
+    assert store.offsets.load(cfg.name) == ends and group_offsets(conf, sorted(ends)) == ends
     second = wait_runs(2)[-1]
     assert second["state"] == "success", airflow.log_tail()
     assert _t(second["start_date"]) - produced >= 9  # max_wait 10 s, polled every second
-    assert sum(store.load(cfg.name).values()) == len(stream.events)
+    assert sum(store.offsets.load(cfg.name).values()) == len(stream.events)
     assert table_rows(cfg.sinks[0].table) == expected(stream.state)
     time.sleep(5)  # nothing waits any more: no run is started after the trickle's
     assert len(runs()) == 2

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from cdcflow import cdcgen, runner
 from cdcflow.config import load_pipeline
 from cdcflow.errors import PipelineStopped
-from cdcflow.offsets import OffsetStore
+from cdcflow.state import StateStore
 from tests.airflow_server import PASSWORDS, AirflowServer, make_server
 from tests.helpers import bootstrap, expected, mysql_engine, read_topic, table_rows, unique, write_pipeline
 
@@ -45,8 +45,8 @@ def _pipeline(server: AirflowServer, prefix: str, **overrides: Any) -> Any:
     return load_pipeline(write_pipeline(server.config_dir, tag, f"t.{tag}", tag, **overrides))
 
 
-def _store(server: AirflowServer) -> OffsetStore:
-    return OffsetStore(server.store_url)
+def _store(server: AirflowServer) -> StateStore:
+    return StateStore(server.store_url)
 
 
 def _dag(server: AirflowServer, name: str) -> dict[str, Any]:
@@ -120,7 +120,7 @@ def test_a_reader_gets_403_on_every_action(server: AirflowServer) -> None:
         assert r.status == 403, (action, r.text)
         assert r.body["error_code"] == 403 and "viewer" in r.body["message"] and name in r.body["message"]
     assert _dag(server, name)["is_paused"] is True  # nothing changed
-    assert _store(server).get_state(name) == "running"
+    assert _store(server).operator.get_state(name) == "running"
 
 
 def test_unknown_pipeline_is_404_in_connects_shape(server: AirflowServer) -> None:
@@ -277,7 +277,7 @@ def test_a_kafka_connect_client_creates_changes_and_deletes_a_pipeline(server: A
         assert gone.value.response.status_code == 404
         assert gone.value.response.json()["message"].startswith(f"Connector {name} not found")
         assert name not in admin.list_connectors()
-        assert _store(server).get_state(name) == "stopped"  # kept: the same name created again continues
+        assert _store(server).operator.get_state(name) == "stopped"  # kept: the same name created again continues
     finally:
         path.unlink(missing_ok=True)
 
@@ -309,7 +309,7 @@ def test_pause_resume_stop_restart_map_onto_airflow(server: AirflowServer, use_s
     refused = server.request("POST", f"{url}/restart")
     assert refused.status == 409 and "STOPPED" in refused.body["message"]
     assert server.request("PUT", f"{url}/resume").status == 202
-    assert _store(server).get_state(name) == "running" and _dag(server, name)["is_paused"] is False
+    assert _store(server).operator.get_state(name) == "running" and _dag(server, name)["is_paused"] is False
 
 
 def test_replay_and_run_now_are_validated_and_triggered(server: AirflowServer) -> None:
@@ -350,7 +350,7 @@ def test_offsets_follow_connects_rules_and_examples(server: AirflowServer, use_s
 
     got = server.request("GET", url)
     assert got.status == 200
-    ends = _store(server).load(name)
+    ends = _store(server).offsets.load(name)
     assert got.body == {"offsets": [{"partition": {"kafka_topic": topic, "kafka_partition": p},
                                      "offset": {"kafka_offset": o}} for (_t, p), o in sorted(ends.items())]}
 
@@ -362,13 +362,13 @@ def test_offsets_follow_connects_rules_and_examples(server: AirflowServer, use_s
         "Connectors must be in the STOPPED state before their offsets can be modified. This can be done for the "
         f"specified connector by issuing a 'PUT' request to the '/connectors/{name}/stop' endpoint")}
     assert server.request("DELETE", url).status == 409
-    assert _store(server).load(name) == ends  # nothing moved
+    assert _store(server).offsets.load(name) == ends  # nothing moved
 
     assert server.request("PUT", f"/cdcflow/connectors/{name}/stop").status == 204
     altered = server.request("PATCH", url, seed_example)
     assert altered.status == 200, altered.text
     assert altered.body == {"message": "The offsets for this connector have been altered successfully"}
-    assert _store(server).load(name) == {**ends, (topic, 0): 0}
+    assert _store(server).offsets.load(name) == {**ends, (topic, 0): 0}
     outside = server.request("PATCH", url, {"offsets": [{"partition": {"kafka_topic": topic, "kafka_partition": 0},
                                                          "offset": {"kafka_offset": 10**9}}]})
     assert outside.status == 400 and "outside the log" in outside.body["message"]
@@ -377,18 +377,18 @@ def test_offsets_follow_connects_rules_and_examples(server: AirflowServer, use_s
     assert wrong.status == 400 and "not a partition of this pipeline" in wrong.body["message"]
 
     latest = server.request("POST", f"{url}/reset", {"to": "latest"})
-    assert latest.status == 200 and _store(server).load(name) == ends
+    assert latest.status == 200 and _store(server).offsets.load(name) == ends
     earliest = server.request("POST", f"{url}/reset", {"to": "earliest"})
-    assert earliest.status == 200 and set(_store(server).load(name).values()) == {0}
+    assert earliest.status == 200 and set(_store(server).offsets.load(name).values()) == {0}
     future = server.request("POST", f"{url}/reset", {"to": "timestamp", "timestamp": "2999-01-01T00:00:00Z"})
-    assert future.status == 200 and _store(server).load(name) == ends  # nothing at/after: the log end
+    assert future.status == 200 and _store(server).offsets.load(name) == ends  # nothing at/after: the log end
     no_zone = server.request("POST", f"{url}/reset", {"to": "timestamp", "timestamp": "2026-01-01T00:00:00"})
     assert no_zone.status == 400 and "no time zone" in no_zone.body["message"]
 
     deleted = server.request("DELETE", url)
     assert deleted.status == 200
     assert deleted.body == {"message": "The offsets for this connector have been reset successfully"}
-    assert _store(server).load(name) == {}
+    assert _store(server).offsets.load(name) == {}
     assert server.request("GET", url).body == {"offsets": []}
 
 
@@ -411,7 +411,7 @@ def test_reset_to_a_timestamp_finds_the_first_record_at_or_after_it(server: Airf
         r = server.request("POST", f"/cdcflow/connectors/{cfg.name}/offsets/reset", {"to": "timestamp", "timestamp": ts})
         assert r.status == 200, r.text
         assert r.body["offsets"] == {f"{topic}:0": want}, ts
-        assert _store(server).load(cfg.name) == {(topic, 0): want}
+        assert _store(server).offsets.load(cfg.name) == {(topic, 0): want}
 
 
 def test_connector_plugins_and_config_validation(server: AirflowServer) -> None:
@@ -525,7 +525,7 @@ def test_the_page_in_chromium(server: AirflowServer, use_server_store: None, spa
     stream = cdcgen.orders_stream(90, 15, seed=5)
     cdcgen.produce(bootstrap(), topic, stream.events)
     runner.run_window(cfg, "manual__page_window", {}, _store(server), spark)
-    ends = _store(server).load(name)
+    ends = _store(server).offsets.load(name)
 
     browser = Browser()
     try:
@@ -603,7 +603,7 @@ def test_the_page_draws_lag_and_windows_in_chromium(server: AirflowServer, use_s
         cdcgen.produce(bootstrap(), topic, stream.events, create=i == 0)
         runs.append(f"manual__charts_{i}")
         runner.run_window(cfg, runs[-1], {}, _store(server), spark)
-    lagging = {tp for tp, rows in _store(server).lag_entries(name).items()
+    lagging = {tp for tp, rows in _store(server).lag.entries(name).items()
                if any(e.log_end is not None and e.committed is not None and e.log_end > e.committed for e in rows)}
     assert lagging  # 40 records a window: every window left some behind
 
@@ -612,7 +612,7 @@ def test_the_page_draws_lag_and_windows_in_chromium(server: AirflowServer, use_s
         browser.set_cookie(server.base + "/", "_token", server.tokens["admin"])
         browser.open(f"{server.base}/cdcflow/pipelines/{name}")
         drawn = browser.eval(CHARTS_JS)
-        partitions = sorted(f"{t}[{p}]" for t, p in _store(server).load(name))
+        partitions = sorted(f"{t}[{p}]" for t, p in _store(server).offsets.load(name))
         assert [line["name"] for line in drawn["lines"]] == partitions == drawn["legend"]
         for line in drawn["lines"]:
             assert line["points"] == line["dots"] >= len(runs)  # a commit per window, a plan from the second on
@@ -684,7 +684,7 @@ def test_the_cli_uses_the_same_service(server: AirflowServer, use_server_store: 
     assert server.request("GET", f"/cdcflow/connectors/{name}/status").body["connector"]["state"] == "STOPPED"
     done = cli("offsets", "set", name, f"{topic}:0=0")
     assert done.returncode == 0, done.stderr
-    assert _store(server).load(name)[(topic, 0)] == 0
+    assert _store(server).offsets.load(name)[(topic, 0)] == 0
     status = cli("status", name)
     assert status.returncode == 0 and "STOPPED" in status.stdout and "cli_window committed" in status.stdout
     assert cli("resume", name).stdout.strip() == f"{name}: RUNNING"
@@ -718,11 +718,11 @@ def test_a_schema_change_under_pause_waits_for_an_operator(server: AirflowServer
         before["c_note"], after["c_note"] = None, "after the approval"
 
     cdcgen.produce(bootstrap(), topic, [later(added, note)], partitions=1, create=False)
-    offsets = store.load(name)
+    offsets = store.offsets.load(name)
     with pytest.raises(SchemaChangePending, match=rf"pipeline '{name}' is stopped until an operator approves or "
                                                   rf"rejects this change: table '{table}' column 'c_note': new field"):
         runner.run_window(cfg, "w2", {}, store, spark)
-    assert store.load(name) == offsets and "c_note" not in columns(table)
+    assert store.offsets.load(name) == offsets and "c_note" not in columns(table)
     status = server.request("GET", f"{url}/status").body
     assert status["connector"]["state"] == "STOPPED" and "cdcflow schema apply" in status["connector"]["trace"]
     [pending] = server.request("GET", f"{url}/schema").body

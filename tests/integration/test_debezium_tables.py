@@ -20,7 +20,7 @@ import yaml
 from cdcflow import cdcgen, runner
 from cdcflow.config import load_pipeline
 from cdcflow.connections import get_connection
-from cdcflow.offsets import OffsetStore
+from cdcflow.state import StateStore
 from tests.fixtures.debezium import mysql_all_types as fx
 from tests.helpers import bootstrap, make_pipeline, mysql_engine, read_topic, unique, write_pipeline
 from tests.integration.test_debezium_types import DERIVED_ES, doc_value, final_rows, mysql_value, read_es, read_mysql
@@ -65,7 +65,7 @@ def column_types(table: str) -> dict[str, str]:
 
 
 def test_fifty_tables_by_topics_regex_routed_by_source_table_and_created_from_the_schema(
-        config_dir: Path, store: OffsetStore, spark: Any) -> None:
+        config_dir: Path, store: StateStore, spark: Any) -> None:
     prefix = unique("inv")
     path = write_pipeline(config_dir, prefix, "unused", "unused", sinks=[
         {"type": "mysql", "name": "rows", "conn_id": "cdcflow_mysql", "table": f"{prefix}_{{source.table}}",
@@ -153,7 +153,7 @@ def _key_change(old: int, new: int) -> list[cdcgen.Event]:
 
 
 @pytest.mark.parametrize("split", [None, 1, 2], ids=["one-window", "after-the-delete", "after-the-tombstone"])
-def test_a_primary_key_change_leaves_the_row_under_its_new_key_only(config_dir: Path, store: OffsetStore,
+def test_a_primary_key_change_leaves_the_row_under_its_new_key_only(config_dir: Path, store: StateStore,
                                                                     spark: Any, split: int | None) -> None:
     cfg = make_pipeline(config_dir, sinks=[
         {"type": "mysql", "name": "rows", "conn_id": "cdcflow_mysql", "table": unique("keys"), "create_table": True}])
@@ -172,7 +172,7 @@ def test_a_primary_key_change_leaves_the_row_under_its_new_key_only(config_dir: 
     assert rows[10]["c_varchar"] == fx.UPDATE_1["c_varchar"] and rows[10]["c_decimal"] == fx.UPDATE_1["c_decimal"]
 
 
-def test_auto_evolve_adds_the_columns_of_a_later_schema(config_dir: Path, store: OffsetStore, spark: Any) -> None:
+def test_auto_evolve_adds_the_columns_of_a_later_schema(config_dir: Path, store: StateStore, spark: Any) -> None:
     """ALTER TABLE all_types ADD COLUMN c_note VARCHAR(64) at the source: the connector's later events
     carry the column in both row schemas; the table created from the first schema gains it."""
     cfg = make_pipeline(config_dir, sinks=[
@@ -199,7 +199,7 @@ def test_auto_evolve_adds_the_columns_of_a_later_schema(config_dir: Path, store:
             (1, "added at the source"), (2, None), (3, None)]
 
 
-def test_a_value_that_does_not_fit_a_table_from_the_schema_goes_to_the_dlq(config_dir: Path, store: OffsetStore,
+def test_a_value_that_does_not_fit_a_table_from_the_schema_goes_to_the_dlq(config_dir: Path, store: StateStore,
                                                                           spark: Any) -> None:
     """The source column changed type within a window (MEDIUMINT to a string): the table is created
     from the first schema, and the later change whose value does not fit goes to the DLQ, named."""
@@ -232,7 +232,7 @@ def test_a_value_that_does_not_fit_a_table_from_the_schema_goes_to_the_dlq(confi
 
 
 def test_a_row_mysql_refuses_among_several_tables_goes_to_the_dlq_and_the_rest_commits(
-        config_dir: Path, store: OffsetStore, spark: Any) -> None:
+        config_dir: Path, store: StateStore, spark: Any) -> None:
     """The few changes of several tables are written in one transaction, a savepoint per table
     (spark_jobs/write.py::tables_writer): an ENUM member the table does not have passes the projection (MySQL
     checks ENUMs), MySQL refuses it in strict mode, and that one row goes to the DLQ while every other

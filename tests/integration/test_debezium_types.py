@@ -22,7 +22,7 @@ import requests
 
 from cdcflow import cdcgen, runner
 from cdcflow.connections import get_connection
-from cdcflow.offsets import OffsetStore
+from cdcflow.state import StateStore
 from tests.fixtures.debezium import mysql_all_types as fx
 from tests.helpers import bootstrap, make_pipeline, mysql_engine, unique
 
@@ -161,7 +161,7 @@ def read_es(index: str) -> dict[int, dict[str, Any]]:
     return docs
 
 
-def run(config_dir: Path, store: OffsetStore, spark: Any, encodings: dict[str, str] | None = None,
+def run(config_dir: Path, store: StateStore, spark: Any, encodings: dict[str, str] | None = None,
         mapping: dict[str, Any] | None = ES_MAPPING, es: bool = True, **modes: Any) -> tuple[str, str, dict[str, Any]]:
     """One window of the fixture into MySQL and (``es``) Elasticsearch. Without Elasticsearch no sink
     needs documents, and the window decodes column-wise (connectors/debezium/columns.py)."""
@@ -199,7 +199,7 @@ def check(table: str, index: str | None, stats: dict[str, Any], time_mode: str, 
 
 
 @pytest.mark.parametrize("time_mode", ["adaptive_time_microseconds", "connect"])
-def test_every_type_in_the_connectors_default_modes(config_dir: Path, store: OffsetStore, spark: Any,
+def test_every_type_in_the_connectors_default_modes(config_dir: Path, store: StateStore, spark: Any,
                                                     time_mode: str) -> None:
     table, index, stats = run(config_dir, store, spark, time_precision_mode=time_mode)
     check(table, index, stats, time_mode)
@@ -207,7 +207,7 @@ def test_every_type_in_the_connectors_default_modes(config_dir: Path, store: Off
 
 @pytest.mark.parametrize(("decimal_mode", "binary_mode", "bigint_unsigned_mode"), [
     ("string", "hex", "precise"), ("double", "base64", "long")])
-def test_every_type_in_the_other_decimal_binary_and_unsigned_modes(config_dir: Path, store: OffsetStore, spark: Any,
+def test_every_type_in_the_other_decimal_binary_and_unsigned_modes(config_dir: Path, store: StateStore, spark: Any,
                                                                    decimal_mode: str, binary_mode: str,
                                                                    bigint_unsigned_mode: str) -> None:
     binary = {"c_binary": binary_mode, "c_varbinary": binary_mode, "c_blob": binary_mode}
@@ -216,14 +216,14 @@ def test_every_type_in_the_other_decimal_binary_and_unsigned_modes(config_dir: P
     check(table, index, stats, "adaptive_time_microseconds", decimal_mode=decimal_mode)
 
 
-def test_every_type_without_the_schema_wrapper_read_by_the_declared_columns(config_dir: Path, store: OffsetStore,
+def test_every_type_without_the_schema_wrapper_read_by_the_declared_columns(config_dir: Path, store: StateStore,
                                                                             spark: Any) -> None:
     table, index, stats = run(config_dir, store, spark, encodings=SCHEMALESS_ENCODINGS, schemas=False)
     check(table, index, stats, "adaptive_time_microseconds", schemas=False)
 
 
 @pytest.mark.parametrize("schemas", [True, False])
-def test_every_type_into_mysql_alone_decoded_column_wise(config_dir: Path, store: OffsetStore, spark: Any,
+def test_every_type_into_mysql_alone_decoded_column_wise(config_dir: Path, store: StateStore, spark: Any,
                                                         schemas: bool) -> None:
     table, _index, stats = run(config_dir, store, spark, encodings=None if schemas else SCHEMALESS_ENCODINGS,
                                es=False, schemas=schemas)
@@ -239,7 +239,7 @@ DERIVED_ES = {"c_tinyint": {"type": "byte"}, "c_boolean": {"type": "boolean"}, "
               "c_bit10": {"type": "long"}, "c_json": {"type": "text"}}
 
 
-def test_an_index_without_a_mapping_gets_one_from_the_schema(config_dir: Path, store: OffsetStore, spark: Any) -> None:
+def test_an_index_without_a_mapping_gets_one_from_the_schema(config_dir: Path, store: StateStore, spark: Any) -> None:
     table, index, stats = run(config_dir, store, spark, mapping=None)
     check(table, index, stats, "adaptive_time_microseconds")
     url = get_connection("cdcflow_elasticsearch").http_url()

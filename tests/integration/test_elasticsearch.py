@@ -14,7 +14,7 @@ import pytest
 from cdcflow import cdcgen, runner
 from cdcflow.config import PipelineConfig, load_pipeline
 from cdcflow.errors import SinkUnavailable
-from cdcflow.offsets import OffsetStore
+from cdcflow.state import StateStore
 from tests.helpers import (
     BASE,
     ES_SINK,
@@ -42,7 +42,7 @@ def _pipeline(config_dir: Path, with_mysql: bool = False, **es: Any) -> tuple[Pi
     return load_pipeline(write_pipeline(config_dir, tag, f"t.{tag}", tag, sinks=sinks)), index
 
 
-def test_bulk_of_50k_documents_with_deletes_and_tombstones(config_dir: Path, store: OffsetStore, spark: Any) -> None:
+def test_bulk_of_50k_documents_with_deletes_and_tombstones(config_dir: Path, store: StateStore, spark: Any) -> None:
     cfg, index = _pipeline(config_dir)
     stream = cdcgen.orders_stream(50_000, 20_000, seed=21, broken=False)
     assert sum(1 for e in stream.events if e.kind == "tombstone") > 100
@@ -61,7 +61,7 @@ def test_bulk_of_50k_documents_with_deletes_and_tombstones(config_dir: Path, sto
     assert es_docs(index) == before
 
 
-def test_tombstone_behaviors(config_dir: Path, store: OffsetStore, spark: Any) -> None:
+def test_tombstone_behaviors(config_dir: Path, store: StateStore, spark: Any) -> None:
     k = b'{"id": 1}'
     created = cdcgen.Event(k, b'{"op": "c", "after": {"id": 1, "customer": "a", "status": "new", "amount": "1.00", '
                               b'"updated_ms": 1}, "source": {"ts_ms": 100}}')
@@ -81,7 +81,7 @@ def test_tombstone_behaviors(config_dir: Path, store: OffsetStore, spark: Any) -
     assert "1" in es_docs(index)
 
 
-def test_malformed_documents_go_to_the_dlq_with_their_reason(config_dir: Path, store: OffsetStore, spark: Any) -> None:
+def test_malformed_documents_go_to_the_dlq_with_their_reason(config_dir: Path, store: StateStore, spark: Any) -> None:
     cfg, index = _pipeline(config_dir)
     stream = cdcgen.orders_stream(30, 10, seed=22, broken=False)
     bad = [cdcgen.Event(f'{{"id": {9000 + i}}}'.encode(), (
@@ -104,7 +104,7 @@ def test_malformed_documents_go_to_the_dlq_with_their_reason(config_dir: Path, s
         assert h["__connect.errors.exception.class.name"] == b"elasticsearch.document_parsing_exception"
 
 
-def test_malformed_documents_ignore_and_warn_skip_without_dlq(config_dir: Path, store: OffsetStore, spark: Any) -> None:
+def test_malformed_documents_ignore_and_warn_skip_without_dlq(config_dir: Path, store: StateStore, spark: Any) -> None:
     bad = cdcgen.Event(b'{"id": 1}', b'{"op": "c", "after": {"id": 1, "amount": "x"}, "source": {"ts_ms": 5}}')
     for behavior in ("ignore", "warn"):
         cfg, _index = _pipeline(config_dir, behavior_on_malformed_documents=behavior)
@@ -112,10 +112,10 @@ def test_malformed_documents_ignore_and_warn_skip_without_dlq(config_dir: Path, 
         stats = runner.run_window(cfg, f"m-{behavior}", store=store, spark=spark)
         assert stats["dead_lettered"] == 0
         assert stats["sinks"]["orders_es"]["extra"] == {"ignored" if behavior == "ignore" else "warned": 1}
-        assert sum(store.load(cfg.name).values()) == 1
+        assert sum(store.offsets.load(cfg.name).values()) == 1
 
 
-def test_replaying_an_older_window_changes_nothing_in_either_sink(config_dir: Path, store: OffsetStore, spark: Any) -> None:
+def test_replaying_an_older_window_changes_nothing_in_either_sink(config_dir: Path, store: StateStore, spark: Any) -> None:
     # gc_deletes 0s: Elasticsearch forgets deleted versions at once, so only cdcflow's tombstone
     # index stands between a replayed insert and a resurrected document
     cfg, index = _pipeline(config_dir, with_mysql=True, settings={"index.gc_deletes": "0s"})
@@ -135,21 +135,21 @@ def test_replaying_an_older_window_changes_nothing_in_either_sink(config_dir: Pa
 
 
 def test_elasticsearch_failing_in_a_fan_out_commits_nothing_and_the_rerun_converges(
-        config_dir: Path, store: OffsetStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg, index = _pipeline(config_dir, with_mysql=True, max_retries=2, retry_backoff=0.1)
     stream = cdcgen.orders_stream(300, 40, seed=24, broken=False)
     cdcgen.produce(bootstrap(), cfg.source.topics[0], stream.events)
     monkeypatch.setenv("AIRFLOW_CONN_CDCFLOW_ELASTICSEARCH", '{"conn_type": "elasticsearch", "host": "127.0.0.1", "port": 1}')
     with pytest.raises(SinkUnavailable, match=r"sink 'orders_es': Elasticsearch at http://127.0.0.1:1 failed"):
         runner.run_window(cfg, "fanout", store=store, spark=spark)
-    assert store.load(cfg.name) == {}
+    assert store.offsets.load(cfg.name) == {}
     assert table_rows(cfg.sinks[0].table) == expected(stream.state)  # MySQL was written first
     assert read_topic(cfg.errors.dlq_topic) == []
     monkeypatch.undo()
     runner.run_window(cfg, "fanout", store=store, spark=spark)  # the retry of the same run
     assert table_rows(cfg.sinks[0].table) == expected(stream.state)  # no duplicates, same state
     assert without_versions(es_docs(index)) == expected_docs(stream.state)
-    assert sum(store.load(cfg.name).values()) == len(stream.events)
+    assert sum(store.offsets.load(cfg.name).values()) == len(stream.events)
 
 
 def _services(*args: str) -> None:
@@ -166,7 +166,7 @@ def test_elasticsearch_stopped_mid_window_then_restarted(config_dir: Path) -> No
                             stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 180
-        while (w := store.get_window(cfg.name, "stopped")) is None or w.status != "read":
+        while (w := store.ledger.get_window(cfg.name, "stopped")) is None or w.status != "read":
             assert proc.poll() is None and time.monotonic() < deadline, "window ended before the read finished"
             time.sleep(0.2)
         time.sleep(1.0)  # the bulk writes are under way
@@ -178,16 +178,16 @@ def test_elasticsearch_stopped_mid_window_then_restarted(config_dir: Path) -> No
         if proc.poll() is None:
             proc.kill()
         _services("start", "elasticsearch")
-    assert store.load(cfg.name) == {}
-    assert store.get_window(cfg.name, "stopped").status == "failed"
+    assert store.offsets.load(cfg.name) == {}
+    assert store.ledger.get_window(cfg.name, "stopped").status == "failed"
     rerun = subprocess.run([sys.executable, "-m", "cdcflow.cli", "run", cfg.name, "--run-id", "stopped"], cwd=ROOT,
                            env=subprocess_env(config_dir), capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert without_versions(es_docs(index)) == expected_docs(stream.state)
-    assert sum(store.load(cfg.name).values()) == len(stream.events)
+    assert sum(store.offsets.load(cfg.name).values()) == len(stream.events)
 
 
-def test_documents_route_per_topic_and_key_ignore_appends(config_dir: Path, store: OffsetStore, spark: Any) -> None:
+def test_documents_route_per_topic_and_key_ignore_appends(config_dir: Path, store: StateStore, spark: Any) -> None:
     tag = unique("route")
     topics = [f"t.{tag}.a", f"t.{tag}.B"]
     sink = {**ES_SINK, "index": f"r-{tag.replace('_', '-')}-{{topic}}", "id_fields": [], "key_ignore": True}

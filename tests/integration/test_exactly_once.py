@@ -12,7 +12,7 @@ import pytest
 
 from cdcflow import cdcgen, runner
 from cdcflow.config import load_pipeline
-from cdcflow.offsets import OffsetStore
+from cdcflow.state import StateStore
 from connectors.mysql.offsets import SinkOffsets
 from tests.helpers import (
     ES_SINK,
@@ -58,7 +58,7 @@ def _committed_runs(cfg: Any) -> list[str]:
 
 
 def test_exactly_once_window_commits_rows_and_offsets_in_one_transaction(
-        config_dir: Path, store: OffsetStore, spark: Any) -> None:
+        config_dir: Path, store: StateStore, spark: Any) -> None:
     cfg = _pipeline(config_dir, es=True)
     stream = cdcgen.orders_stream(400, 60, seed=21)  # with poison: one row MySQL rejects (savepoint + row path)
     cdcgen.produce(bootstrap(), cfg.source.topics[0], stream.events, partitions=3)
@@ -67,8 +67,8 @@ def test_exactly_once_window_commits_rows_and_offsets_in_one_transaction(
 
     assert table_rows(cfg.sinks[0].table) == expected(stream.state)
     assert {int(k) for k in es_docs(cfg.sinks[1].index)} >= set(stream.state)
-    ends = {(w.topic, w.partition): w.end for w in store.get_window(cfg.name, "eo-1").partitions}
-    assert _sink_offsets(cfg) == ends == store.load(cfg.name)
+    ends = {(w.topic, w.partition): w.end for w in store.ledger.get_window(cfg.name, "eo-1").partitions}
+    assert _sink_offsets(cfg) == ends == store.offsets.load(cfg.name)
     assert sum(ends.values()) == len(stream.events)
     assert stats["sink_offsets"]["advanced"] == {f"{t}:{p}": e for (t, p), e in ends.items()}
     assert _committed_runs(cfg) == ["eo-1"]
@@ -83,7 +83,7 @@ def test_exactly_once_window_commits_rows_and_offsets_in_one_transaction(
     again = runner.run_window(cfg, "eo-2", store=store, spark=spark)
     assert again["records"] == len(stream.events) and again["sinks"]["orders_mysql"]["upserted"] > 0
     assert table_rows(cfg.sinks[0].table) == expected(stream.state)
-    assert _sink_offsets(cfg) == ends == store.load(cfg.name)
+    assert _sink_offsets(cfg) == ends == store.offsets.load(cfg.name)
 
 
 def test_killed_inside_the_sink_transaction_leaves_neither_rows_nor_offsets(config_dir: Path) -> None:
@@ -94,7 +94,7 @@ def test_killed_inside_the_sink_transaction_leaves_neither_rows_nor_offsets(conf
     died = run_cli_window(config_dir, cfg.name, "eo-killed", "during_sink_commit")  # SIGKILLs the Spark task's worker
     assert died.returncode == 1 and "Python worker died while the window ran" in died.stderr, died.stderr[-2000:]
     assert table_rows(cfg.sinks[0].table) == []  # every batch was written, none committed
-    assert _sink_offsets(cfg) == {} and runner.offset_store(cfg).load(cfg.name) == {}
+    assert _sink_offsets(cfg) == {} and runner.offset_store(cfg).offsets.load(cfg.name) == {}
 
     retry = run_cli_window(config_dir, cfg.name, "eo-killed")
     assert retry.returncode == 0, retry.stderr[-2000:]
@@ -112,7 +112,7 @@ def test_a_window_killed_after_its_sink_transaction_is_not_written_again(config_
     died = run_cli_window(config_dir, cfg.name, "eo-1", "after_sinks")
     assert died.returncode == -signal.SIGKILL, died.stderr[-2000:]
     store = runner.offset_store(cfg)
-    assert store.load(cfg.name) == {}  # the ledger commit did not happen
+    assert store.offsets.load(cfg.name) == {}  # the ledger commit did not happen
     in_sink = _sink_offsets(cfg)
     assert sum(in_sink.values()) == len(stream.events)  # ... but the sink's transaction did
     assert table_rows(cfg.sinks[0].table) == expected(stream.state)
@@ -124,7 +124,7 @@ def test_a_window_killed_after_its_sink_transaction_is_not_written_again(config_
     nxt = run_cli_window(config_dir, cfg.name, "eo-2")  # a new run (Airflow's next one) starts at the sink's offsets
     assert nxt.returncode == 0, nxt.stderr[-2000:]
     assert '"records": 0' in nxt.stdout
-    assert store.load(cfg.name) == in_sink  # the store took the sink's offsets
+    assert store.offsets.load(cfg.name) == in_sink  # the store took the sink's offsets
 
     retry = run_cli_window(config_dir, cfg.name, "eo-1")  # and the killed run's retry writes nothing again
     assert retry.returncode == 0, retry.stderr[-2000:]
@@ -132,4 +132,4 @@ def test_a_window_killed_after_its_sink_transaction_is_not_written_again(config_
     rows = dict((r[0], r[1]) for r in table_rows(cfg.sinks[0].table))
     assert rows[some] == "untouched"
     assert _committed_runs(cfg) == ["eo-1"]  # eo-2 read nothing
-    assert store.get_window(cfg.name, "eo-1").status == "committed" and store.load(cfg.name) == in_sink
+    assert store.ledger.get_window(cfg.name, "eo-1").status == "committed" and store.offsets.load(cfg.name) == in_sink

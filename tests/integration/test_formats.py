@@ -20,7 +20,7 @@ import requests
 
 from cdcflow import cdcgen, runner
 from cdcflow.connections import get_connection
-from cdcflow.offsets import OffsetStore
+from cdcflow.state import StateStore
 from connectors.kafka.dlq import DeadLetter
 from tests.fixtures import orders as o
 from tests.fixtures.canal import orders as canal
@@ -42,7 +42,7 @@ def mysql_sink(table: str, columns: list[dict[str, Any]] | None) -> dict[str, An
     return sink
 
 
-def run(config_dir: Path, store: OffsetStore, spark: Any, source_format: str, events: list[tuple[Any, Any]],
+def run(config_dir: Path, store: StateStore, spark: Any, source_format: str, events: list[tuple[Any, Any]],
         columns: list[dict[str, Any]] | None, extra_sinks: tuple[dict[str, Any], ...] = (),
         **overrides: Any) -> tuple[Any, dict[str, Any]]:
     table = unique(f"orders_{source_format}")
@@ -82,7 +82,7 @@ def index() -> Iterator[str]:
     requests.delete(f"{get_connection('cdcflow_elasticsearch').http_url()}/{name}", timeout=30)
 
 
-def test_the_same_changes_in_four_formats_give_the_same_table(config_dir: Path, store: OffsetStore, spark: Any,
+def test_the_same_changes_in_four_formats_give_the_same_table(config_dir: Path, store: StateStore, spark: Any,
                                                                 index: str) -> None:
     es_sink = {"type": "elasticsearch", "name": "docs", "conn_id": "cdcflow_elasticsearch", "index": index,
                "id_fields": ["id"]}

@@ -22,7 +22,7 @@ import yaml
 from cdcflow import cdcgen, runner
 from cdcflow.config import load_pipeline
 from cdcflow.errors import SinkUnavailable
-from cdcflow.offsets import OffsetStore
+from cdcflow.state import StateStore
 from connectors.kafka.reader import discover
 from tests.airflow_server import AirflowServer, free_port, make_server
 from tests.helpers import bootstrap, mysql_engine, read_topic, unique, write_pipeline
@@ -95,11 +95,11 @@ def prometheus(server: AirflowServer, tmp_path_factory: pytest.TempPathFactory) 
 
 
 @pytest.fixture
-def shared(server: AirflowServer, monkeypatch: pytest.MonkeyPatch) -> OffsetStore:
+def shared(server: AirflowServer, monkeypatch: pytest.MonkeyPatch) -> StateStore:
     monkeypatch.setenv("CDCFLOW_CONFIG_DIR", str(server.config_dir))
     monkeypatch.setenv("CDCFLOW_OFFSET_STORE_URL", server.store_url)
     monkeypatch.setenv("AIRFLOW_CONN_CDCFLOW_MYSQL_DOWN", server.env["AIRFLOW_CONN_CDCFLOW_MYSQL_DOWN"])
-    return OffsetStore(server.store_url)
+    return StateStore(server.store_url)
 
 
 def test_the_metrics_need_the_token_of_the_file_when_one_is_set(server: AirflowServer) -> None:
@@ -118,7 +118,7 @@ def test_promtool_accepts_the_alert_rules() -> None:
 
 
 def test_prometheus_sees_the_brokers_lag_and_the_records_mysql_took(
-        server: AirflowServer, prometheus: Prometheus, shared: OffsetStore, spark: Any) -> None:
+        server: AirflowServer, prometheus: Prometheus, shared: StateStore, spark: Any) -> None:
     tag = unique("prom")
     cfg = load_pipeline(write_pipeline(server.config_dir, tag, f"t.{tag}", tag))
     topic = cfg.source.topics[0]
@@ -127,7 +127,7 @@ def test_prometheus_sees_the_brokers_lag_and_the_records_mysql_took(
     runner.run_window(cfg, "first", {"max_records": 60}, shared, spark)
 
     ends = {(s.topic, s.partition): s.end for s in discover(runner.consumer_conf(cfg), [topic])}
-    stored = shared.load(cfg.name)
+    stored = shared.offsets.load(cfg.name)
     broker_lag = sum(ends[tp] - stored.get(tp, 0) for tp in ends)
     assert broker_lag == len(stream.events) - 60
     sel = f'{{pipeline="{cfg.name}"}}'
@@ -182,7 +182,7 @@ def test_prometheus_sees_the_brokers_lag_and_the_records_mysql_took(
 
 
 def test_a_stuck_pipeline_turns_stop_and_a_failing_one_fires_its_alert(
-        server: AirflowServer, prometheus: Prometheus, shared: OffsetStore, spark: Any) -> None:
+        server: AirflowServer, prometheus: Prometheus, shared: StateStore, spark: Any) -> None:
     tag = unique("stuck")
     stuck = load_pipeline(write_pipeline(server.config_dir, tag, f"t.{tag}", tag,
                                          monitor={"stop_after": "3s", "window": 3}))
@@ -205,7 +205,7 @@ def test_a_stuck_pipeline_turns_stop_and_a_failing_one_fires_its_alert(
     server.sync_dags()  # FAILED is the newest window's outcome of a DAG Airflow knows
     with pytest.raises(SinkUnavailable):
         runner.run_window(down, "fails", {}, shared, spark)
-    assert shared.load(down.name) == {}  # no offset moved
+    assert shared.offsets.load(down.name) == {}  # no offset moved
 
     def firing(_r: Any) -> bool:
         alerts = prometheus.api("alerts")["alerts"]

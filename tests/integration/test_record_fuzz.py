@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from cdcflow import cdcgen, runner
-from cdcflow.offsets import OffsetStore
+from cdcflow.state import StateStore
 from tests.helpers import bootstrap, expected, make_pipeline, read_topic, table_rows
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
@@ -73,7 +73,7 @@ def fuzz(rng: random.Random, n: int, ts: int) -> tuple[list[cdcgen.Event], dict[
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-def test_fuzzed_records_land_or_reach_the_dlq_and_the_window_never_fails(config_dir: Path, store: OffsetStore,
+def test_fuzzed_records_land_or_reach_the_dlq_and_the_window_never_fails(config_dir: Path, store: StateStore,
                                                                           spark: Any, seed: int) -> None:
     rng = random.Random(seed)
     cfg = make_pipeline(config_dir)
@@ -88,7 +88,7 @@ def test_fuzzed_records_land_or_reach_the_dlq_and_the_window_never_fails(config_
 
     broken = [e for e in events if e.kind.startswith("broken")]
     assert stats["records"] == len(events)
-    assert sum(store.load(cfg.name).values()) == len(events)  # committed: the window did not fail
+    assert sum(store.offsets.load(cfg.name).values()) == len(events)  # committed: the window did not fail
     dead = read_topic(cfg.errors.dlq_topic)
     got = collections.Counter(m.value() for m in dead)
     want = collections.Counter(e.value for e in broken)

@@ -13,7 +13,7 @@ from cdcflow import cdcgen, runner
 from cdcflow.config import ElasticsearchSinkConfig, MySqlSinkConfig, load_pipeline
 from cdcflow.connections import get_connection
 from cdcflow.errors import ConfigError
-from cdcflow.offsets import OffsetStore
+from cdcflow.state import StateStore
 from connectors.elasticsearch.sink import TOMBSTONES as ES_TOMBSTONES
 from connectors.elasticsearch.sink import ElasticsearchSink
 from connectors.mysql.sink import TOMBSTONES, TOMBSTONES_AGE_INDEX, MySqlSink
@@ -80,7 +80,7 @@ def test_a_replay_older_than_the_tombstones_retention_is_refused(config_dir: Pat
     fresh = cdcgen.orders_stream(30, 10, seed=4, broken=False, start_ts=int(time.time() * 1000) - H,
                                  record_timestamps=True)
     cdcgen.produce(bootstrap(), topic, fresh.events, create=False)
-    store = OffsetStore(f"sqlite:///{tmp_path / 'o.db'}")
+    store = StateStore(f"sqlite:///{tmp_path / 'o.db'}")
 
     with pytest.raises(ConfigError) as exc:
         runner.plan(cfg, "replay-old", {"start_offsets": {topic: {"0": 0}}}, store)
@@ -91,7 +91,7 @@ def test_a_replay_older_than_the_tombstones_retention_is_refused(config_dir: Pat
     with pytest.raises(ConfigError, match="the time range starts at 2026-11-20T01:00:00"):
         runner.plan(cfg, "range-old", {"start_time": start.isoformat(), "end_time": (start + timedelta(hours=1))
                                        .isoformat()}, store)
-    assert store.history(cfg.name) == []  # nothing planned
+    assert store.ledger.history(cfg.name) == []  # nothing planned
 
     # from within the retention: planned; and the live pipeline is never held back
     recent = datetime.now(UTC) - timedelta(hours=2)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from cdcflow import cdcgen, runner
-from cdcflow.offsets import OffsetStore
+from cdcflow.state import StateStore
 from connectors.mysql.evolution import SchemaChangeRefused
 from tests.fixtures.debezium import mysql_all_types as fx
 from tests.helpers import bootstrap, make_pipeline, mysql_engine, run_cli_window, unique
@@ -67,7 +67,7 @@ def _changed_rows(before: dict[str, Any], after: dict[str, Any]) -> None:
     after.update(c_note="added at the source", c_mediumint=8_388_608_000, c_enum="xlarge")
 
 
-def _two_windows(config_dir: Path, store: OffsetStore, spark: Any, policy: str,
+def _two_windows(config_dir: Path, store: StateStore, spark: Any, policy: str,
                  second: cdcgen.Event) -> tuple[Any, str, Callable[[], dict[str, Any]]]:
     cfg = make_pipeline(config_dir, schema_changes=policy, sinks=[
         {"type": "mysql", "name": "rows", "conn_id": "cdcflow_mysql", "table": unique("schema"), "create_table": True}])
@@ -79,7 +79,7 @@ def _two_windows(config_dir: Path, store: OffsetStore, spark: Any, policy: str,
 
 
 def test_lenient_adds_widens_extends_relaxes_and_keeps_what_the_source_dropped(
-        config_dir: Path, store: OffsetStore, spark: Any) -> None:
+        config_dir: Path, store: StateStore, spark: Any) -> None:
     _cfg, table, run = _two_windows(config_dir, store, spark, "lenient", later(_changed_at_the_source, _changed_rows))
     before = columns(table)
     stats = run()
@@ -112,14 +112,14 @@ def _narrowed_rows(before: dict[str, Any], after: dict[str, Any]) -> None:
         image["c_bigint"] = 7
 
 
-def test_a_narrowing_change_stops_the_window_before_any_write(config_dir: Path, store: OffsetStore,
+def test_a_narrowing_change_stops_the_window_before_any_write(config_dir: Path, store: StateStore,
                                                                 spark: Any) -> None:
     cfg, table, run = _two_windows(config_dir, store, spark, "lenient", later(_narrowed, _narrowed_rows))
-    offsets = store.load(cfg.name)
+    offsets = store.offsets.load(cfg.name)
     with pytest.raises(SchemaChangeRefused, match=rf"schema_changes: lenient never applies narrow changes.*table "
                                                   rf"'{table}' column 'c_bigint': bigint\(20\) -> INT: narrower"):
         run()
-    assert store.load(cfg.name) == offsets  # no offset moved
+    assert store.offsets.load(cfg.name) == offsets  # no offset moved
     assert columns(table)["c_bigint"][0] == "bigint(20)"
 
 
@@ -135,7 +135,7 @@ def _converted_rows(before: dict[str, Any], after: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("policy", ["evolve", "lenient", "fail", "ignore"])
-def test_a_type_conversion_under_each_policy(config_dir: Path, store: OffsetStore, spark: Any, policy: str) -> None:
+def test_a_type_conversion_under_each_policy(config_dir: Path, store: StateStore, spark: Any, policy: str) -> None:
     _cfg, table, run = _two_windows(config_dir, store, spark, policy, later(_converted, _converted_rows))
     if policy in ("lenient", "fail"):
         with pytest.raises(SchemaChangeRefused, match=rf"table '{table}' column 'c_mediumint': int\(11\) -> LONGTEXT"):
@@ -154,7 +154,7 @@ def test_a_type_conversion_under_each_policy(config_dir: Path, store: OffsetStor
             ("c_mediumint", "convert", False)]
 
 
-def test_ignore_writes_the_columns_the_table_has(config_dir: Path, store: OffsetStore, spark: Any) -> None:
+def test_ignore_writes_the_columns_the_table_has(config_dir: Path, store: StateStore, spark: Any) -> None:
     def added(fields: dict[str, Any]) -> None:
         fields["c_note"] = {"type": "string", "optional": True, "field": "c_note"}
 
@@ -171,15 +171,15 @@ def test_ignore_writes_the_columns_the_table_has(config_dir: Path, store: Offset
 
 
 @pytest.mark.parametrize("point", ["during_ddl", "after_ddl"])
-def test_a_window_killed_during_or_after_its_ddl_recovers(config_dir: Path, store: OffsetStore, spark: Any,
+def test_a_window_killed_during_or_after_its_ddl_recovers(config_dir: Path, store: StateStore, spark: Any,
                                                            point: str) -> None:
     """SIGKILL after the first of the window's DDL statements (MySQL's DDL is not transactional), or
     after all of them and before any row: the retry finds what is left to do, and writes the window."""
     cfg, table, _run = _two_windows(config_dir, store, spark, "lenient", later(_changed_at_the_source, _changed_rows))
-    offsets = runner.offset_store(cfg).load(cfg.name)
+    offsets = runner.offset_store(cfg).offsets.load(cfg.name)
     died = run_cli_window(config_dir, cfg.name, "run-2", point)
     assert died.returncode == -signal.SIGKILL, died.stderr[-2000:]
-    assert runner.offset_store(cfg).load(cfg.name) == offsets  # no offset moved
+    assert runner.offset_store(cfg).offsets.load(cfg.name) == offsets  # no offset moved
     half = columns(table)
     changed = ["c_note" in half, "c_body" in half, half["c_mediumint"][0] == "bigint(20)",
                half["c_decimal"][0] == "decimal(12,2)", half["c_timestamp"][1] == "YES"]
@@ -195,7 +195,7 @@ def test_a_window_killed_during_or_after_its_ddl_recovers(config_dir: Path, stor
     with mysql_engine().connect() as conn:
         assert tuple(conn.exec_driver_sql(f"SELECT c_note, c_enum FROM `{table}` WHERE id = 1").one()) == (
             "added at the source", "xlarge")
-    window = runner.offset_store(cfg).get_window(cfg.name, "run-2")
+    window = runner.offset_store(cfg).ledger.get_window(cfg.name, "run-2")
     assert window is not None and window.status == "committed"
 
 
@@ -237,7 +237,7 @@ def _price(before: dict[str, Any], after: dict[str, Any]) -> None:
     after["c_price"] = fx._decimal_value(Decimal("12.50"), 2, "precise")  # noqa: SLF001 - the connector's bytes
 
 
-def _index_window(config_dir: Path, store: OffsetStore, spark: Any, policy: str) -> tuple[Any, str, str, dict[str, Any]]:
+def _index_window(config_dir: Path, store: StateStore, spark: Any, policy: str) -> tuple[Any, str, str, dict[str, Any]]:
     """An index made from the record schema, then a window whose record schema has c_price:
     (config, index, Elasticsearch's URL, the second window's stats)."""
     from cdcflow.connections import get_connection
@@ -254,7 +254,7 @@ def _index_window(config_dir: Path, store: OffsetStore, spark: Any, policy: str)
     return cfg, index, get_connection("cdcflow_elasticsearch").http_url(), stats
 
 
-def test_an_index_gets_the_new_fields_and_refuses_a_new_type(config_dir: Path, store: OffsetStore, spark: Any) -> None:
+def test_an_index_gets_the_new_fields_and_refuses_a_new_type(config_dir: Path, store: StateStore, spark: Any) -> None:
     """An index whose mapping comes from the record schema: ADD COLUMN c_price DECIMAL(12,2) at the source
     gives the index a scaled_float field (Elasticsearch's dynamic mapping would guess a float); a column
     whose type changes cannot change in Elasticsearch, and the window stops, naming the field."""
@@ -282,7 +282,7 @@ def test_an_index_gets_the_new_fields_and_refuses_a_new_type(config_dir: Path, s
         runner.run_window(cfg, "run-3", store=store, spark=spark)
 
 
-def test_an_index_under_ignore_keeps_its_fields(config_dir: Path, store: OffsetStore, spark: Any) -> None:
+def test_an_index_under_ignore_keeps_its_fields(config_dir: Path, store: StateStore, spark: Any) -> None:
     """schema_changes: ignore: the index gets no c_price field, neither from the schema nor from
     Elasticsearch's dynamic mapping (the documents are written without it), and the stats say so;
     the fields the index has are written as before."""

@@ -62,8 +62,8 @@ def test_a_spark_that_is_down_fails_the_window_clearly_and_moves_no_offset(confi
     message = str(err.value)
     assert f"Spark Connect at {cfg.spark.remote} is unreachable" in message
     assert "scripts/services.sh start spark" in message and "no offset was moved" in message
-    assert store.load(cfg.name) == {}
-    assert store.get_window(cfg.name, "down-1").status == "failed"
+    assert store.offsets.load(cfg.name) == {}
+    assert store.ledger.get_window(cfg.name, "down-1").status == "failed"
 
 
 CLOSED_SESSION = """
@@ -120,7 +120,7 @@ def test_a_window_past_spark_timeout_is_cancelled_alone_and_the_server_carries_o
     message = str(err.value)
     assert f"the window slow-1 of {cfg.name}" in message and "spark.timeout (15 s)" in message
     assert "no offset moved" in message and "lower window.max_records" in message
-    assert store.load(cfg.name) == {}
+    assert store.offsets.load(cfg.name) == {}
     monkeypatch.delenv("CDCFLOW_FAULTS")
     stats = runner.run_window(cfg, "slow-2", {}, store)
     assert stats["records"] == len(stream.events)
@@ -155,7 +155,7 @@ def test_a_window_that_runs_spark_out_of_heap_fails_alone_and_the_server_is_back
         assert "supervisor.log" in message
     assert re.search(r"no offset (was )?moved", message)
     assert "window.max_records" in message and "CDCFLOW_SPARK_MEMORY" in message
-    assert store.load(greedy.name) == {}
+    assert store.offsets.load(greedy.name) == {}
 
     while (why := probe_in_child(resolve_remote(greedy.spark), timeout=30)) is not None and time.monotonic() - failed < 90:
         time.sleep(1)

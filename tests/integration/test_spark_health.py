@@ -83,7 +83,7 @@ def test_a_server_whose_context_stopped_fails_the_window_clearly_and_is_restarte
         topic = cfg.source.topics[0]
         cdcgen.produce(bootstrap(), topic, stream.events[:200])
         assert runner.run_window(cfg, "run-1", {}, store)["records"] == 200
-        committed = store.load(cfg.name)
+        committed = store.offsets.load(cfg.name)
 
         assert server.stdin is not None
         server.stdin.write("stop\n")
@@ -99,7 +99,7 @@ def test_a_server_whose_context_stopped_fails_the_window_clearly_and_is_restarte
         message = str(err.value)
         assert "Spark context has stopped" in message, message
         assert "scripts/services.sh start spark" in message and "no offset was moved" in message
-        assert store.load(cfg.name) == committed
+        assert store.offsets.load(cfg.name) == committed
         assert "context has stopped" in (probe(remote) or "")
 
         status = _services("status", env)

@@ -13,7 +13,7 @@ import pytest
 
 from cdcflow import cdcgen, runner
 from cdcflow.config import load_pipeline
-from cdcflow.offsets import OffsetStore
+from cdcflow.state import StateStore
 from connectors.kafka.client import consumer_config
 from connectors.kafka.reader import discover, offsets_for_time, scan_for_time
 from tests.helpers import bootstrap, expected, state_of, subprocess_env, table_rows, unique, write_pipeline
@@ -75,11 +75,11 @@ def test_airflow_dags_test_of_an_aligned_hourly_pipeline_writes_exactly_that_hou
     assert 100 < len(hour) < 160
     assert table_rows(cfg.sinks[0].table) == expected(state_of(hour))
     store = runner.offset_store(cfg)
-    [window] = store.history(cfg.name)
+    [window] = store.ledger.history(cfg.name)
     assert window.origin == "time_range"
     assert window.interval == (datetime(2026, 11, 20, 2), datetime(2026, 11, 20, 3))
     assert window.total_records == len(hour)
-    assert store.load(cfg.name) == {}  # a replay of a time range does not move the stored offsets
+    assert store.offsets.load(cfg.name) == {}  # a replay of a time range does not move the stored offsets
 
 
 def test_an_aligned_scheduled_window_stops_at_its_interval_end(config_dir: Path, tmp_path: Path) -> None:
@@ -88,7 +88,7 @@ def test_an_aligned_scheduled_window_stops_at_its_interval_end(config_dir: Path,
     stream = five_hours(6)
     topic = cfg.source.topics[0]
     cdcgen.produce(bootstrap(), topic, stream.events)
-    store = OffsetStore(f"sqlite:///{tmp_path / 'aligned.db'}")
+    store = StateStore(f"sqlite:///{tmp_path / 'aligned.db'}")
     start, end = (datetime.fromtimestamp((BASE + h * H) / 1000, UTC) for h in (1, 2))
     conf = runner.consumer_conf(cfg)
     parts = [(s.topic, s.partition, s.low, s.end) for s in discover(conf, [topic])]
@@ -118,13 +118,13 @@ def test_offsets_set_to_a_time(config_dir: Path) -> None:
 
     refused = cli("offsets", "set", cfg.name, "--to-time", "2026-11-20T02:00:00Z")
     assert refused.returncode != 0 and "STOPPED" in refused.stderr + refused.stdout
-    runner.offset_store(cfg).set_state(cfg.name, "stopped", "test")
+    runner.offset_store(cfg).operator.set_state(cfg.name, "stopped", "test")
     done = cli("offsets", "set", cfg.name, "--to-time", "2026-11-20T02:00:00Z")
     assert done.returncode == 0, done.stderr
     conf = runner.consumer_conf(cfg)
     parts = [(s.topic, s.partition, s.low, s.end) for s in discover(conf, [topic])]
     want = {(t, p): scan_for_time(conf, t, p, low, end, BASE + 2 * H) for t, p, low, end in parts}
-    assert runner.offset_store(cfg).load(cfg.name) == want
+    assert runner.offset_store(cfg).offsets.load(cfg.name) == want
     # the records before each offset are exactly those before 02:00
     before = sum(o - low for (t, p, low, _e) in parts for o in [want[(t, p)]])
     assert before == len(in_range(stream.events, 0, BASE + 2 * H))

@@ -10,7 +10,7 @@ import pytest
 
 from cdcflow import cdcgen, runner
 from cdcflow.config import load_pipeline
-from cdcflow.offsets import OffsetStore
+from cdcflow.state import StateStore
 from tests.helpers import bootstrap, mysql_engine, read_topic, unique, write_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
@@ -33,7 +33,7 @@ def _columns(table: str) -> dict[str, str]:
             "AND table_name = %s", (table,))}
 
 
-def test_golden_chain_routes_two_topics_to_two_tables(config_dir: Path, store: OffsetStore, spark: Any) -> None:
+def test_golden_chain_routes_two_topics_to_two_tables(config_dir: Path, store: StateStore, spark: Any) -> None:
     tag = unique("g").replace("_", "")
     orders_topic, customers_topic = f"{tag}.shop.orders", f"{tag}.shop.customers"
     orders = cdcgen.orders_stream(150, 25, seed=31, broken=False, wrapped=0)
@@ -76,7 +76,7 @@ def test_golden_chain_routes_two_topics_to_two_tables(config_dir: Path, store: O
     assert _columns(f"{tag}_orders")["id"] == "bigint(20)"
 
 
-def test_schema_change_mid_stream_adds_and_fills_a_column(config_dir: Path, store: OffsetStore, spark: Any) -> None:
+def test_schema_change_mid_stream_adds_and_fills_a_column(config_dir: Path, store: StateStore, spark: Any) -> None:
     tag = unique("evolve")
     cfg = load_pipeline(write_pipeline(
         config_dir, tag, f"t.{tag}", tag, versioning="kafka_offset",
@@ -96,7 +96,7 @@ def test_schema_change_mid_stream_adds_and_fills_a_column(config_dir: Path, stor
     assert _rows(tag, "id, name, email, score") == [(1, "n1b", "a@x", 1.0), (2, "n2", None, None), (3, "n3", "c@x", 2.5)]
 
 
-def test_hostile_table_and_field_names_cannot_inject_sql(config_dir: Path, store: OffsetStore, spark: Any) -> None:
+def test_hostile_table_and_field_names_cannot_inject_sql(config_dir: Path, store: StateStore, spark: Any) -> None:
     tag = unique("hostile")
     victim = f"victim_{tag}"
     with mysql_engine().begin() as conn:
@@ -116,7 +116,7 @@ def test_hostile_table_and_field_names_cannot_inject_sql(config_dir: Path, store
     assert _rows(evil_table, "id, `a``b`, `we\"ird`") == [(1, "tick", "q")]
 
 
-def test_routes_from_record_data_cannot_reach_cdcflow_tables_or_odd_names(config_dir: Path, store: OffsetStore,
+def test_routes_from_record_data_cannot_reach_cdcflow_tables_or_odd_names(config_dir: Path, store: StateStore,
                                                                          spark: Any) -> None:
     """ExtractTopic takes the topic from a field: a record must not route its row into cdcflow's own
     tables, or name a table a topic could not name; such records go to the DLQ with the reason."""
@@ -143,7 +143,7 @@ def test_routes_from_record_data_cannot_reach_cdcflow_tables_or_odd_names(config
 
 
 def test_a_record_a_transform_fails_on_goes_to_the_dlq_and_the_window_continues(
-        config_dir: Path, store: OffsetStore, spark: Any) -> None:
+        config_dir: Path, store: StateStore, spark: Any) -> None:
     tag = unique("castfail")
     cfg = load_pipeline(write_pipeline(
         config_dir, tag, f"t.{tag}", tag, versioning="kafka_offset",
@@ -162,7 +162,7 @@ def test_a_record_a_transform_fails_on_goes_to_the_dlq_and_the_window_continues(
     assert h["__connect.errors.exception.message"] == b"Cast: value.qty = 'many' is not a valid int32"
 
 
-def test_json_schema_converter_creates_typed_columns(config_dir: Path, store: OffsetStore, spark: Any) -> None:
+def test_json_schema_converter_creates_typed_columns(config_dir: Path, store: StateStore, spark: Any) -> None:
     tag = unique("jsonschema")
     schema = {"type": "struct", "name": "shop.Item", "fields": [
         {"field": "id", "type": "int32"}, {"field": "title", "type": "string"},
@@ -182,7 +182,7 @@ def test_json_schema_converter_creates_typed_columns(config_dir: Path, store: Of
     assert _rows(tag, "id, title, price, active") == [(1, "pen", 1.25, 1)]
 
 
-def test_string_values_hoisted_into_a_table_with_kafka_coordinates(config_dir: Path, store: OffsetStore, spark: Any) -> None:
+def test_string_values_hoisted_into_a_table_with_kafka_coordinates(config_dir: Path, store: StateStore, spark: Any) -> None:
     tag = unique("lines")
     cfg = load_pipeline(write_pipeline(
         config_dir, tag, f"t.{tag}", tag, versioning="kafka_offset",

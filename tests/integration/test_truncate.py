@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from cdcflow import cdcgen, runner
-from cdcflow.offsets import OffsetStore
+from cdcflow.state import StateStore
 from tests.fixtures.debezium import mysql_all_types as fx
 from tests.helpers import bootstrap, es_docs, make_pipeline, mysql_engine, unique
 from tests.integration.test_debezium_tables import edited
@@ -42,7 +42,7 @@ def documents(index: str) -> dict[int, str]:
     return {int(i): d["c_enum"] for i, d in es_docs(index).items()}
 
 
-def test_truncate_apply_in_a_window_at_its_boundary_and_under_a_replay(config_dir: Path, store: OffsetStore,
+def test_truncate_apply_in_a_window_at_its_boundary_and_under_a_replay(config_dir: Path, store: StateStore,
                                                                        spark: Any) -> None:
     derived, declared = unique("trunc"), unique("trunc_cols")
     index = derived.replace("_", "-")

@@ -11,7 +11,7 @@ import pytest
 
 from bench.wide import events
 from cdcflow import cdcgen, runner
-from cdcflow.offsets import OffsetStore
+from cdcflow.state import StateStore
 from tests.helpers import bootstrap, make_pipeline, mysql_engine, unique
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
 COLUMNS = 200
 
 
-def test_a_200_column_table_is_applied_value_by_value(config_dir: Path, store: OffsetStore, spark: Any) -> None:
+def test_a_200_column_table_is_applied_value_by_value(config_dir: Path, store: StateStore, spark: Any) -> None:
     cfg = make_pipeline(config_dir, sinks=[{
         "type": "mysql", "name": "wide", "conn_id": "cdcflow_mysql", "table": unique("wide"), "create_table": True, "primary_key": ["c0"],
         "columns": [{"name": f"c{i}", "type": "BIGINT"} for i in range(COLUMNS)]}])

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from cdcflow import cdcgen, runner
 from cdcflow.config import load_pipeline
 from cdcflow.errors import BrokerUnavailable, DeadLettersExceeded, PipelineStopped, SinkUnavailable, ToleranceExceeded
-from cdcflow.offsets import OffsetStore
+from cdcflow.state import StateStore
 from connectors.kafka.groups import group_offsets
 from connectors.kafka.reader import KafkaRangeReader, ReadOutcome, ReadRange
 from tests.helpers import (
@@ -39,7 +39,7 @@ def _table(cfg: Any) -> str:
     return cfg.sinks[0].table
 
 
-def test_window_applies_changes_sends_poison_to_dlq_and_commits(config_dir: Path, store: OffsetStore, spark: Any) -> None:
+def test_window_applies_changes_sends_poison_to_dlq_and_commits(config_dir: Path, store: StateStore, spark: Any) -> None:
     cfg = make_pipeline(config_dir)
     stream = cdcgen.orders_stream(300, 50, seed=1)
     _produce(cfg, stream)
@@ -49,17 +49,17 @@ def test_window_applies_changes_sends_poison_to_dlq_and_commits(config_dir: Path
     assert table_rows(_table(cfg)) == expected(stream.state)
     assert stats["records"] == len(stream.events)
     assert stats["dead_lettered"] == len(stream.broken) == 6
-    committed = store.load(cfg.name)
+    committed = store.offsets.load(cfg.name)
     assert sum(committed.values()) == len(stream.events)
     # the Kafka consumer group mirrors the stored offsets, for lag tools
     conf = {"bootstrap.servers": bootstrap(), "group.id": cfg.group_id}
     assert group_offsets(conf, list(committed)) == committed
     # the next window finds nothing new and moves nothing
     again = runner.run_window(cfg, "run-2", store=store, spark=spark)
-    assert again["records"] == 0 and store.load(cfg.name) == committed
+    assert again["records"] == 0 and store.offsets.load(cfg.name) == committed
 
 
-def test_a_poison_burst_trips_the_breaker_and_stops_the_pipeline(config_dir: Path, store: OffsetStore, spark: Any) -> None:
+def test_a_poison_burst_trips_the_breaker_and_stops_the_pipeline(config_dir: Path, store: StateStore, spark: Any) -> None:
     """errors.max_dead_letters (issue 26): half of a window is poison, past the pipeline's 20%. The
     window fails before any sink is written, no offset moves, and the pipeline is STOPPED; once an
     operator has fixed the cause (here: a limit that allows it) and resumed, the window applies the good
@@ -83,7 +83,7 @@ def test_a_poison_burst_trips_the_breaker_and_stops_the_pipeline(config_dir: Pat
     assert "40 of the 80 records of window burst-1 went to the dead-letter topic" in message
     assert "(50%), past errors.max_dead_letters (20% of a window)" in message
     assert f"pipeline {cfg.name!r} is STOPPED and no offset moved" in message
-    assert store.load(cfg.name) == {} and store.get_state(cfg.name) == "stopped"
+    assert store.offsets.load(cfg.name) == {} and store.operator.get_state(cfg.name) == "stopped"
     # tripped before the sinks: nothing of the burst was applied (the table was not even created)
     assert not sa.inspect(mysql_engine()).has_table(tag)
     assert len(read_topic(cfg.errors.dlq_topic)) == 40
@@ -91,14 +91,14 @@ def test_a_poison_burst_trips_the_breaker_and_stops_the_pipeline(config_dir: Pat
         runner.run_window(cfg, "burst-2", store=store, spark=spark)
 
     cfg = pipeline("60%")  # the fix, then the resume
-    store.set_state(cfg.name, "running", "operator")
+    store.operator.set_state(cfg.name, "running", "operator")
     stats = runner.run_window(cfg, "burst-3", store=store, spark=spark)
     assert stats["records"] == 80 and table_rows(tag) == expected(good.state)
-    assert sum(store.load(cfg.name).values()) == 80
+    assert sum(store.offsets.load(cfg.name).values()) == 80
     assert len(read_topic(cfg.errors.dlq_topic)) == 40  # each dead letter once
 
 
-def test_poison_records_reach_the_dlq_with_original_bytes_and_context(config_dir: Path, store: OffsetStore, spark: Any) -> None:
+def test_poison_records_reach_the_dlq_with_original_bytes_and_context(config_dir: Path, store: StateStore, spark: Any) -> None:
     cfg = make_pipeline(config_dir)
     stream = cdcgen.orders_stream(40, 10, seed=2)
     _produce(cfg, stream)
@@ -127,18 +127,18 @@ def test_poison_records_reach_the_dlq_with_original_bytes_and_context(config_dir
     assert bad_decimal["__connect.errors.exception.message"] == b"field 'amount' = '12,5 EUR' is not a valid DECIMAL(10,2)"
 
 
-def test_tolerance_none_fails_the_window_and_commits_nothing(config_dir: Path, store: OffsetStore, spark: Any) -> None:
+def test_tolerance_none_fails_the_window_and_commits_nothing(config_dir: Path, store: StateStore, spark: Any) -> None:
     cfg = make_pipeline(config_dir, errors={"tolerance": "none"})
     _produce(cfg, cdcgen.orders_stream(40, 10, seed=3))
     with pytest.raises(ToleranceExceeded, match=r"errors.tolerance is 'none' and 5 record\(s\) cannot be processed"):
         runner.run_window(cfg, "run-none", store=store, spark=spark)
-    assert store.load(cfg.name) == {}
-    window = store.get_window(cfg.name, "run-none")
+    assert store.offsets.load(cfg.name) == {}
+    window = store.ledger.get_window(cfg.name, "run-none")
     assert window is not None and window.status == "failed" and "ToleranceExceeded" in (window.message or "")
     assert read_topic(cfg.errors.dlq_topic) == []
 
 
-def test_tolerance_none_fails_on_a_row_mysql_rejects(config_dir: Path, store: OffsetStore, spark: Any) -> None:
+def test_tolerance_none_fails_on_a_row_mysql_rejects(config_dir: Path, store: StateStore, spark: Any) -> None:
     cfg = make_pipeline(config_dir, errors={"tolerance": "none"})
     stream = cdcgen.orders_stream(20, 5, seed=4, broken=False)
     too_long = next(e for e in cdcgen.poison_records(__import__("random").Random(0), 5, 1, "orders")
@@ -147,11 +147,11 @@ def test_tolerance_none_fails_on_a_row_mysql_rejects(config_dir: Path, store: Of
     _produce(cfg, stream)
     with pytest.raises(ToleranceExceeded, match="Data too long for column 'customer'"):
         runner.run_window(cfg, "run-none-sink", store=store, spark=spark)
-    assert store.load(cfg.name) == {}
+    assert store.offsets.load(cfg.name) == {}
 
 
 def test_sink_down_fails_the_window_without_moving_offsets_then_recovers(
-        config_dir: Path, store: OffsetStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = make_pipeline(config_dir)
     stream = cdcgen.orders_stream(60, 15, seed=5, broken=False)
     _produce(cfg, stream)
@@ -159,31 +159,31 @@ def test_sink_down_fails_the_window_without_moving_offsets_then_recovers(
     monkeypatch.setenv("AIRFLOW_CONN_CDCFLOW_MYSQL", good.replace(f'"port": {__import__("os").environ["CDCFLOW_MYSQL_PORT"]}', '"port": 1'))
     with pytest.raises(SinkUnavailable, match=r"sink 'orders_mysql': MySQL at .*:1/.* failed while opening"):
         runner.run_window(cfg, "run-down", store=store, spark=spark)
-    assert store.load(cfg.name) == {}
+    assert store.offsets.load(cfg.name) == {}
     assert read_topic(cfg.errors.dlq_topic) == []  # infrastructure errors never go to the DLQ
     monkeypatch.setenv("AIRFLOW_CONN_CDCFLOW_MYSQL", good)
     runner.run_window(cfg, "run-down", store=store, spark=spark)  # the Airflow retry: same run id
     assert table_rows(_table(cfg)) == expected(stream.state)
-    assert sum(store.load(cfg.name).values()) == len(stream.events)
+    assert sum(store.offsets.load(cfg.name).values()) == len(stream.events)
 
 
-def test_broker_unreachable_is_a_clear_infrastructure_error(config_dir: Path, store: OffsetStore,
+def test_broker_unreachable_is_a_clear_infrastructure_error(config_dir: Path, store: StateStore,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = make_pipeline(config_dir)
     monkeypatch.setenv("AIRFLOW_CONN_CDCFLOW_KAFKA", '{"conn_type": "kafka", "extra": {"bootstrap.servers": "127.0.0.1:1"}}')
     with pytest.raises(BrokerUnavailable, match="Kafka at 127.0.0.1:1"):
         runner.plan(cfg, "run-x", store=store)
-    assert store.get_window(cfg.name, "run-x") is None
+    assert store.ledger.get_window(cfg.name, "run-x") is None
 
 
-def test_replay_from_start_offsets_does_not_move_the_table_back(config_dir: Path, store: OffsetStore, spark: Any) -> None:
+def test_replay_from_start_offsets_does_not_move_the_table_back(config_dir: Path, store: StateStore, spark: Any) -> None:
     cfg = make_pipeline(config_dir)
     stream = cdcgen.orders_stream(200, 30, seed=6, broken=False)
     _produce(cfg, stream)
     runner.run_window(cfg, "run-all", store=store, spark=spark)
     final = table_rows(_table(cfg))
     assert final == expected(stream.state)
-    end = store.load(cfg.name)
+    end = store.offsets.load(cfg.name)
 
     topic = cfg.source.topics[0]
     replay = {"start_offsets": {topic: {"0": 0, "1": 0, "2": 0}}, "max_records": 60}
@@ -191,14 +191,14 @@ def test_replay_from_start_offsets_does_not_move_the_table_back(config_dir: Path
     assert stats["records"] == 60
     assert table_rows(_table(cfg)) == final  # older versions never overwrite newer ones
     assert stats["sinks"]["orders_mysql"]["stale"] > 0 or stats["sinks"]["orders_mysql"]["upserted"] > 0
-    rewound = store.load(cfg.name)
+    rewound = store.offsets.load(cfg.name)
     assert sum(rewound.values()) == 60  # a replay rewinds: the next run continues from its end
     runner.run_window(cfg, "after-replay", store=store, spark=spark)
-    assert store.load(cfg.name) == end
+    assert store.offsets.load(cfg.name) == end
     assert table_rows(_table(cfg)) == final
 
 
-def test_record_limit_mid_partition_resumes_with_no_gap_and_no_overlap(config_dir: Path, store: OffsetStore, spark: Any) -> None:
+def test_record_limit_mid_partition_resumes_with_no_gap_and_no_overlap(config_dir: Path, store: StateStore, spark: Any) -> None:
     cfg = make_pipeline(config_dir, window={"max_records": 70})
     stream = cdcgen.orders_stream(300, 40, seed=8, broken=False)
     _produce(cfg, stream)
@@ -211,7 +211,7 @@ def test_record_limit_mid_partition_resumes_with_no_gap_and_no_overlap(config_di
         assert stats["records"] <= 70
     assert runs - 1 == -(-len(stream.events) // 70)
     covered: dict[tuple[str, int], list[tuple[int, int]]] = {}
-    for w in reversed(store.history(cfg.name, 100)):
+    for w in reversed(store.ledger.history(cfg.name, 100)):
         for p in w.partitions:
             covered.setdefault(p.tp, []).append((p.start, p.end))
     for ranges in covered.values():
@@ -259,8 +259,8 @@ def test_killed_after_the_sink_write_and_before_the_commit(config_dir: Path, tmp
     cfg, stream = _killed_after_sinks(config_dir, "run-killed", cdcgen.orders_stream(250, 40, seed=9))
 
     store = runner.offset_store(cfg)
-    assert store.load(cfg.name) == {}  # killed before the commit: no offset moved
-    window = store.get_window(cfg.name, "run-killed")
+    assert store.offsets.load(cfg.name) == {}  # killed before the commit: no offset moved
+    window = store.ledger.get_window(cfg.name, "run-killed")
     assert window is not None and window.status == "applied"
     assert table_rows(cfg.sinks[0].table) == expected(stream.state)  # the sink write had happened
 
@@ -268,10 +268,10 @@ def test_killed_after_the_sink_write_and_before_the_commit(config_dir: Path, tmp
     retry = run_cli_window(config_dir, cfg.name, "run-killed")
     assert retry.returncode == 0, retry.stderr[-2000:]
     # the killed attempt still held the writer lease: its retry takes it at once, not in 60 s
-    retried = store.get_window(cfg.name, "run-killed")
+    retried = store.ledger.get_window(cfg.name, "run-killed")
     assert retried is not None and retried.stats["writer"]["waited_s"] < 5, retried.stats.get("writer")
     assert table_rows(cfg.sinks[0].table) == expected(stream.state)
-    assert sum(store.load(cfg.name).values()) == len(stream.events)
+    assert sum(store.offsets.load(cfg.name).values()) == len(stream.events)
     dead = read_topic(cfg.errors.dlq_topic)
     # the killed attempt had already written its DLQ records; the retry reads them back and does not
     # send them again: every poison record is there exactly once
@@ -282,7 +282,7 @@ def test_a_window_left_after_its_dlq_flush_does_not_make_the_next_one_send_twice
     """Killed after its sinks and DLQ flush, and never retried (Airflow's retries ran out): the next
     run reads the same records and finds their dead letters in the DLQ already."""
     cfg, stream = _killed_after_sinks(config_dir, "run-left", cdcgen.orders_stream(120, 30, seed=10))
-    runner.offset_store(cfg).mark(cfg.name, "run-left", "failed", "retries ran out")
+    runner.offset_store(cfg).ledger.mark(cfg.name, "run-left", "failed", "retries ran out")
     assert len(read_topic(cfg.errors.dlq_topic)) == len(stream.broken)
 
     nxt = run_cli_window(config_dir, cfg.name, "run-next")

@@ -10,7 +10,7 @@ import pytest
 
 from cdcflow import assets
 from cdcflow.config import load_pipeline
-from cdcflow.offsets import PartitionWindow, WindowPlan
+from cdcflow.state import PartitionWindow, WindowPlan
 
 ROOT = Path(__file__).resolve().parents[2]
 CFG = load_pipeline(ROOT / "config/pipelines/demo_orders.yaml")

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from cdcflow.offsets import LagEntry, PartitionWindow, WindowPlan
+from cdcflow.state import LagEntry, PartitionWindow, WindowPlan
 from cdcflow.web import charts
 from cdcflow.web.charts import Bar
 

@@ -14,7 +14,7 @@ from cdcflow import control
 from cdcflow.airflow.dag_control import DagInfo, DagRunInfo
 from cdcflow.config import load_pipeline
 from cdcflow.errors import BadRequest, Conflict, NotFound
-from cdcflow.offsets import OffsetStore, PartitionWindow
+from cdcflow.state import PartitionWindow, StateStore
 from tests.helpers import write_pipeline
 
 
@@ -60,15 +60,15 @@ def test_states_follow_airflow_and_the_ledger(svc: tuple[control.Control, FakeDa
     assert s.status("p1").state == "PAUSED"
     s.resume("p1", "alice")
     assert s.status("p1").state == "RUNNING" and dags.dags["p1"].is_paused is False
-    store = OffsetStore()
-    store.plan("p1", "r1", "stored", [PartitionWindow("t.p1", 0, 0, 10)])
-    store.mark("p1", "r1", "failed", "attempt 1: SinkUnavailable: MySQL down")
+    store = StateStore()
+    store.offsets.plan("p1", "r1", "stored", [PartitionWindow("t.p1", 0, 0, 10)])
+    store.ledger.mark("p1", "r1", "failed", "attempt 1: SinkUnavailable: MySQL down")
     st = s.status("p1")
     assert st.state == "FAILED" and st.trace == "attempt 1: SinkUnavailable: MySQL down"
     s.stop("p1", "alice")
     assert s.status("p1").state == "STOPPED" and dags.dags["p1"].is_paused is True
     # STOPPED by the dead-letter breaker: the failed window says why (the page and Connect's trace)
-    store.mark("p1", "r1", "failed", "attempt 1: DeadLettersExceeded: 40 of the 80 records …")
+    store.ledger.mark("p1", "r1", "failed", "attempt 1: DeadLettersExceeded: 40 of the 80 records …")
     st = s.status("p1")
     assert st.state == "STOPPED" and st.trace == "attempt 1: DeadLettersExceeded: 40 of the 80 records …"
 
@@ -168,8 +168,8 @@ def test_put_config_validates_with_the_file_models(config_dir: Path, svc: tuple[
 def test_delete_needs_stopped_and_keeps_the_offsets(config_dir: Path, svc: tuple[control.Control, FakeDags]) -> None:
     s, dags = svc
     dags.add("p1")
-    store = OffsetStore()
-    store.set_offsets("p1", {("t.p1", 0): 10}, "r1")
+    store = StateStore()
+    store.offsets.set("p1", {("t.p1", 0): 10}, "r1")
     with pytest.raises(Conflict, match=r"must be in the STOPPED state before it can be deleted.*"
                                        r"'/connectors/p1/stop'.*offsets.*kept"):
         s.delete("p1", "alice")
@@ -182,7 +182,7 @@ def test_delete_needs_stopped_and_keeps_the_offsets(config_dir: Path, svc: tuple
     assert not (config_dir / "p1.yaml").exists()
     with pytest.raises(NotFound, match="Connector p1 not found"):
         s.delete("p1", "alice")
-    assert store.load("p1") == {("t.p1", 0): 10}  # kept: the same name created again continues
+    assert store.offsets.load("p1") == {("t.p1", 0): 10}  # kept: the same name created again continues
     write_pipeline(config_dir, "p1", "t.p1", "p1")
     assert s.status("p1").state == "STOPPED"
 

@@ -13,7 +13,7 @@ import pytest
 
 from cdcflow import runner
 from cdcflow.errors import ConfigError, WindowFailed
-from cdcflow.offsets import OffsetStore
+from cdcflow.state import StateStore
 from connectors.kafka.reader import search_time
 from tests.helpers import make_pipeline
 
@@ -160,20 +160,20 @@ def test_on_data_is_an_asset_watched_by_the_new_records_trigger(tmp_path: Path) 
 
 
 def test_one_writer_per_pipeline(tmp_path: Path) -> None:
-    store = OffsetStore(f"sqlite:///{tmp_path / 'o.db'}")
-    assert store.try_lease("p", "live", 60) is None
-    assert store.try_lease("p", "live", 60) is None  # renewal
-    assert store.try_lease("p", "backfill", 60) == "live"
-    assert store.try_lease("q", "backfill", 60) is None  # another pipeline is independent
-    store.release_lease("p", "live")
-    assert store.try_lease("p", "backfill", 0.3) is None
+    store = StateStore(f"sqlite:///{tmp_path / 'o.db'}")
+    assert store.leases.try_take("p", "live", 60) is None
+    assert store.leases.try_take("p", "live", 60) is None  # renewal
+    assert store.leases.try_take("p", "backfill", 60) == "live"
+    assert store.leases.try_take("q", "backfill", 60) is None  # another pipeline is independent
+    store.leases.release("p", "live")
+    assert store.leases.try_take("p", "backfill", 0.3) is None
     time.sleep(0.5)  # expired (its holder was killed): the next writer takes it
-    assert store.try_lease("p", "live", 60) is None
+    assert store.leases.try_take("p", "live", 60) is None
     # a holder the caller says is dead is taken at once; a live one is not
-    assert store.try_lease("r", "one", 60) is None
-    assert store.try_lease("r", "two", 60, dead=lambda holder: False) == "one"
-    assert store.try_lease("r", "two", 60, dead=lambda holder: holder == "one") is None
-    assert store.try_lease("r", "one", 60) == "two"
+    assert store.leases.try_take("r", "one", 60) is None
+    assert store.leases.try_take("r", "two", 60, dead=lambda holder: False) == "one"
+    assert store.leases.try_take("r", "two", 60, dead=lambda holder: holder == "one") is None
+    assert store.leases.try_take("r", "one", 60) == "two"
 
 
 def test_a_killed_attempts_lease_is_dead_to_its_retry_and_to_anyone_on_its_host() -> None:
@@ -193,7 +193,7 @@ def test_a_killed_attempts_lease_is_dead_to_its_retry_and_to_anyone_on_its_host(
 
 
 def test_a_window_waits_for_the_writer_and_fails_clearly_when_it_does_not_end(tmp_path: Path) -> None:
-    store = OffsetStore(f"sqlite:///{tmp_path / 'o.db'}")
+    store = StateStore(f"sqlite:///{tmp_path / 'o.db'}")
     order: list[str] = []
     with runner.writer_lease(store, "p", "backfill__1"):
         def live() -> None:
