@@ -45,7 +45,7 @@ DECODED_FIELDS = [  # image: a union of the window's row shapes, typed (connecto
 DECODED_NAMES = [name for name, _t in DECODED_FIELDS]
 # source_db/source_table: the change's source database and table (table name templates route by them);
 # schema_id: the row's schema (null without one); row_schema: the MySQL table it describes, as JSON
-# (connectors/debezium/types.mysql_columns), on the first record of each schema_id in a task (null on
+# (connectors/debezium/schema_columns.mysql_columns), on the first record of each schema_id in a task (null on
 # the others); row_index: the change's place within its record (0 for a record of one change).
 # The older Spark path's columns: the images as map<string,string> of exact texts (images.as_map)
 DECODED_SPARK_COLUMNS = ("change_op string, image map<string,string>, image_json string, version bigint, "

@@ -250,7 +250,7 @@ def schemas_by(frame: DataFrame, group: str) -> dict[Any, list[str]]:
 
 def derive_from_connect(target: SinkTarget, table: str, descriptions: list[str], latest: bool = False) -> MySqlSinkConfig:
     """A table's columns and key from the Connect schemas of its changes in this window (the
-    decoder's row_schema: connectors/debezium/types.mysql_columns). Several schemas (the source
+    decoder's row_schema: connectors/debezium/schema_columns.mysql_columns). Several schemas (the source
     table changed within the window): their columns together, the first one's types where they
     overlap (a table is created as the window's first changes need it), or with ``latest`` the
     last one's (a table is evolved to what the latest changes need: connectors/mysql/evolution.py).
@@ -309,7 +309,7 @@ def _mysql_prepare(target: SinkTarget) -> None:
 
 def _es_expand(target: SinkTarget, frame: DataFrame) -> list[tuple[SinkTarget, DataFrame]]:
     """An index without a declared mapping gets one from the Connect schema of its changes
-    (connectors/debezium/types.es_property): the mapping of each index the template routes to rides
+    (connectors/debezium/schema_columns.es_property): the mapping of each index the template routes to rides
     in ``SinkTarget.mappings``, so that one job writes them all. Changes without a schema leave it to
     Elasticsearch's dynamic mapping, as before."""
     from pyspark.sql import functions as F  # noqa: PLC0415

@@ -36,15 +36,9 @@ from connectors.changes import (  # noqa: F401 - DECODED_SPARK_COLUMNS, VERSION_
     version_of,
 )
 from connectors.debezium.columns import decode_columns
-from connectors.debezium.types import (
-    BadValue,
-    ColumnHint,
-    FieldSchema,
-    RowReader,
-    compile_row,
-    mysql_columns,
-    plain_text,
-)
+from connectors.debezium.logical import BadValue, plain_text
+from connectors.debezium.schema_columns import mysql_columns
+from connectors.debezium.types import ColumnHint, FieldSchema, RowReader, compile_row
 
 COLUMN_WISE_MIN = 64  # records: a smaller batch is decoded record by record (Decoder.decode_batch)
 MAX_SCHEMAS = 1024  # compiled row readers kept per worker process (a window has few distinct schemas)

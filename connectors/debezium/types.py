@@ -24,16 +24,26 @@ import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-import msgspec
-
+from connectors.debezium.logical import (
+    JSON_ENCODER,
+    BadValue,
+    as_int,
+    bits_value,
+    date_from_days,
+    datetime_from_micros,
+    datetime_text,
+    decimal_from_bytes,
+    decimal_text,
+    plain_text,
+    time_text,
+    zoned_time_to_utc,
+    zoned_to_utc,
+)
 from connectors.debezium.typed import Logical
-
-EPOCH_DATE = date(1970, 1, 1)
-EPOCH = datetime(1970, 1, 1)
 
 # logical names (Kafka Connect's and Debezium's)
 DECIMAL = "org.apache.kafka.connect.data.Decimal"
@@ -51,11 +61,6 @@ JSON, ENUM, ENUM_SET = "io.debezium.data.Json", "io.debezium.data.Enum", "io.deb
 BITS = "io.debezium.data.Bits"
 GEOMETRY, POINT = "io.debezium.data.geometry.Geometry", "io.debezium.data.geometry.Point"
 
-_ENCODE = msgspec.json.Encoder(decimal_format="number")
-
-
-class BadValue(ValueError):
-    """A value its schema (or its declared column) cannot read; the record goes to the DLQ."""
 
 
 @dataclass(frozen=True)
@@ -113,113 +118,6 @@ def _logical(convert: Converter, logical: Logical) -> Converter:
     return convert
 
 
-# -- value readers ------------------------------------------------------------------------------------
-def decimal_from_bytes(b64: str, scale: int) -> Decimal:
-    """Kafka Connect's Decimal: the unscaled value as big-endian two's-complement bytes (base64 in
-    JSON), with the ``scale`` parameter."""
-    try:
-        raw = base64.b64decode(b64, validate=True)
-    except (binascii.Error, ValueError, TypeError) as exc:
-        raise BadValue(f"{b64!r} is not the base64 bytes of a Connect Decimal") from exc
-    return scaled(int.from_bytes(raw, "big", signed=True), scale)
-
-
-def scaled(unscaled: int, scale: int) -> Decimal:
-    """unscaled × 10^-scale, exactly (Decimal arithmetic would round to the context's 28 digits, and
-    DECIMAL(65,30) has 65)."""
-    return Decimal((int(unscaled < 0), tuple(int(d) for d in str(abs(unscaled))), -scale))
-
-
-def decimal_text(value: Decimal) -> str:
-    """Digits and scale kept: 19.90 stays 19.90, never 1.99E+1."""
-    return format(value, "f")
-
-
-def date_from_days(days: int) -> date:
-    try:
-        return EPOCH_DATE + timedelta(days=int(days))
-    except OverflowError as exc:
-        raise BadValue(f"{days} days since 1970-01-01 is outside the years 1-9999") from exc
-
-
-def datetime_from_micros(micros: int) -> datetime:
-    try:
-        return EPOCH + timedelta(microseconds=int(micros))
-    except OverflowError as exc:
-        raise BadValue(f"{micros} µs since 1970-01-01 is outside the years 1-9999") from exc
-
-
-def datetime_text(value: datetime) -> str:
-    return value.isoformat(sep=" ", timespec="microseconds")
-
-
-def time_text(micros: int) -> str:
-    """A duration since midnight as MySQL TIME text; MySQL's TIME runs from -838:59:59 to 838:59:59."""
-    sign = "-" if micros < 0 else ""
-    micros = abs(micros)
-    seconds, frac = divmod(micros, 1_000_000)
-    minutes, sec = divmod(seconds, 60)
-    hours, minute = divmod(minutes, 60)
-    return f"{sign}{hours:02d}:{minute:02d}:{sec:02d}.{frac:06d}"
-
-
-def zoned_to_utc(text: str) -> datetime:
-    """io.debezium.time.ZonedTimestamp: ISO-8601 with an offset -> the instant in UTC (naive)."""
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError as exc:
-        raise BadValue(f"{text!r} is not an ISO-8601 timestamp") from exc
-    if value.tzinfo is None:
-        return value
-    return value.astimezone(UTC).replace(tzinfo=None)
-
-
-def zoned_time_to_utc(text: str) -> int:
-    """io.debezium.time.ZonedTime (e.g. 13:37:03.125Z) -> µs since midnight in UTC."""
-    m = re.match(r"^(\d{2}):(\d{2}):(\d{2})(\.\d+)?(Z|[+-]\d{2}:\d{2})?$", text)
-    if not m:
-        raise BadValue(f"{text!r} is not an ISO-8601 time")
-    hours, minutes, seconds = int(m.group(1)), int(m.group(2)), int(m.group(3))
-    micros = int(((m.group(4) or ".0")[1:] + "000000")[:6])
-    offset = 0
-    if m.group(5) and m.group(5) != "Z":
-        sign = -1 if m.group(5)[0] == "-" else 1
-        offset = sign * (int(m.group(5)[1:3]) * 60 + int(m.group(5)[4:6])) * 60_000_000
-    return ((hours * 3600 + minutes * 60 + seconds) * 1_000_000 + micros - offset) % 86_400_000_000
-
-
-def bits_value(b64: str) -> int:
-    """io.debezium.data.Bits: BIT(n) as bytes, least significant byte first (Debezium's
-    ``BitSet.toByteArray()``)."""
-    try:
-        return int.from_bytes(base64.b64decode(b64, validate=True), "little")
-    except (binascii.Error, ValueError, TypeError) as exc:
-        raise BadValue(f"{b64!r} is not the base64 bytes of io.debezium.data.Bits") from exc
-
-
-def _int(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | str | Decimal):
-        raise BadValue(f"{value!r} is not an integer")
-    try:
-        return int(value)
-    except (ValueError, ArithmeticError) as exc:
-        raise BadValue(f"{value!r} is not an integer") from exc
-
-
-def plain_text(value: Any) -> str | None:
-    """A schemaless JSON value as text: numbers as written, booleans true/false, objects and
-    arrays as compact JSON."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | Decimal):
-        return str(value)
-    return _ENCODE.encode(value).decode("utf-8")
-
-
 def _plain(value: Any) -> tuple[str | None, Any]:
     kind = type(value)
     if kind is str:  # the common cases first, in one call (this runs for most values of every row)
@@ -238,8 +136,8 @@ def _with(read: Callable[[Any], tuple[str, Any]]) -> Converter:
 def _scaled_micros(unit: int) -> Callable[[Any], int]:
     """ms (1000), µs (1) or ns (-1000) since an origin -> µs (ns truncated toward the past)."""
     if unit > 0:
-        return lambda v: _int(v) * unit
-    return lambda v: _int(v) // -unit
+        return lambda v: as_int(v) * unit
+    return lambda v: as_int(v) // -unit
 
 
 @functools.cache
@@ -263,7 +161,7 @@ def _time_converter(unit: int) -> Converter:
 
 
 def _date_read(v: Any) -> tuple[str, Any]:
-    text = date_from_days(_int(v)).isoformat()
+    text = date_from_days(as_int(v)).isoformat()
     return text, text
 
 
@@ -283,7 +181,7 @@ def _decimal_converter(scale: int) -> Converter:
 def _variable_scale_read(v: Any) -> tuple[str, Any]:
     if not isinstance(v, Mapping) or "value" not in v:
         raise BadValue(f"{str(v)[:80]!r} is not an io.debezium.data.VariableScaleDecimal {{scale, value}}")
-    d = decimal_from_bytes(v["value"], _int(v.get("scale", 0)))
+    d = decimal_from_bytes(v["value"], as_int(v.get("scale", 0)))
     return decimal_text(d), d
 
 
@@ -302,7 +200,7 @@ def _zoned_time_read(v: Any) -> tuple[str, Any]:
 
 
 def _bits_read(v: Any) -> tuple[str, Any]:
-    n = bits_value(v) if isinstance(v, str) else int(bool(v)) if isinstance(v, bool) else _int(v)
+    n = bits_value(v) if isinstance(v, str) else int(bool(v)) if isinstance(v, bool) else as_int(v)
     return str(n), n
 
 
@@ -315,12 +213,12 @@ def _geometry_read(v: Any) -> tuple[str, Any]:
         wkb = base64.b64decode(v["wkb"], validate=True)
     except (binascii.Error, ValueError) as exc:
         raise BadValue(f"{v['wkb'][:80]!r} is not base64 WKB") from exc
-    srid = _int(v.get("srid") or 0)
+    srid = as_int(v.get("srid") or 0)
     return base64.b64encode(srid.to_bytes(4, "little") + wkb).decode("ascii"), dict(v)
 
 
 def _struct_read(v: Any) -> tuple[str, Any]:
-    return _ENCODE.encode(v).decode("utf-8"), v
+    return JSON_ENCODER.encode(v).decode("utf-8"), v
 
 
 _DATE_CONVERTER = _logical(_with(_date_read), Logical("date"))
@@ -380,7 +278,7 @@ def hinted(hint: ColumnHint) -> Converter:
 def _unsigned_read(v: Any) -> tuple[str, Any]:
     """BIGINT UNSIGNED under bigint.unsigned.handling.mode=long: values above 2^63-1 arrive as the
     negative long of the same 64 bits; the column gets the unsigned value back."""
-    n = _int(v)
+    n = as_int(v)
     if n < 0:
         n += 1 << 64
     return str(n), n
@@ -476,96 +374,3 @@ def compile_row(schema: FieldSchema | None, hints: Mapping[str, ColumnHint]) -> 
     if schema is None:  # schemaless: the declared columns decide
         return RowReader({name: hinted(h) for name, h in hints.items()})
     return RowReader({name: converter(s, hints.get(name)) for name, s in schema.fields})
-
-
-# -- MySQL columns from a Connect schema (create_table without declared columns) ----------------------
-_SIMPLE_MYSQL = {"int8": "TINYINT", "int16": "SMALLINT", "int32": "INT", "int64": "BIGINT", "float": "FLOAT",
-                 "float32": "FLOAT", "double": "DOUBLE", "float64": "DOUBLE", "boolean": "TINYINT(1)"}
-_NAMED_MYSQL = {DATE: "DATE", CONNECT_DATE: "DATE", TIME: "TIME(3)", CONNECT_TIME: "TIME(3)", MICRO_TIME: "TIME(6)",
-                NANO_TIME: "TIME(6)", TIMESTAMP: "DATETIME(3)", CONNECT_TIMESTAMP: "DATETIME(3)",
-                MICRO_TIMESTAMP: "DATETIME(6)", NANO_TIMESTAMP: "DATETIME(6)", ZONED_TIMESTAMP: "TIMESTAMP(6)",
-                ZONED_TIME: "TIME(6)", YEAR: "YEAR", JSON: "JSON", GEOMETRY: "GEOMETRY", POINT: "POINT",
-                VARIABLE_SCALE_DECIMAL: "DECIMAL(65,30)"}
-
-
-def _quoted_members(allowed: str) -> str:
-    return ",".join("'" + m.replace("\\", "\\\\").replace("'", "''") + "'" for m in allowed.split(",")) if allowed \
-        else "''"
-
-
-def mysql_type(schema: FieldSchema, is_key: bool = False) -> str:
-    """The MySQL column type for a field of this Connect schema (docs/types.md, "Tables from the
-    record schema"): the logical type decides where there is one (DECIMAL(p,s) from
-    connect.decimal.precision and scale, DATETIME(6) for MicroTimestamp, ENUM/SET with their values,
-    BIT(n) …); a key's text and bytes get bounded types (a primary key cannot be TEXT or BLOB)."""
-    p = schema.parameters
-    if schema.name == DECIMAL:
-        scale = int(p.get("scale", "0"))
-        precision = int(p.get("connect.decimal.precision", "65"))
-        return f"DECIMAL({min(max(precision, scale, 1), 65)},{min(scale, 30)})"
-    if schema.name in _NAMED_MYSQL:
-        return _NAMED_MYSQL[schema.name]
-    if schema.name == ENUM:
-        return f"ENUM({_quoted_members(p.get('allowed', ''))})"
-    if schema.name == ENUM_SET:
-        return f"SET({_quoted_members(p.get('allowed', ''))})"
-    if schema.name == BITS:
-        return f"BIT({min(max(int(p.get('length', '64')), 1), 64)})"
-    if schema.type in _SIMPLE_MYSQL:
-        return _SIMPLE_MYSQL[schema.type]
-    if schema.type == "string":
-        return "VARCHAR(255)" if is_key else "LONGTEXT"
-    if schema.type == "bytes":
-        return "VARBINARY(255)" if is_key else "LONGBLOB"
-    return "JSON"  # struct, array, map
-
-
-def mysql_columns(row: FieldSchema, key: FieldSchema | None) -> dict[str, Any]:
-    """The table a row schema (the envelope's after/before struct) and key schema describe:
-    {"columns": [{name, type, nullable}], "key": [field names], "properties": the Elasticsearch
-    mapping's properties}."""
-    keys = [n for n, _s in key.fields] if key is not None and key.type == "struct" else []
-    return {"columns": [{"name": n, "type": mysql_type(s, n in keys), "nullable": s.optional and n not in keys}
-                        for n, s in row.fields],
-            "key": keys,
-            "properties": {n: p for n, s in row.fields if (p := es_property(s, n in keys)) is not None}}
-
-
-# -- Elasticsearch fields from a Connect schema (an index without a declared mapping) -----------------
-_SIMPLE_ES = {"int8": "byte", "int16": "short", "int32": "integer", "int64": "long", "float": "float",
-              "float32": "float", "double": "double", "float64": "double", "boolean": "boolean", "bytes": "binary"}
-_DATE = {"type": "date", "format": "strict_date_optional_time||epoch_millis"}
-_NAMED_ES: dict[str, dict[str, Any]] = {
-    **{n: _DATE for n in (DATE, CONNECT_DATE, TIMESTAMP, CONNECT_TIMESTAMP, MICRO_TIMESTAMP, NANO_TIMESTAMP,
-                          ZONED_TIMESTAMP)},
-    **{n: {"type": "keyword"} for n in (TIME, CONNECT_TIME, MICRO_TIME, NANO_TIME, ZONED_TIME, ENUM, ENUM_SET,
-                                        VARIABLE_SCALE_DECIMAL)},
-    YEAR: {"type": "short"}, JSON: {"type": "text"},
-    GEOMETRY: {"properties": {"wkb": {"type": "binary"}, "srid": {"type": "integer"}}},
-    POINT: {"properties": {"x": {"type": "double"}, "y": {"type": "double"}, "wkb": {"type": "binary"},
-                           "srid": {"type": "integer"}}},
-}
-
-
-def es_property(schema: FieldSchema, is_key: bool = False) -> dict[str, Any] | None:
-    """The Elasticsearch field for a Connect field (docs/types.md). Decimals stay exact: a
-    scaled_float up to 15 digits, unsigned_long for BIGINT UNSIGNED, else keyword (the document keeps
-    the exact number either way). Datetimes are ``date`` (searches see milliseconds; ``_source``
-    keeps the microseconds; ``date_nanos`` cannot hold dates before 1970). None: left to dynamic
-    mapping (structs, arrays, maps)."""
-    p = schema.parameters
-    if schema.name == DECIMAL:
-        scale, precision = int(p.get("scale", "0")), int(p.get("connect.decimal.precision", "65"))
-        if scale == 0 and precision == 20:  # BIGINT UNSIGNED, bigint.unsigned.handling.mode=precise
-            return {"type": "unsigned_long"}
-        return {"type": "scaled_float", "scaling_factor": 10 ** scale} if precision <= 15 else {"type": "keyword"}
-    if schema.name in _NAMED_ES:
-        return _NAMED_ES[schema.name]
-    if schema.name == BITS:
-        return {"type": "unsigned_long" if int(p.get("length", "64")) > 63 else "long"}
-    if schema.type in _SIMPLE_ES:
-        return {"type": _SIMPLE_ES[schema.type]}
-    if schema.type == "string":
-        return {"type": "keyword"} if is_key else {"type": "text", "fields": {"keyword": {"type": "keyword",
-                                                                                           "ignore_above": 256}}}
-    return None

@@ -45,7 +45,7 @@ from connectors.changes import (
     operation_changes,
     version_of,
 )
-from connectors.debezium.types import EPOCH
+from connectors.debezium.logical import EPOCH
 from connectors.mysql.values import parse_datetime
 
 FORMAT = "GoldenGate JSON formatter operation"

@@ -24,15 +24,8 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any, Literal
 
-from connectors.debezium.types import (
-    BadValue,
-    ColumnHint,
-    Converter,
-    datetime_text,
-    decimal_text,
-    plain_text,
-    time_text,
-)
+from connectors.debezium.logical import BadValue, datetime_text, decimal_text, plain_text, time_text
+from connectors.debezium.types import ColumnHint, Converter
 from connectors.mysql.types import BINARIES, INTEGERS, SPATIAL, ColumnType, parse_type
 
 Binary = Literal["base64", "latin1", "hex", "text"]
@@ -267,7 +260,7 @@ def read_row(readers: Mapping[str, Converter], row: Mapping[str, Any]) -> tuple[
 
 # -- the table a row of MySQL column types describes (tables and index mappings from the record) ----
 def es_property(column: ColumnType, is_key: bool = False) -> dict[str, Any] | None:
-    """The Elasticsearch field for a MySQL column: the choices of connectors/debezium/types.es_property
+    """The Elasticsearch field for a MySQL column: the choices of connectors/debezium/schema_columns.es_property
     for the Connect type Debezium gives that column (docs/types.md)."""
     base = column.base
     if base in INTEGERS or base == "YEAR":
@@ -299,7 +292,7 @@ def es_property(column: ColumnType, is_key: bool = False) -> dict[str, Any] | No
 
 
 def describe_table(columns: list[tuple[str, ColumnType]], key: list[str]) -> dict[str, Any]:
-    """The table a row's MySQL column types describe, in the form of connectors/debezium/types.mysql_columns
+    """The table a row's MySQL column types describe, in the form of connectors/debezium/schema_columns.mysql_columns
     (what spark_jobs/sinks.derive_from_connect creates tables from): nullable unless a key column."""
     return {"columns": [{"name": n, "type": t.sql, "nullable": n not in key} for n, t in columns],
             "key": key,
