@@ -38,6 +38,7 @@ from typing import Any
 from cdcflow.config import config_dir, find_pipeline, iter_errors, json_schema, load_all
 from cdcflow.errors import CdcflowError, ConfigError, ControlError
 from cdcflow.run_params import RUN_PARAMS
+from cdcflow.window import clients
 
 DEFAULT_SCHEMA_PATH = Path(__file__).resolve().parent.parent / "config" / "pipeline.schema.json"
 
@@ -104,10 +105,9 @@ def _run_param_options(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_offsets(args: argparse.Namespace) -> int:
-    from cdcflow import runner  # noqa: PLC0415
 
     cfg = find_pipeline(args.pipeline)
-    store = runner.offset_store(cfg)
+    store = clients.offset_store(cfg)
     if args.action == "set":
         if args.to_time:
             if args.specs:
@@ -133,7 +133,7 @@ def cmd_offsets(args: argparse.Namespace) -> int:
 
     stored = store.offsets.load(cfg.name)
     print(f"{'topic':40} {'part':>4} {'stored':>10} {'log end':>10} {'lag':>8}")
-    for state in discover(runner.consumer_conf(cfg), runner.source_topics(cfg)):
+    for state in discover(clients.consumer_conf(cfg), clients.source_topics(cfg)):
         pos = stored.get((state.topic, state.partition))
         lag = state.end - pos if pos is not None else state.end - state.low
         print(f"{state.topic:40} {state.partition:>4} {pos if pos is not None else '-':>10} {state.end:>10} {lag:>8}")
@@ -286,10 +286,9 @@ def cmd_monitor(args: argparse.Namespace) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from cdcflow import runner  # noqa: PLC0415
 
     cfg = find_pipeline(args.pipeline)
-    for w in runner.offset_store(cfg).ledger.history(cfg.name, args.limit):
+    for w in clients.offset_store(cfg).ledger.history(cfg.name, args.limit):
         ranges = ", ".join(f"{p.topic}[{p.partition}] {p.start}..{p.end if p.end is not None else '?'}"
                            for p in w.partitions)
         print(f"{w.run_id:55} {w.status:9} {w.origin:10} attempts={w.attempt} {ranges}")

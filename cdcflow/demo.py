@@ -18,9 +18,10 @@ from decimal import Decimal
 import sqlalchemy as sa
 from confluent_kafka.admin import AdminClient
 
-from cdcflow import cdcgen, runner
+from cdcflow import cdcgen
 from cdcflow.config import find_pipeline
 from cdcflow.connections import get_connection
+from cdcflow.window import clients
 
 PIPELINE = "demo_orders"
 EVENTS, KEYS, SEED = 400, 60, 2026
@@ -45,7 +46,7 @@ def prepare() -> None:
         conn.exec_driver_sql(f"DROP TABLE IF EXISTS `{cfg.sinks[0].table}`")
         if conn.exec_driver_sql("SHOW TABLES LIKE 'cdcflow_tombstones'").first():
             conn.exec_driver_sql("DELETE FROM cdcflow_tombstones WHERE table_name = %s", (cfg.sinks[0].table,))
-    store = runner.offset_store(cfg)
+    store = clients.offset_store(cfg)
     store.offsets.clear(cfg.name)
     store.operator.set_state(cfg.name, "running", "demo")  # a demo stopped from the page earlier runs again
     for sink in cfg.sinks:
@@ -145,7 +146,7 @@ def report() -> int:
               f"{h.get('__connect.errors.offset')} stage={h.get('__connect.errors.stage')}: "
               f"{h.get('__connect.errors.exception.message')}\n    value={value!r}")
 
-    store = runner.offset_store(cfg)
+    store = clients.offset_store(cfg)
     print(f"\n== committed offsets of pipeline {cfg.name!r} ==")
     for (t, p), o in sorted(store.offsets.load(cfg.name).items()):
         print(f"{t}[{p}] -> {o}")
@@ -198,7 +199,7 @@ def downstream() -> int:
     import subprocess  # noqa: PLC0415
 
     print(f"\n== downstream DAG {REPORT_DAG!r} (scheduled on the asset of table demo_orders) ==")
-    newest = runner.offset_store(find_pipeline(PIPELINE)).ledger.last_window(PIPELINE)
+    newest = clients.offset_store(find_pipeline(PIPELINE)).ledger.last_window(PIPELINE)
     window = newest[0].run_id if newest else "?"
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:

@@ -6,8 +6,8 @@
 * the CLI's options of ``cdcflow run`` and ``cdcflow trigger`` (cdcflow/cli.py: ``flag``, ``cli_value``);
 * the REST API's ``POST /connectors/{name}/run`` ``conf`` and ``POST /connectors/{name}/replay`` body
   (cdcflow/web/api_pipelines.py: the fields, :data:`REPLAY_PARAMS`, and :func:`body_schema`);
-* the parsing and validation every one of them ends in: :meth:`RunParams.parse` (cdcflow/runner.py
-  plans and processes with it; cdcflow/control.py checks a trigger's conf with it first).
+* the parsing and validation every one of them ends in: :meth:`RunParams.parse` (cdcflow/window/plan.py
+  and process.py use it; cdcflow/control/ checks a trigger's conf with it first).
 
 A parameter is added here, with its check; the surfaces pick it up. No Airflow, Spark or Kafka import.
 """

@@ -10,6 +10,8 @@ from cdcflow import assets, runner
 from cdcflow.config import find_pipeline
 from cdcflow.errors import CdcflowError, DeadLettersExceeded, PipelineStopped
 from cdcflow.run_params import PARAMS
+from cdcflow.window.commit import asset_events
+from cdcflow.window.plan import AirflowRun
 
 log = logging.getLogger("cdcflow.tasks")
 
@@ -19,10 +21,10 @@ def _params(context: dict[str, Any]) -> dict[str, Any]:
     return {k: params.get(k) for k in PARAMS}
 
 
-def _run(context: dict[str, Any]) -> runner.AirflowRun:
+def _run(context: dict[str, Any]) -> AirflowRun:
     dag_run = context.get("dag_run")
     run_type = getattr(getattr(dag_run, "run_type", None), "value", None) or str(getattr(dag_run, "run_type", ""))
-    return runner.AirflowRun(run_type, context.get("data_interval_start"), context.get("data_interval_end"))
+    return AirflowRun(run_type, context.get("data_interval_start"), context.get("data_interval_end"))
 
 
 def plan_window(pipeline: str, **context: Any) -> dict[str, Any]:
@@ -60,7 +62,7 @@ def commit_offsets(pipeline: str, **context: Any) -> dict[str, Any]:
     committed = runner.commit(cfg, context["run_id"])
     alias = context["outlet_events"][AssetAlias(assets.alias_name(cfg.name))]
     try:
-        events = runner.asset_events(cfg, context["run_id"])
+        events = asset_events(cfg, context["run_id"])
     except CdcflowError as exc:  # the offsets are committed: a missing connection must not fail the window
         log.warning("window %s of %s is committed, but its asset events could not be named: %s", context["run_id"],
                     cfg.name, exc)

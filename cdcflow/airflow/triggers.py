@@ -21,6 +21,8 @@ from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
+from cdcflow.window import clients
+
 IN_FLIGHT = ("planned", "read", "applied")
 REARM_AFTER = 600.0  # seconds: a fired run that never started (a paused DAG) does not block the trigger longer
 
@@ -83,13 +85,12 @@ class _Probe:
 def _probe(pipeline: str) -> _Probe:
     """Records waiting (true end − stored offset, per partition), the pipeline's state and its newest
     window; blocking (the trigger runs it in a thread)."""
-    from cdcflow import runner  # noqa: PLC0415
     from cdcflow.config import find_pipeline  # noqa: PLC0415
     from cdcflow.control import store_for  # noqa: PLC0415 - one store per URL, not one (and a schema check) per poll
 
     cfg = find_pipeline(pipeline)
     store = store_for(cfg)
-    waiting = sum(runner.backlog(cfg, store).values())
+    waiting = sum(clients.backlog(cfg, store).values())
     newest = store.ledger.last_window(cfg.name)
     return _Probe(waiting, store.operator.get_state(cfg.name) == "stopped",
                   newest[0].run_id if newest else None, newest[0].status if newest else None)

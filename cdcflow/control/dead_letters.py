@@ -16,6 +16,7 @@ from cdcflow.control.base import ControlBase
 from cdcflow.control.pipelines import store_for, valid
 from cdcflow.errors import BadRequest, CdcflowError, Conflict, NotFound
 from cdcflow.state import StateStore
+from cdcflow.window import clients
 
 
 @dataclass
@@ -46,13 +47,12 @@ class DeadLetters(ControlBase):
 
     def dlq(self, name: str, limit: int = 20, before: Mapping[int, int] | None = None) -> DlqPage:
         """The newest dead letters, newest first; ``next_before`` pages to older ones."""
-        from cdcflow import runner  # noqa: PLC0415
         from connectors.kafka.dlq import describe, read_dead_letters  # noqa: PLC0415
 
         if not 1 <= limit <= 500:
             raise BadRequest(f"limit: expected 1..500, got {limit}")
         cfg, topic = self._dlq(name)
-        conf = runner.consumer_conf(cfg)
+        conf = clients.consumer_conf(cfg)
         parts = describe(conf, topic)
         total = sum(p.end - p.low for p in parts)
         ends = {p.partition: min(p.end, (before or {}).get(p.partition, p.end)) for p in parts}
@@ -71,11 +71,10 @@ class DeadLetters(ControlBase):
                         and done[(d.partition, d.offset)].fingerprint == d.fingerprint})
 
     def dlq_record(self, name: str, partition: int, offset: int) -> Any:
-        from cdcflow import runner  # noqa: PLC0415
         from connectors.kafka.dlq import read_dead_letters  # noqa: PLC0415
 
         cfg, topic = self._dlq(name)
-        found = read_dead_letters(runner.consumer_conf(cfg), topic, {partition: (offset, offset + 1)})
+        found = read_dead_letters(clients.consumer_conf(cfg), topic, {partition: (offset, offset + 1)})
         if not found:
             raise NotFound(f"no record at offset {offset} of partition {partition} of DLQ topic {topic!r}")
         return found[0]
@@ -87,7 +86,6 @@ class DeadLetters(ControlBase):
         (inclusive), optionally only those of a stage or error class; to their original topic or
         ``target_topic``. A record already redriven is never sent again; if that leaves nothing to
         send, Conflict says when and by whom it was."""
-        from cdcflow import runner  # noqa: PLC0415
         from connectors.kafka.client import producer_config  # noqa: PLC0415
         from connectors.kafka.dlq import REDRIVE_HEADER, republish  # noqa: PLC0415
 
@@ -113,7 +111,7 @@ class DeadLetters(ControlBase):
         marker = lambda d: (REDRIVE_HEADER, json.dumps(  # noqa: E731
             {"dlq": f"{topic}/{d.partition}/{d.offset}", "request": request_id, "by": user, "at": now}).encode())
         try:
-            republish(producer_config(runner.kafka_client(cfg)), [(t, d, marker(d)) for t, d in plan])
+            republish(producer_config(clients.kafka_client(cfg)), [(t, d, marker(d)) for t, d in plan])
         except CdcflowError:
             # nothing confirmed: Kafka's idempotent producer may still have written some, so the claims
             # stay "pending" and a later request reports them instead of sending twice
@@ -127,10 +125,9 @@ class DeadLetters(ControlBase):
 def _matching(cfg: PipelineConfig, topic: str, partition: int | None, start: int | None, end: int | None,
               stage: str | None, error_class: str | None) -> list[Any]:
     """The dead letters a redrive selects (NotFound when none, or when the partition does not exist)."""
-    from cdcflow import runner  # noqa: PLC0415
     from connectors.kafka.dlq import describe, read_dead_letters  # noqa: PLC0415
 
-    conf = runner.consumer_conf(cfg)
+    conf = clients.consumer_conf(cfg)
     parts = {p.partition: p for p in describe(conf, topic)}
     if partition is not None and partition not in parts:
         raise NotFound(f"DLQ topic {topic!r} has no partition {partition} (partitions: {sorted(parts)})")

@@ -8,6 +8,7 @@ from typing import Any
 
 from cdcflow.control.base import ControlBase
 from cdcflow.control.pipelines import store_for, valid
+from cdcflow.window import clients
 
 
 class Monitoring(ControlBase):
@@ -16,14 +17,13 @@ class Monitoring(ControlBase):
     def sample(self, name: str) -> dict[tuple[str, int], tuple[int | None, int]]:
         """Read every partition's log end from the broker now (no window) and record it with the
         stored offset: the monitor's sample."""
-        from cdcflow import runner  # noqa: PLC0415
         from connectors.kafka.reader import discover  # noqa: PLC0415
 
         cfg = valid(name)
         store = store_for(cfg)
         stored = store.offsets.load(cfg.name)
         rows = {(s.topic, s.partition): (stored.get((s.topic, s.partition)), s.end)
-                for s in discover(runner.consumer_conf(cfg), runner.source_topics(cfg), timeout=10)}
+                for s in discover(clients.consumer_conf(cfg), clients.source_topics(cfg), timeout=10)}
         store.lag.record(cfg.name, "sample", rows)
         return rows
 

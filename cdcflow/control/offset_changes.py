@@ -11,6 +11,7 @@ from typing import Any
 from cdcflow.control.pipelines import store_for, valid
 from cdcflow.control.status import Reading
 from cdcflow.errors import BadRequest
+from cdcflow.window import clients
 
 
 class OffsetChanges(Reading):
@@ -35,9 +36,8 @@ class OffsetChanges(Reading):
         if problems:
             raise BadRequest("; ".join(problems))
         by = f"offsets-altered-by:{user}@{datetime.now(UTC):%Y-%m-%dT%H:%M:%S}"
-        from cdcflow import runner  # noqa: PLC0415
 
-        runner.set_offsets(cfg, store, offsets, by)
+        clients.set_offsets(cfg, store, offsets, by)
         return {"message": "The offsets for this connector have been altered successfully"}
 
     def reset_offsets(self, name: str, to: str, user: str, timestamp_ms: int | None = None) -> dict[str, Any]:
@@ -49,10 +49,9 @@ class OffsetChanges(Reading):
         if to == "timestamp" and timestamp_ms is None:
             raise BadRequest("reset to a timestamp needs the timestamp (ISO 8601 or epoch ms)")
         self._require_stopped(cfg)
-        from cdcflow import runner  # noqa: PLC0415
 
         if to == "forget":
-            runner.clear_offsets(cfg, store_for(cfg))
+            clients.clear_offsets(cfg, store_for(cfg))
             return {"message": "The offsets for this connector have been reset successfully"}
         parts = self.offsets(cfg.name)
         if to == "earliest":
@@ -63,7 +62,7 @@ class OffsetChanges(Reading):
             assert timestamp_ms is not None
             from connectors.kafka.reader import offsets_for_time  # noqa: PLC0415
 
-            target = offsets_for_time(runner.consumer_conf(cfg), [(p.topic, p.partition, p.log_start, p.log_end)
+            target = offsets_for_time(clients.consumer_conf(cfg), [(p.topic, p.partition, p.log_start, p.log_end)
                                                                   for p in parts], timestamp_ms,
                                       source=cfg.source.timestamp)
         self.alter_offsets(cfg.name, dict(target), user)

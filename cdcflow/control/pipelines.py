@@ -14,6 +14,7 @@ import yaml
 from cdcflow.config import PipelineConfig, config_dir, load_all, parse_instant
 from cdcflow.errors import BadRequest, NotFound
 from cdcflow.state import StateStore
+from cdcflow.window import clients
 
 
 @dataclass(frozen=True)
@@ -86,10 +87,9 @@ def _store(url: str) -> StateStore:
 def store_for(cfg: PipelineConfig | None) -> StateStore:
     """The pipeline's offset store, one per URL for the life of the process: the api-server serves
     every request and scrape from it instead of building an engine (and checking the schema) each time."""
-    from cdcflow import runner  # noqa: PLC0415
     from cdcflow.state import default_store_url  # noqa: PLC0415
 
-    return _store(runner.offset_store_url(cfg) if cfg is not None else default_store_url())
+    return _store(clients.offset_store_url(cfg) if cfg is not None else default_store_url())
 
 
 def parse_time(value: str | int) -> int:

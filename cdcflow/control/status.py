@@ -12,6 +12,7 @@ from cdcflow.airflow.dag_control import DagInfo, DagRunInfo
 from cdcflow.control.base import ControlBase
 from cdcflow.control.pipelines import get, pipelines, store_for, valid
 from cdcflow.state import WindowPlan
+from cdcflow.window import clients
 
 State = Literal["RUNNING", "PAUSED", "STOPPED", "FAILED", "UNASSIGNED"]
 
@@ -71,7 +72,7 @@ class Reading(ControlBase):
         if cfg is not None:
             from confluent_kafka.admin import AdminClient  # noqa: PLC0415
 
-            from cdcflow.runner import kafka_client  # noqa: PLC0415
+            from cdcflow.window.clients import kafka_client  # noqa: PLC0415
 
             try:
                 cluster = AdminClient(kafka_client(cfg)).list_topics(timeout=5).cluster_id
@@ -116,17 +117,15 @@ class Reading(ControlBase):
         return [(w, *times[w.run_id]) for w in plans if w.run_id in times]
 
     def offsets(self, name: str) -> list[PartitionOffsets]:
-        from cdcflow import runner  # noqa: PLC0415
         from connectors.kafka.reader import discover  # noqa: PLC0415
 
         cfg = valid(name)
-        stored = runner.stored_offsets(cfg, store_for(cfg))  # exactly-once: the MySQL sink's (the authority)
+        stored = clients.stored_offsets(cfg, store_for(cfg))  # exactly-once: the MySQL sink's (the authority)
         return [PartitionOffsets(s.topic, s.partition, stored.get((s.topic, s.partition)), s.low, s.end)
-                for s in discover(runner.consumer_conf(cfg), runner.source_topics(cfg))]
+                for s in discover(clients.consumer_conf(cfg), clients.source_topics(cfg))]
 
     def stored_offsets(self, name: str) -> dict[tuple[str, int], int]:
-        from cdcflow import runner  # noqa: PLC0415
 
         cfg = valid(name)
-        return runner.stored_offsets(cfg, store_for(cfg))
+        return clients.stored_offsets(cfg, store_for(cfg))
 

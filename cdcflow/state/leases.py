@@ -1,6 +1,6 @@
 """One writer per pipeline: a window holds its pipeline's writer lease while it reads and writes
 its sinks, so a live window and a backfill window (Airflow runs backfills beside the live runs)
-never write at the same time. cdcflow.runner.writer_lease holds and renews it.
+never write at the same time. cdcflow.window.lease.writer_lease holds and renews it.
 
 A lease expires unless renewed, so a killed task does not block the pipeline for longer than it.
 """
@@ -24,7 +24,7 @@ class Leases:
                  dead: Callable[[str], bool] | None = None) -> str | None:
         """Take or renew the pipeline's writer lease for ``seconds``. None when taken, else the
         current holder (whose lease has not expired). A holder that ``dead`` says is gone (a killed
-        attempt, see runner.writer_lease) is taken at once, without waiting for its lease to expire."""
+        attempt, see cdcflow.window.lease.writer_lease) is taken at once, without waiting for its lease to expire."""
         at = now()
         until = at + timedelta(seconds=seconds)
         try:

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from cdcflow import cdcgen, runner
+from cdcflow import cdcgen
 from cdcflow.config import load_pipeline
+from cdcflow.window import clients
 from tests.helpers import bootstrap, expected, subprocess_env, table_rows, unique, write_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.system, pytest.mark.usefixtures("services")]
@@ -69,12 +70,12 @@ def test_airflow_dags_test_runs_a_window_end_to_end(config_dir: Path) -> None:
 
     first = _dags_test(config_dir, cfg.name, {"max_records": 50})
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    assert sum(runner.offset_store(cfg).offsets.load(cfg.name).values()) == 50
+    assert sum(clients.offset_store(cfg).offsets.load(cfg.name).values()) == 50
 
     rest = _dags_test(config_dir, cfg.name, {"max_records": 100_000})
     assert rest.returncode == 0, rest.stdout[-3000:] + rest.stderr[-3000:]
     assert table_rows(cfg.sinks[0].table) == expected(stream.state)
-    assert sum(runner.offset_store(cfg).offsets.load(cfg.name).values()) == len(stream.events)
+    assert sum(clients.offset_store(cfg).offsets.load(cfg.name).values()) == len(stream.events)
 
 
 def test_invalid_trigger_params_are_rejected_with_the_reason(config_dir: Path) -> None:
@@ -85,7 +86,7 @@ def test_invalid_trigger_params_are_rejected_with_the_reason(config_dir: Path) -
     out = result.stdout + result.stderr
     assert "ParamValidationError" in out
     assert "Invalid input for param start_offsets" in out and "'nope'" in out
-    assert runner.offset_store(cfg).ledger.history(cfg.name) == []  # rejected before any window was planned
+    assert clients.offset_store(cfg).ledger.history(cfg.name) == []  # rejected before any window was planned
 
 
 def test_invalid_time_params_are_rejected_with_the_reason(config_dir: Path) -> None:
@@ -95,7 +96,7 @@ def test_invalid_time_params_are_rejected_with_the_reason(config_dir: Path) -> N
                                                "end_time": "2026-11-20T09:00:00Z"})
     out = result.stdout + result.stderr
     assert "end_time (2026-11-20T09:00:00Z) must be after start_time (2026-11-20T10:00:00Z)" in out, out[-3000:]
-    assert runner.offset_store(cfg).ledger.history(cfg.name) == []  # rejected before any window was planned
+    assert clients.offset_store(cfg).ledger.history(cfg.name) == []  # rejected before any window was planned
 
 
 def test_the_same_job_runs_under_spark_submit_operator(config_dir: Path) -> None:
@@ -109,4 +110,4 @@ def test_the_same_job_runs_under_spark_submit_operator(config_dir: Path) -> None
     assert result.returncode == 0, out[-4000:]
     assert "spark-submit" in out
     assert table_rows(cfg.sinks[0].table) == expected(stream.state)
-    assert sum(runner.offset_store(cfg).offsets.load(cfg.name).values()) == len(stream.events)
+    assert sum(clients.offset_store(cfg).offsets.load(cfg.name).values()) == len(stream.events)

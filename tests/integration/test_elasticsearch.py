@@ -15,6 +15,7 @@ from cdcflow import cdcgen, runner
 from cdcflow.config import PipelineConfig, load_pipeline
 from cdcflow.errors import SinkUnavailable
 from cdcflow.state import StateStore
+from cdcflow.window import clients
 from tests.helpers import (
     BASE,
     ES_SINK,
@@ -160,7 +161,7 @@ def test_elasticsearch_stopped_mid_window_then_restarted(config_dir: Path) -> No
     cfg, index = _pipeline(config_dir, bulk_max_actions=20, max_retries=3, retry_backoff=0.2)
     stream = cdcgen.orders_stream(30_000, 15_000, seed=25, broken=False)
     cdcgen.produce(bootstrap(), cfg.source.topics[0], stream.events)
-    store = runner.offset_store(cfg)
+    store = clients.offset_store(cfg)
     proc = subprocess.Popen([sys.executable, "-m", "cdcflow.cli", "run", cfg.name, "--run-id", "stopped"],
                             cwd=ROOT, env=subprocess_env(config_dir), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)

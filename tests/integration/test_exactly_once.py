@@ -13,6 +13,7 @@ import pytest
 from cdcflow import cdcgen, runner
 from cdcflow.config import load_pipeline
 from cdcflow.state import StateStore
+from cdcflow.window import clients
 from connectors.mysql.offsets import SinkOffsets
 from tests.helpers import (
     ES_SINK,
@@ -78,7 +79,7 @@ def test_exactly_once_window_commits_rows_and_offsets_in_one_transaction(
     assert stats["sinks"]["orders_mysql"]["failed"] == len(sink_rejected)
 
     # an operator reset goes to the sink's offsets too: the next window replays from 0 (same versions: harmless)
-    runner.set_offsets(cfg, store, dict.fromkeys(ends, 0), "test-reset")
+    clients.set_offsets(cfg, store, dict.fromkeys(ends, 0), "test-reset")
     assert set(_sink_offsets(cfg).values()) == {0}
     again = runner.run_window(cfg, "eo-2", store=store, spark=spark)
     assert again["records"] == len(stream.events) and again["sinks"]["orders_mysql"]["upserted"] > 0
@@ -94,7 +95,7 @@ def test_killed_inside_the_sink_transaction_leaves_neither_rows_nor_offsets(conf
     died = run_cli_window(config_dir, cfg.name, "eo-killed", "during_sink_commit")  # SIGKILLs the Spark task's worker
     assert died.returncode == 1 and "Python worker died while the window ran" in died.stderr, died.stderr[-2000:]
     assert table_rows(cfg.sinks[0].table) == []  # every batch was written, none committed
-    assert _sink_offsets(cfg) == {} and runner.offset_store(cfg).offsets.load(cfg.name) == {}
+    assert _sink_offsets(cfg) == {} and clients.offset_store(cfg).offsets.load(cfg.name) == {}
 
     retry = run_cli_window(config_dir, cfg.name, "eo-killed")
     assert retry.returncode == 0, retry.stderr[-2000:]
@@ -111,7 +112,7 @@ def test_a_window_killed_after_its_sink_transaction_is_not_written_again(config_
 
     died = run_cli_window(config_dir, cfg.name, "eo-1", "after_sinks")
     assert died.returncode == -signal.SIGKILL, died.stderr[-2000:]
-    store = runner.offset_store(cfg)
+    store = clients.offset_store(cfg)
     assert store.offsets.load(cfg.name) == {}  # the ledger commit did not happen
     in_sink = _sink_offsets(cfg)
     assert sum(in_sink.values()) == len(stream.events)  # ... but the sink's transaction did

@@ -23,6 +23,7 @@ from cdcflow import cdcgen, runner
 from cdcflow.config import load_pipeline
 from cdcflow.errors import SinkUnavailable
 from cdcflow.state import StateStore
+from cdcflow.window import clients
 from connectors.kafka.reader import discover
 from tests.airflow_server import AirflowServer, free_port, make_server
 from tests.helpers import bootstrap, mysql_engine, read_topic, unique, write_pipeline
@@ -126,7 +127,7 @@ def test_prometheus_sees_the_brokers_lag_and_the_records_mysql_took(
     cdcgen.produce(bootstrap(), topic, stream.events)
     runner.run_window(cfg, "first", {"max_records": 60}, shared, spark)
 
-    ends = {(s.topic, s.partition): s.end for s in discover(runner.consumer_conf(cfg), [topic])}
+    ends = {(s.topic, s.partition): s.end for s in discover(clients.consumer_conf(cfg), [topic])}
     stored = shared.offsets.load(cfg.name)
     broker_lag = sum(ends[tp] - stored.get(tp, 0) for tp in ends)
     assert broker_lag == len(stream.events) - 60

@@ -17,6 +17,7 @@ import pytest
 
 from cdcflow import cdcgen, runner
 from cdcflow.state import StateStore
+from cdcflow.window import clients
 from connectors.mysql.evolution import SchemaChangeRefused
 from tests.fixtures.debezium import mysql_all_types as fx
 from tests.helpers import bootstrap, make_pipeline, mysql_engine, run_cli_window, unique
@@ -176,10 +177,10 @@ def test_a_window_killed_during_or_after_its_ddl_recovers(config_dir: Path, stor
     """SIGKILL after the first of the window's DDL statements (MySQL's DDL is not transactional), or
     after all of them and before any row: the retry finds what is left to do, and writes the window."""
     cfg, table, _run = _two_windows(config_dir, store, spark, "lenient", later(_changed_at_the_source, _changed_rows))
-    offsets = runner.offset_store(cfg).offsets.load(cfg.name)
+    offsets = clients.offset_store(cfg).offsets.load(cfg.name)
     died = run_cli_window(config_dir, cfg.name, "run-2", point)
     assert died.returncode == -signal.SIGKILL, died.stderr[-2000:]
-    assert runner.offset_store(cfg).offsets.load(cfg.name) == offsets  # no offset moved
+    assert clients.offset_store(cfg).offsets.load(cfg.name) == offsets  # no offset moved
     half = columns(table)
     changed = ["c_note" in half, "c_body" in half, half["c_mediumint"][0] == "bigint(20)",
                half["c_decimal"][0] == "decimal(12,2)", half["c_timestamp"][1] == "YES"]
@@ -195,7 +196,7 @@ def test_a_window_killed_during_or_after_its_ddl_recovers(config_dir: Path, stor
     with mysql_engine().connect() as conn:
         assert tuple(conn.exec_driver_sql(f"SELECT c_note, c_enum FROM `{table}` WHERE id = 1").one()) == (
             "added at the source", "xlarge")
-    window = runner.offset_store(cfg).ledger.get_window(cfg.name, "run-2")
+    window = clients.offset_store(cfg).ledger.get_window(cfg.name, "run-2")
     assert window is not None and window.status == "committed"
 
 

@@ -16,6 +16,7 @@ import pytest
 from cdcflow import cdcgen, runner
 from cdcflow.config import load_pipeline
 from cdcflow.errors import SparkUnavailable, WindowFailed, WindowTimedOut
+from cdcflow.window import clients
 from connectors import faults
 from tests.airflow_server import free_port
 from tests.helpers import bootstrap, expected, subprocess_env, table_rows, unique, write_pipeline
@@ -56,7 +57,7 @@ def test_a_spark_that_is_down_fails_the_window_clearly_and_moves_no_offset(confi
     cfg = load_pipeline(write_pipeline(config_dir, tag, f"t.{tag}", tag,
                                        spark={"remote": f"sc://127.0.0.1:{free_port()}"}))
     cdcgen.produce(bootstrap(), cfg.source.topics[0], cdcgen.orders_stream(30, 5, seed=1, broken=False).events)
-    store = runner.offset_store(cfg)
+    store = clients.offset_store(cfg)
     with pytest.raises(SparkUnavailable) as err:
         runner.run_window(cfg, "down-1", {}, store)
     message = str(err.value)
@@ -107,7 +108,7 @@ def test_a_window_past_spark_timeout_is_cancelled_alone_and_the_server_carries_o
     cfg = load_pipeline(write_pipeline(config_dir, tag, f"t.{tag}", tag, spark={"timeout": "15s"}))
     stream = cdcgen.orders_stream(200, 30, seed=23)
     cdcgen.produce(bootstrap(), cfg.source.topics[0], stream.events)
-    store = runner.offset_store(cfg)
+    store = clients.offset_store(cfg)
     monkeypatch.setenv("CDCFLOW_FAULTS", faults.pause_entry("during_read", tmp_path))
 
     started = time.monotonic()
@@ -140,7 +141,7 @@ def test_a_window_that_runs_spark_out_of_heap_fails_alone_and_the_server_is_back
     greedy = load_pipeline(write_pipeline(config_dir, tag, f"t.{tag}", tag, versioning="kafka_offset", transforms=[
         {"type": "Python", "function": "tests.unit.custom_transforms.exhaust_heap"}]))
     cdcgen.produce(bootstrap(), greedy.source.topics[0], cdcgen.orders_stream(20, 5, seed=3).events)
-    store = runner.offset_store(greedy)
+    store = clients.offset_store(greedy)
     supervisor_log = Path(os.environ["CDCFLOW_HOME"]) / "services/spark/supervisor.log"
     logged = supervisor_log.stat().st_size
     with pytest.raises(WindowFailed) as err:
@@ -169,7 +170,7 @@ def test_a_window_that_runs_spark_out_of_heap_fails_alone_and_the_server_is_back
     cfg = load_pipeline(write_pipeline(config_dir, other, f"t.{other}", other))
     stream = cdcgen.orders_stream(100, 20, seed=4)
     cdcgen.produce(bootstrap(), cfg.source.topics[0], stream.events)
-    assert runner.run_window(cfg, "after-oom", {}, runner.offset_store(cfg))["records"] == len(stream.events)
+    assert runner.run_window(cfg, "after-oom", {}, clients.offset_store(cfg))["records"] == len(stream.events)
     assert table_rows(cfg.sinks[0].table) == expected(stream.state)
 
 
@@ -195,7 +196,7 @@ def test_a_window_releases_its_checkpoints_on_the_server(config_dir: Path, monke
     cfg = load_pipeline(write_pipeline(config_dir, tag, f"t.{tag}", tag))
     stream = cdcgen.orders_stream(200, 30, seed=8)
     cdcgen.produce(bootstrap(), cfg.source.topics[0], stream.events)
-    assert runner.run_window(cfg, "rel-1", {}, runner.offset_store(cfg))["records"] == len(stream.events)
+    assert runner.run_window(cfg, "rel-1", {}, clients.offset_store(cfg))["records"] == len(stream.events)
     assert held
     for relation_id, spark in held:
         with pytest.raises(Exception, match="DATAFRAME_NOT_FOUND"):

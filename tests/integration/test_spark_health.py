@@ -20,6 +20,7 @@ import pytest
 from cdcflow import cdcgen, runner
 from cdcflow.config import load_pipeline
 from cdcflow.errors import SparkUnavailable
+from cdcflow.window import clients
 from spark_jobs.health import probe
 from tests.airflow_server import free_port
 from tests.helpers import bootstrap, expected, table_rows, unique, write_pipeline
@@ -78,7 +79,7 @@ def test_a_server_whose_context_stopped_fails_the_window_clearly_and_is_restarte
         (home / "connect.pid").write_text(str(server.pid))  # as if services.sh had started it
         tag = unique("health")
         cfg = load_pipeline(write_pipeline(config_dir, tag, f"t.{tag}", tag, spark={"remote": remote}))
-        store = runner.offset_store(cfg)
+        store = clients.offset_store(cfg)
         stream = cdcgen.orders_stream(300, 20, seed=3, broken=False)
         topic = cfg.source.topics[0]
         cdcgen.produce(bootstrap(), topic, stream.events[:200])

@@ -14,6 +14,8 @@ import pytest
 from cdcflow import cdcgen, runner
 from cdcflow.config import load_pipeline
 from cdcflow.state import StateStore
+from cdcflow.window import clients
+from cdcflow.window.plan import AirflowRun
 from connectors.kafka.client import consumer_config
 from connectors.kafka.reader import discover, offsets_for_time, scan_for_time
 from tests.helpers import bootstrap, expected, state_of, subprocess_env, table_rows, unique, write_pipeline
@@ -74,7 +76,7 @@ def test_airflow_dags_test_of_an_aligned_hourly_pipeline_writes_exactly_that_hou
     hour = in_range(stream.events, BASE + 2 * H, BASE + 3 * H)
     assert 100 < len(hour) < 160
     assert table_rows(cfg.sinks[0].table) == expected(state_of(hour))
-    store = runner.offset_store(cfg)
+    store = clients.offset_store(cfg)
     [window] = store.ledger.history(cfg.name)
     assert window.origin == "time_range"
     assert window.interval == (datetime(2026, 11, 20, 2), datetime(2026, 11, 20, 3))
@@ -90,17 +92,17 @@ def test_an_aligned_scheduled_window_stops_at_its_interval_end(config_dir: Path,
     cdcgen.produce(bootstrap(), topic, stream.events)
     store = StateStore(f"sqlite:///{tmp_path / 'aligned.db'}")
     start, end = (datetime.fromtimestamp((BASE + h * H) / 1000, UTC) for h in (1, 2))
-    conf = runner.consumer_conf(cfg)
+    conf = clients.consumer_conf(cfg)
     parts = [(s.topic, s.partition, s.low, s.end) for s in discover(conf, [topic])]
     cut = offsets_for_time(conf, parts, BASE + 2 * H)
 
     # a big budget: every partition reads from its start (stored: earliest) up to the interval's end
-    big = runner.plan(cfg, "scheduled__1", {"max_records": 10_000}, store, runner.AirflowRun("scheduled", start, end))
+    big = runner.plan(cfg, "scheduled__1", {"max_records": 10_000}, store, AirflowRun("scheduled", start, end))
     assert big.origin == "stored" and big.interval == (start.replace(tzinfo=None), end.replace(tzinfo=None))
     assert {w.tp: (w.start, w.stop, w.max_records) for w in big.partitions} == {
         (t, p): (low, cut[(t, p)], cut[(t, p)] - low) for t, p, low, _e in parts}
     # a small one: the budget still bounds it (the next scheduled window continues from there)
-    small = runner.plan(cfg, "scheduled__2", None, store, runner.AirflowRun("scheduled", start, end))
+    small = runner.plan(cfg, "scheduled__2", None, store, AirflowRun("scheduled", start, end))
     assert sum(w.max_records for w in small.partitions) == 50
     assert all(w.stop == cut[w.tp] for w in small.partitions)
 
@@ -118,13 +120,13 @@ def test_offsets_set_to_a_time(config_dir: Path) -> None:
 
     refused = cli("offsets", "set", cfg.name, "--to-time", "2026-11-20T02:00:00Z")
     assert refused.returncode != 0 and "STOPPED" in refused.stderr + refused.stdout
-    runner.offset_store(cfg).operator.set_state(cfg.name, "stopped", "test")
+    clients.offset_store(cfg).operator.set_state(cfg.name, "stopped", "test")
     done = cli("offsets", "set", cfg.name, "--to-time", "2026-11-20T02:00:00Z")
     assert done.returncode == 0, done.stderr
-    conf = runner.consumer_conf(cfg)
+    conf = clients.consumer_conf(cfg)
     parts = [(s.topic, s.partition, s.low, s.end) for s in discover(conf, [topic])]
     want = {(t, p): scan_for_time(conf, t, p, low, end, BASE + 2 * H) for t, p, low, end in parts}
-    assert runner.offset_store(cfg).offsets.load(cfg.name) == want
+    assert clients.offset_store(cfg).offsets.load(cfg.name) == want
     # the records before each offset are exactly those before 02:00
     before = sum(o - low for (t, p, low, _e) in parts for o in [want[(t, p)]])
     assert before == len(in_range(stream.events, 0, BASE + 2 * H))

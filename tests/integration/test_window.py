@@ -14,6 +14,7 @@ from cdcflow import cdcgen, runner
 from cdcflow.config import load_pipeline
 from cdcflow.errors import BrokerUnavailable, DeadLettersExceeded, PipelineStopped, SinkUnavailable, ToleranceExceeded
 from cdcflow.state import StateStore
+from cdcflow.window import clients
 from connectors.kafka.groups import group_offsets
 from connectors.kafka.reader import KafkaRangeReader, ReadOutcome, ReadRange
 from tests.helpers import (
@@ -226,7 +227,7 @@ def test_timeout_mid_partition_resumes_with_no_gap_and_no_overlap(config_dir: Pa
     topic = cfg.source.topics[0]
     events = [cdcgen.Event(str(i).encode(), b"x" * 100) for i in range(20_000)]
     cdcgen.produce(bootstrap(), topic, events, partitions=1)
-    conf = runner.consumer_conf(cfg)
+    conf = clients.consumer_conf(cfg)
     reader = KafkaRangeReader(conf)
 
     first = ReadOutcome(0, 0, "")
@@ -258,7 +259,7 @@ def test_killed_after_the_sink_write_and_before_the_commit(config_dir: Path, tmp
     """SIGKILL between the MySQL write and the offset commit, then rerun: nothing lost, nothing doubled."""
     cfg, stream = _killed_after_sinks(config_dir, "run-killed", cdcgen.orders_stream(250, 40, seed=9))
 
-    store = runner.offset_store(cfg)
+    store = clients.offset_store(cfg)
     assert store.offsets.load(cfg.name) == {}  # killed before the commit: no offset moved
     window = store.ledger.get_window(cfg.name, "run-killed")
     assert window is not None and window.status == "applied"
@@ -282,7 +283,7 @@ def test_a_window_left_after_its_dlq_flush_does_not_make_the_next_one_send_twice
     """Killed after its sinks and DLQ flush, and never retried (Airflow's retries ran out): the next
     run reads the same records and finds their dead letters in the DLQ already."""
     cfg, stream = _killed_after_sinks(config_dir, "run-left", cdcgen.orders_stream(120, 30, seed=10))
-    runner.offset_store(cfg).ledger.mark(cfg.name, "run-left", "failed", "retries ran out")
+    clients.offset_store(cfg).ledger.mark(cfg.name, "run-left", "failed", "retries ran out")
     assert len(read_topic(cfg.errors.dlq_topic)) == len(stream.broken)
 
     nxt = run_cli_window(config_dir, cfg.name, "run-next")

@@ -8,6 +8,7 @@ import pytest
 
 from cdcflow.errors import WindowFailed
 from cdcflow.state import PartitionWindow, StateStore
+from cdcflow.window import clients
 
 
 def _plan(store: StateStore, run_id: str, start: int, origin: str = "stored") -> None:
@@ -87,8 +88,8 @@ def test_exactly_once_plans_from_the_sinks_offsets_and_the_store_takes_them(tmp_
         def close(self) -> None:
             pass
 
-    monkeypatch.setattr(runner, "sink_offsets", lambda _cfg: Held())
-    assert runner.stored_offsets(cfg, store) == {("t", 0): 9, ("t", 1): 3, ("t", 2): 7}
+    monkeypatch.setattr(clients, "sink_offsets", lambda _cfg: Held())
+    assert clients.stored_offsets(cfg, store) == {("t", 0): 9, ("t", 1): 3, ("t", 2): 7}
     assert store.offsets.load("p") == {("t", 0): 9, ("t", 1): 3, ("t", 2): 7}
     store.close()
 

@@ -8,7 +8,8 @@ import pytest
 
 from cdcflow.config import load_pipeline
 from cdcflow.errors import ConfigError
-from cdcflow.runner import RunParams, allocate
+from cdcflow.run_params import RunParams
+from cdcflow.window.plan import allocate
 
 ROOT = Path(__file__).resolve().parents[2]
 CFG = load_pipeline(ROOT / "config/pipelines/demo_orders.yaml")

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from cdcflow import runner
 from cdcflow.errors import ConfigError, WindowFailed
+from cdcflow.run_params import RunParams
 from cdcflow.state import StateStore
+from cdcflow.window import lease
+from cdcflow.window.plan import AirflowRun, time_range
 from connectors.kafka.reader import search_time
 from tests.helpers import make_pipeline
 
@@ -96,12 +98,12 @@ def test_invalid_time_params_are_rejected_with_the_reason(tmp_path: Path, params
     if "start_offsets" in params:
         params = {**params, "start_offsets": {cfg.source.topics[0]: {"0": 5}}}
     with pytest.raises(ConfigError, match="invalid run parameters") as exc:
-        runner.RunParams.parse(params, cfg)
+        RunParams.parse(params, cfg)
     assert reason in str(exc.value)
 
 
 def test_valid_time_params_become_epoch_ms(tmp_path: Path) -> None:
-    p = runner.RunParams.parse({"start_time": "2026-11-20T10:00:00+01:00", "end_time": "2026-11-20T10:30:00Z"},
+    p = RunParams.parse({"start_time": "2026-11-20T10:00:00+01:00", "end_time": "2026-11-20T10:30:00Z"},
                                _cfg(tmp_path))
     assert p.start_time == int(datetime(2026, 11, 20, 9, tzinfo=UTC).timestamp() * 1000)
     assert p.end_time == p.start_time + 90 * 60_000
@@ -111,20 +113,20 @@ def test_which_runs_replay_a_time_range(tmp_path: Path) -> None:
     plain = _cfg(tmp_path, schedule="@hourly")
     aligned = _cfg(tmp_path, schedule="@hourly", window={"align": "data_interval"})
     a, b = datetime(2026, 11, 20, 10, tzinfo=UTC), datetime(2026, 11, 20, 11, tzinfo=UTC)
-    none = runner.RunParams()
-    backfill = runner.AirflowRun("backfill", a, b)
-    manual = runner.AirflowRun("manual", a, b)
-    scheduled = runner.AirflowRun("scheduled", a, b)
-    assert runner.time_range(plain, none, backfill) == ("backfill", (a, b))
-    assert runner.time_range(aligned, none, backfill) == ("backfill", (a, b))
-    assert runner.time_range(plain, none, manual) is None  # a live window from the stored offsets
-    assert runner.time_range(aligned, none, manual) == ("time_range", (a, b))
-    assert runner.time_range(aligned, none, scheduled) is None  # live, stopped at the interval's end by plan()
-    ms = runner.RunParams(start_time=1000, end_time=2000)
-    assert runner.time_range(plain, ms, None) == (
+    none = RunParams()
+    backfill = AirflowRun("backfill", a, b)
+    manual = AirflowRun("manual", a, b)
+    scheduled = AirflowRun("scheduled", a, b)
+    assert time_range(plain, none, backfill) == ("backfill", (a, b))
+    assert time_range(aligned, none, backfill) == ("backfill", (a, b))
+    assert time_range(plain, none, manual) is None  # a live window from the stored offsets
+    assert time_range(aligned, none, manual) == ("time_range", (a, b))
+    assert time_range(aligned, none, scheduled) is None  # live, stopped at the interval's end by plan()
+    ms = RunParams(start_time=1000, end_time=2000)
+    assert time_range(plain, ms, None) == (
         "time_range", (datetime.fromtimestamp(1, UTC), datetime.fromtimestamp(2, UTC)))
     with pytest.raises(ConfigError, match="has no data interval.*cdcflow run <pipeline> --from"):
-        runner.time_range(plain, none, runner.AirflowRun("backfill", a, a))
+        time_range(plain, none, AirflowRun("backfill", a, a))
 
 
 def test_align_needs_a_schedule_with_intervals(tmp_path: Path) -> None:
@@ -185,19 +187,19 @@ def test_a_killed_attempts_lease_is_dead_to_its_retry_and_to_anyone_on_its_host(
     here = socket.gethostname()
     gone = subprocess.Popen(["true"])  # a process that has exited (and been reaped)
     gone.wait()
-    assert runner._dead_holder("scheduled__1", "scheduled__1@other-host:1:abcd")  # its own earlier attempt
-    assert runner._dead_holder("scheduled__2", f"scheduled__1@{here}:{gone.pid}:abcd")  # gone on this host
-    assert not runner._dead_holder("scheduled__2", f"scheduled__1@{here}:{os.getpid()}:abcd")  # alive here
-    assert not runner._dead_holder("scheduled__2", f"scheduled__1@other-host:{gone.pid}:abcd")  # elsewhere
-    assert not runner._dead_holder("scheduled__2", "scheduled__1@abcd")  # an old-style holder: wait for expiry
+    assert lease._dead_holder("scheduled__1", "scheduled__1@other-host:1:abcd")  # its own earlier attempt
+    assert lease._dead_holder("scheduled__2", f"scheduled__1@{here}:{gone.pid}:abcd")  # gone on this host
+    assert not lease._dead_holder("scheduled__2", f"scheduled__1@{here}:{os.getpid()}:abcd")  # alive here
+    assert not lease._dead_holder("scheduled__2", f"scheduled__1@other-host:{gone.pid}:abcd")  # elsewhere
+    assert not lease._dead_holder("scheduled__2", "scheduled__1@abcd")  # an old-style holder: wait for expiry
 
 
 def test_a_window_waits_for_the_writer_and_fails_clearly_when_it_does_not_end(tmp_path: Path) -> None:
     store = StateStore(f"sqlite:///{tmp_path / 'o.db'}")
     order: list[str] = []
-    with runner.writer_lease(store, "p", "backfill__1"):
+    with lease.writer_lease(store, "p", "backfill__1"):
         def live() -> None:
-            with runner.writer_lease(store, "p", "scheduled__2", wait=30):
+            with lease.writer_lease(store, "p", "scheduled__2", wait=30):
                 order.append("live writes")
         t = threading.Thread(target=live)
         t.start()
@@ -205,8 +207,8 @@ def test_a_window_waits_for_the_writer_and_fails_clearly_when_it_does_not_end(tm
         order.append("backfill ends")
     t.join(10)
     assert order == ["backfill ends", "live writes"]
-    with runner.writer_lease(store, "p", "backfill__3"), pytest.raises(WindowFailed) as exc, \
-            runner.writer_lease(store, "p", "scheduled__4", wait=0.5):
+    with lease.writer_lease(store, "p", "backfill__3"), pytest.raises(WindowFailed) as exc, \
+            lease.writer_lease(store, "p", "scheduled__4", wait=0.5):
         pass
     assert "window 'backfill__3' has been writing to the sinks" in str(exc.value)
     assert "no offset moved" in str(exc.value)
