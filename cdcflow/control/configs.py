@@ -16,7 +16,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from cdcflow.config import PipelineConfig, config_dir, format_validation_error, parse_pipeline
+from cdcflow.config import PipelineConfig, config_dir, parse_pipeline
+from cdcflow.config_errors import format_validation_error
 from cdcflow.control.base import ControlBase
 from cdcflow.control.pipelines import check_name, get, pipelines
 from cdcflow.errors import BadRequest, CdcflowError, Conflict, NotFound

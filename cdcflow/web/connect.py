@@ -12,7 +12,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from cdcflow import __version__
-from cdcflow.config import PipelineConfig, SinkConfig, _expected, _user_path
+from cdcflow.config import PipelineConfig, SinkConfig
+from cdcflow.config_errors import expected, user_path
 from cdcflow.control import Pipeline, Status
 from cdcflow.errors import BadRequest
 from cdcflow.state import TopicPartition
@@ -349,8 +350,8 @@ def validate(plugin: str, body: Any) -> dict[str, Any]:
         PipelineConfig.model_validate(data)
     except ValidationError as exc:
         for err in exc.errors():
-            name = ".".join(_user_path(data, tuple(err["loc"]))) or "(config)"
-            errors.setdefault(name, []).append(f"expected {_expected(err)}")
+            name = ".".join(user_path(data, tuple(err["loc"]))) or "(config)"
+            errors.setdefault(name, []).append(f"expected {expected(err)}")
     keys = list(dict.fromkeys([*body.keys(), *errors.keys()]))
     configs = []
     for order, key in enumerate(keys):
