@@ -126,6 +126,7 @@ def _row(rng: random.Random, i: int, ts: int, typed: bool = False) -> dict[str, 
     return row
 
 
+# Kept whole (about 70 lines): one generator of the demo's orders, inserts to deletes, top to bottom.
 def orders_stream(n: int = 200, keys: int = 40, seed: int = 7, broken: bool = True,
                   start_ts: int = 1_767_225_600_000, table: str = "orders", wrapped: float = 0.2,
                   step_ms: int = 10, record_timestamps: bool = False, debezium_types: bool = False) -> Stream:

@@ -250,6 +250,7 @@ def _filled(node: Any, where: str) -> None:
         _filled(v, here)
 
 
+# Kept whole (about 60 lines): each Connect key's mapping to our config, one after another.
 def _unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
     """Connect's flat map (dotted keys, string values) → our nested config; nested input passes through.
     The inverse of :func:`flat_config`: strings stay strings where the field is a string, other values

@@ -168,7 +168,10 @@ class KafkaRangeReader:
         added to a consumer that already fetches. A range that ends is paused, the others go on.
         The batches of different ranges interleave; each range's are in offset order. ``midway``
         (several ranges only) is called once, after the first records or ends arrive and before the
-        rest: the fault point ``during_read`` of cdcflow/faults.py."""
+        rest: the fault point ``during_read`` of connectors/faults.py.
+
+        Kept whole (about 90 lines): it is one consume loop, the per-record hot path of every window,
+        and each step (assign, consume, take or end a record, batch, pause) reads in its place."""
         outcomes = outcomes if outcomes is not None else [ReadOutcome(0, 0, "") for _ in ranges]
         states = [_Range(r, o) for r, o in zip(ranges, outcomes, strict=True)]
         by_tp = {(st.rng.topic, st.rng.partition): st for st in states}

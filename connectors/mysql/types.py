@@ -112,6 +112,7 @@ def _unquote(literal: str) -> str:
 
 
 @functools.lru_cache(maxsize=4096)  # a window reads each table's column types a few times (ColumnType is frozen)
+# Kept whole (about 70 lines): MySQL's column-type grammar, read left to right in one place.
 def parse_type(text: str) -> ColumnType:
     """A column type's text -> ColumnType; raises TypeSyntaxError (a ValueError) saying what is wrong."""
     toks = _tokens(text)
