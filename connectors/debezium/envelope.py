@@ -214,7 +214,7 @@ class Decoder(RecordDecoder):
         by one. A batch of fewer than ``column_wise_min`` records is decoded record by record: the
         column-wise decode costs ~2 ms per batch before its first record, which is what a table of
         a few changes in a many-table window pays per table (the record-by-record decode of three
-        changes of a 33-column table takes ~0.3 ms). Both give the same values (tests/unit/test_debezium_columns.py)."""
+        changes of a 33-column table takes ~0.3 ms). Both give the same values (tests/unit/connectors/debezium/test_columns.py)."""
         if batch.num_rows < max(self.column_wise_min, 1):
             return super().decode_batch(batch)
         return decode_columns(self, batch, super().decode_batch)

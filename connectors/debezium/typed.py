@@ -8,7 +8,7 @@ with the field's scale, ``date32``, ``timestamp[us]`` (a ZonedTimestamp: ``times
 From the typed array come the MySQL texts and the documents' JSON values, column-wise too.
 
 The texts and values are those of the per-value converters (connectors/debezium/types.py), which
-the per-record decode uses; ``tests/unit/test_debezium_columns.py`` compares the two on every type.
+the per-record decode uses; ``tests/unit/connectors/debezium/test_columns.py`` compares the two on every type.
 A value a converter would refuse (a date outside the years 1-9999, bytes that are not base64) raises
 :class:`OutOfRange`: the column-wise decode then leaves the group to the per-record decode, which
 names the record.

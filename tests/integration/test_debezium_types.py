@@ -33,7 +33,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
 def _column_wise(monkeypatch: pytest.MonkeyPatch) -> None:
     """The fixture's few events are decoded column-wise, as a large window's are: a batch of fewer than
     64 records would otherwise be decoded record by record (connectors/debezium/envelope.COLUMN_WISE_MIN),
-    and that decode is compared with the column-wise one in tests/unit/test_debezium_columns.py."""
+    and that decode is compared with the column-wise one in tests/unit/connectors/debezium/test_columns.py."""
     monkeypatch.setenv("CDCFLOW_COLUMN_WISE_MIN", "1")
 
 # the sink's declared columns: the source table's DDL (docs/types.md has the mapping table)

@@ -1,6 +1,6 @@
 """The sink conformance suite (tests/sink_conformance.py) for the real sinks on the services: MySQL
 on both apply paths (set-based from Arrow, and row by row) and Elasticsearch, each read back from
-its own system. tests/unit/test_sink_conformance.py runs the same suite for the memory sink."""
+its own system. tests/unit/connectors/test_sink_conformance.py runs the same suite for the memory sink."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from cdcflow import assets
 from cdcflow.config import load_pipeline
 from cdcflow.state import PartitionWindow, WindowPlan
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CFG = load_pipeline(ROOT / "config/pipelines/demo_orders.yaml")
 
 

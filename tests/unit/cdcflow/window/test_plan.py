@@ -11,7 +11,7 @@ from cdcflow.errors import ConfigError
 from cdcflow.run_params import RunParams
 from cdcflow.window.plan import allocate
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 CFG = load_pipeline(ROOT / "config/pipelines/demo_orders.yaml")
 
 

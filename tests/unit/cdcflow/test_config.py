@@ -12,7 +12,7 @@ from cdcflow.config import json_schema, load_all, load_pipeline, parse_duration
 from cdcflow.errors import ConfigError
 from tests.helpers import write_pipeline
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 BAD = """\
 name: bad pipeline

@@ -12,7 +12,7 @@ from connectors.base import ArrowSink, OffsetSink, PrunableSink, SinkStats
 from connectors.elasticsearch.sink import ElasticsearchSink
 from connectors.mysql.sink import MySqlSink
 
-CFG = load_pipeline(Path(__file__).resolve().parents[2] / "config/pipelines/demo_orders.yaml")
+CFG = load_pipeline(Path(__file__).resolve().parents[3] / "config/pipelines/demo_orders.yaml")
 
 
 class RowsOnly:
@@ -43,5 +43,5 @@ def test_the_sink_interface_imports_no_concrete_connector() -> None:
              "('confluent_kafka', 'pymysql', 'sqlalchemy', 'elasticsearch') or m.startswith('connectors.') "
              "and m != 'connectors.base'))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[2])
+                         cwd=Path(__file__).resolve().parents[3])
     assert out.stdout.strip() == "[]", out.stdout

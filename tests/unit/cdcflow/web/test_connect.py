@@ -11,7 +11,7 @@ from cdcflow.control import Status
 from cdcflow.errors import BadRequest
 from cdcflow.web import connect
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 def test_offsets_body_accepts_connects_example_with_strings_and_null_resets() -> None:

@@ -13,7 +13,7 @@ from cdcflow import cli
 from cdcflow.config import load_pipeline
 from cdcflow.run_params import PARAMS, REPLAY_PARAMS, RUN_PARAMS, RunParams, json_schema, offset_specs
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CFG = load_pipeline(ROOT / "config/pipelines/demo_orders.yaml")
 DECLARED = ("start_offsets", "start_time", "end_time", "max_records", "max_duration")
 

@@ -15,7 +15,7 @@ from spark_jobs import blobs, prepare, project
 from spark_jobs.job import WindowJob
 from spark_jobs.sinks import SinkTarget
 from spark_jobs.tables import latest_rows
-from tests.unit.test_debezium import raw_batch
+from tests.unit.connectors.debezium.test_envelope import raw_batch
 
 MYSQL = MySqlSinkConfig(type="mysql", name="rows", table="orders", primary_key=["id"],
                         columns=[{"name": "id", "type": "BIGINT"}, {"name": "amount", "type": "DECIMAL(6,2)"}])

@@ -20,7 +20,7 @@ from spark_jobs.tables import (
     latest_rows,
     project_rows,
 )
-from tests.unit.test_debezium import decoded, env
+from tests.unit.connectors.debezium.test_envelope import decoded, env
 
 SINK = MySqlSinkConfig(
     type="mysql",

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from cdcflow.config import load_pipeline
 from cdcflow.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 VALID: dict[str, Any] = yaml.safe_load((ROOT / "config" / "pipelines" / "demo_orders.yaml").read_text())
 
 # Places a config can be broken, with values that are wrong there. Sites are independent: none is
