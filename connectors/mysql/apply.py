@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import sqlalchemy as sa
 
+from connectors import timing
 from connectors.base import ArrowRecords, Change, SinkStats
 from connectors.mysql import bulk
 from connectors.mysql.config import MySqlSinkConfig
@@ -47,10 +48,9 @@ def arrow_changes(batch: pa.RecordBatch, cfg: MySqlSinkConfig) -> list[Change]:
 
 
 def lap(stats: SinkStats, key: str, since: float) -> float:
-    """Add the seconds since ``since`` to ``stats.extra[key]`` (where a set's time goes)."""
-    now = time.perf_counter()
-    stats.extra[key] = round(stats.extra.get(key, 0.0) + now - since, 3)
-    return now
+    """Add the seconds since ``since`` to ``stats.extra[key]`` (where a set's time goes), rounded to
+    the millisecond: the one stage timer (connectors/timing.py)."""
+    return timing.lap(stats.extra, key, since, digits=3)
 
 
 # -- the row path ------------------------------------------------------------------------------------
