@@ -12,8 +12,9 @@ from typing import Any
 import pyarrow as pa
 
 from connectors import faults
+from connectors.base import FailedRecord
 from connectors.errors import DeadLettersExceeded, ToleranceExceeded
-from connectors.kafka.dlq import DeadLetterReporter, FailedRecord
+from connectors.kafka.dlq import DeadLetterReporter
 from spark_jobs.blobs import unpack
 from spark_jobs.job import Tally, WindowJob, WindowResult
 
@@ -36,9 +37,7 @@ def reporter(job: WindowJob, rows: Callable[[pa.RecordBatch], Iterable[dict[str,
     them before it reports how many it sent; ``rows`` reads a batch's rows (bad records as rows, or
     packed in blobs: :func:`blob_rows`)."""
     def report(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        assert job.dlq_topic is not None
-        dlq = DeadLetterReporter(job.producer_conf, job.dlq_topic, job.pipeline, job.run_id, job.context_headers,
-                                 already_sent=job.dead_letters_sent)
+        dlq = _producer(job)
         for batch in batches:
             for row in rows(batch):
                 dlq.report(failed_from_row(row, row["error_stage"], row["component"], row["error_message"]))
@@ -82,9 +81,15 @@ def breaker(job: WindowJob, result: WindowResult) -> None:
 
 
 def dead_letter_reporter(job: WindowJob) -> DeadLetterReporter | None:
-    return (DeadLetterReporter(job.producer_conf, job.dlq_topic, job.pipeline, job.run_id, job.context_headers,
-                               already_sent=job.dead_letters_sent)
-            if job.dlq_topic and job.tolerance == "all" else None)
+    """A write task's reporter of the rows its sinks reject: None unless they go to the DLQ."""
+    return _producer(job) if job.dlq_topic and job.tolerance == "all" else None
+
+
+def _producer(job: WindowJob) -> DeadLetterReporter:
+    """The window's dead-letter reporter (what earlier attempts sent is not sent again)."""
+    assert job.dlq_topic is not None
+    return DeadLetterReporter(job.producer_conf, job.dlq_topic, job.pipeline, job.run_id, job.context_headers,
+                              already_sent=job.dead_letters_sent)
 
 
 def first_per_record(bad: pa.Table) -> pa.Table:

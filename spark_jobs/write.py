@@ -18,9 +18,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectors import faults, images
-from connectors.base import ArrowSink, OffsetSink, Sink
+from connectors.base import ArrowSink, FailedRecord, OffsetSink, Sink
 from connectors.errors import ConfigError, ToleranceExceeded
-from connectors.kafka.dlq import DeadLetterReporter, FailedRecord
+from connectors.kafka.dlq import DeadLetterReporter
 from connectors.mysql.config import MySqlSinkConfig
 from connectors.mysql.offsets import OffsetCommit
 from spark_jobs.blobs import unpack

@@ -20,7 +20,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 
-from connectors.base import FailedRecord, Header  # the sink interface's; re-exported here for its importers
+from connectors.base import FailedRecord, Header
 from connectors.errors import DeadLetterWriteFailed
 
 ERROR_HEADER_PREFIX = "__connect.errors."

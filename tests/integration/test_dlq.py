@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from cdcflow.errors import DeadLetterWriteFailed
-from connectors.kafka.dlq import DeadLetterReporter, FailedRecord
+from connectors.base import FailedRecord
+from connectors.kafka.dlq import DeadLetterReporter
 
 pytestmark = pytest.mark.integration
 
