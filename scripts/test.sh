@@ -1,21 +1,11 @@
 #!/usr/bin/env bash
-# The test suite: install (idempotent), start the local services, run pytest against them.
-# Extra arguments go to pytest, e.g. scripts/test.sh tests/unit -x. When every path given is under
-# tests/unit (no service, no JVM) or tests/spark (an in-process Spark), no service is started.
-# Markers select within the rest: -m "not faults", -m system (Airflow itself), -m spark (pyproject.toml).
+# The test suite: install (idempotent), then pytest; extra arguments go to pytest, e.g.
+# scripts/test.sh tests/unit -x, or -m "not faults", -m system (Airflow itself), -m spark (pyproject.toml).
+# pytest starts the services the selected tests need, and only those (tests/conftest.py: each test
+# says which with pytest.mark.services): tests/unit starts none, test_mysql_sink.py MariaDB alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-no_services=0
-for arg in "$@"; do
-  case "$arg" in
-    -*) ;;
-    tests/unit|tests/unit/*|tests/spark|tests/spark/*) no_services=1 ;;
-    *) no_services=0; break ;;
-  esac
-done
-if [ "$no_services" = 0 ]; then
-  scripts/services.sh start kafka mysql elasticsearch spark  # tests start their own Airflow servers
-fi
 source scripts/env.sh
+export CDCFLOW_START_SERVICES=1
 python -m pytest "$@"

@@ -22,14 +22,57 @@ def _port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-@pytest.fixture(scope="session")
-def services() -> None:
-    missing = [name for name, var, default in (("kafka", "CDCFLOW_KAFKA_PORT", "19092"),
-                                               ("mysql", "CDCFLOW_MYSQL_PORT", "13306"),
-                                               ("elasticsearch", "CDCFLOW_ES_PORT", "19200"))
-               if not _port_open(int(os.environ.get(var, default)))]
+# The services a test can need (scripts/services.sh names them), with the port that answers when it
+# runs. Tests say which with ``pytest.mark.services("mysql", ...)``; the marker without names means
+# all of them. Airflow and Prometheus are started by the tests that need them (their own servers).
+SERVICE_PORTS = {"kafka": ("CDCFLOW_KAFKA_PORT", "19092"), "mysql": ("CDCFLOW_MYSQL_PORT", "13306"),
+                 "elasticsearch": ("CDCFLOW_ES_PORT", "19200"), "spark": ("CDCFLOW_SPARK_CONNECT_PORT", "15002")}
+
+
+def needed_services(item: pytest.Item) -> list[str]:
+    marker = item.get_closest_marker("services")
+    if marker is None:
+        return []
+    unknown = [a for a in marker.args if a not in SERVICE_PORTS]
+    if unknown:
+        raise pytest.UsageError(f"{item.nodeid}: pytest.mark.services({', '.join(map(repr, unknown))}): "
+                                f"expected some of {sorted(SERVICE_PORTS)}")
+    return list(marker.args) or list(SERVICE_PORTS)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that needs a service is an integration test (``-m integration`` selects it)."""
+    for item in items:
+        if item.get_closest_marker("services") is not None and item.get_closest_marker("integration") is None:
+            item.add_marker(pytest.mark.integration)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """With CDCFLOW_START_SERVICES=1 (scripts/test.sh sets it), start the services the selected tests
+    need, and only those: `scripts/test.sh tests/integration/test_mysql_sink.py` starts MariaDB alone."""
+    if os.environ.get("CDCFLOW_START_SERVICES") != "1" or session.config.option.collectonly:
+        return
+    wanted = {name for item in session.items for name in needed_services(item)}
+    if not wanted:
+        return
+    import subprocess  # noqa: PLC0415
+
+    names = [name for name in SERVICE_PORTS if name in wanted]  # kafka first: the others do not wait on it
+    result = subprocess.run([str(ROOT / "scripts" / "services.sh"), "start", *names], check=False)
+    if result.returncode != 0:
+        raise pytest.UsageError(f"scripts/services.sh start {' '.join(names)} failed (exit {result.returncode}); "
+                                "its output is above")
+
+
+@pytest.fixture(autouse=True)
+def _services_running(request: pytest.FixtureRequest) -> None:
+    """A test that needs a service fails, naming the command, when the service does not answer."""
+    needed = needed_services(request.node)
+    if not needed:
+        return
+    missing = [name for name in needed if not _port_open(int(os.environ.get(*SERVICE_PORTS[name])))]
     if missing:
-        pytest.fail(f"services not running: {missing}; start them with scripts/services.sh start "
+        pytest.fail(f"services not running: {missing}; start them with scripts/services.sh start {' '.join(missing)} "
                     "(scripts/test.sh does this for you)", pytrace=False)
     if "AIRFLOW_CONN_CDCFLOW_MYSQL" not in os.environ:
         pytest.fail("environment not loaded: run the tests through scripts/test.sh "

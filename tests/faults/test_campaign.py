@@ -9,7 +9,7 @@ import pytest
 
 from tests.faults.harness import Outcome, kinds, run_campaign, table
 
-pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.usefixtures("services")]
+pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.services]
 
 
 def _assert_every_kind_fired_and_nothing_was_damaged(outcomes: list[Outcome], exactly_once: bool) -> None:

@@ -15,7 +15,7 @@ from cdcflow.config import load_pipeline
 from cdcflow.window import clients
 from tests.helpers import bootstrap, expected, subprocess_env, table_rows, unique, write_pipeline
 
-pytestmark = [pytest.mark.integration, pytest.mark.system, pytest.mark.usefixtures("services")]
+pytestmark = [pytest.mark.integration, pytest.mark.system, pytest.mark.services]
 ROOT = Path(__file__).resolve().parents[2]
 DAGS = ROOT / "dags"
 

@@ -16,7 +16,7 @@ from cdcflow.state import StateStore
 from tests.airflow_server import ROOT, AirflowServer, make_server
 from tests.helpers import bootstrap, expected, table_rows, unique, write_pipeline
 
-pytestmark = [pytest.mark.integration, pytest.mark.system, pytest.mark.usefixtures("services")]
+pytestmark = [pytest.mark.integration, pytest.mark.system, pytest.mark.services]
 TASKS = ("plan_window", "process_window", "commit_offsets")
 
 

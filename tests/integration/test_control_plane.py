@@ -20,7 +20,7 @@ from cdcflow.state import StateStore
 from tests.airflow_server import PASSWORDS, AirflowServer, make_server
 from tests.helpers import bootstrap, expected, mysql_engine, read_topic, table_rows, unique, write_pipeline
 
-pytestmark = [pytest.mark.integration, pytest.mark.system, pytest.mark.usefixtures("services")]
+pytestmark = [pytest.mark.integration, pytest.mark.system, pytest.mark.services]
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / ".local" / "screenshots"
 

@@ -25,7 +25,7 @@ from tests.fixtures.debezium import mysql_all_types as fx
 from tests.helpers import bootstrap, make_pipeline, mysql_engine, read_topic, unique, write_pipeline
 from tests.integration.test_debezium_types import DERIVED_ES, doc_value, final_rows, mysql_value, read_es, read_mysql
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
+pytestmark = [pytest.mark.integration, pytest.mark.services]
 
 TABLES = 50
 # what the record schema gives each column (docs/types.md, "Tables from the record schema")

@@ -26,7 +26,7 @@ from cdcflow.state import StateStore
 from tests.fixtures.debezium import mysql_all_types as fx
 from tests.helpers import bootstrap, make_pipeline, mysql_engine, unique
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
+pytestmark = [pytest.mark.integration, pytest.mark.services]
 
 
 @pytest.fixture(autouse=True)

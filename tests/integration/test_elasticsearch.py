@@ -31,7 +31,7 @@ from tests.helpers import (
     write_pipeline,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
+pytestmark = [pytest.mark.integration, pytest.mark.services]
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -28,7 +28,7 @@ from tests.helpers import (
     write_pipeline,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
+pytestmark = [pytest.mark.integration, pytest.mark.services]
 
 
 def _pipeline(config_dir: Path, es: bool = False) -> Any:

@@ -29,7 +29,7 @@ from tests.fixtures.goldengate import orders as goldengate
 from tests.fixtures.maxwell import orders as maxwell
 from tests.helpers import bootstrap, make_pipeline, mysql_engine, read_topic, unique
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
+pytestmark = [pytest.mark.integration, pytest.mark.services]
 
 EXPECTED = [tuple(o.FINAL[k][c] for c in o.COLUMNS) for k in sorted(o.FINAL)]
 

@@ -28,7 +28,7 @@ from connectors.kafka.reader import discover
 from tests.airflow_server import AirflowServer, free_port, make_server
 from tests.helpers import bootstrap, mysql_engine, read_topic, unique, write_pipeline
 
-pytestmark = [pytest.mark.integration, pytest.mark.system, pytest.mark.usefixtures("services")]
+pytestmark = [pytest.mark.integration, pytest.mark.system, pytest.mark.services]
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "config" / "prometheus" / "cdcflow-alerts.yml"
 DASHBOARD = ROOT / "config" / "grafana" / "cdcflow-dashboard.json"

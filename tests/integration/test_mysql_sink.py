@@ -17,7 +17,7 @@ from connectors.mysql import sink as mysql_sink
 from connectors.mysql.sink import MySqlSink
 from tests.helpers import mysql_engine, unique
 
-pytestmark = pytest.mark.usefixtures("services")
+pytestmark = [pytest.mark.integration, pytest.mark.services("mysql")]
 
 COLUMNS = [{"name": "id", "type": "BIGINT"}, {"name": "name", "type": "VARCHAR(32)"},
            {"name": "amount", "type": "DECIMAL(10,2)"}, {"name": "note", "type": "TEXT"},

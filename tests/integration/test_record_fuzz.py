@@ -17,7 +17,7 @@ from cdcflow import cdcgen, runner
 from cdcflow.state import StateStore
 from tests.helpers import bootstrap, expected, make_pipeline, read_topic, table_rows
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
+pytestmark = [pytest.mark.integration, pytest.mark.services]
 
 
 def _envelope(op: str, row: dict[str, Any] | None, ts: int, before: dict[str, Any] | None = None) -> dict[str, Any]:

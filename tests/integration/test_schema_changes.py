@@ -23,7 +23,7 @@ from tests.fixtures.debezium import mysql_all_types as fx
 from tests.helpers import bootstrap, make_pipeline, mysql_engine, run_cli_window, unique
 from tests.integration.test_debezium_tables import edited
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
+pytestmark = [pytest.mark.integration, pytest.mark.services]
 
 
 def columns(table: str) -> dict[str, tuple[str, str]]:

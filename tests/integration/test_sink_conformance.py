@@ -29,7 +29,7 @@ from tests.sink_conformance import (
     table_config,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
+pytestmark = [pytest.mark.integration, pytest.mark.services("mysql", "elasticsearch")]
 
 
 def mysql_subject(apply: str) -> Subject:

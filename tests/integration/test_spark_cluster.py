@@ -17,7 +17,7 @@ from cdcflow.config import load_pipeline
 from tests.helpers import bootstrap, expected, subprocess_env, table_rows, unique, write_pipeline
 from tests.spark_cluster import ROOT, SparkCluster
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
+pytestmark = [pytest.mark.integration, pytest.mark.services]
 PARTITIONS = 6
 
 

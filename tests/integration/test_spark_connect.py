@@ -21,7 +21,7 @@ from connectors import faults
 from tests.airflow_server import free_port
 from tests.helpers import bootstrap, expected, subprocess_env, table_rows, unique, write_pipeline
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
+pytestmark = [pytest.mark.integration, pytest.mark.services]
 ROOT = Path(__file__).resolve().parents[2]
 
 FRESH_PROCESS_WINDOW = """

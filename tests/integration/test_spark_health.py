@@ -25,7 +25,7 @@ from spark_jobs.health import probe
 from tests.airflow_server import free_port
 from tests.helpers import bootstrap, expected, table_rows, unique, write_pipeline
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
+pytestmark = [pytest.mark.integration, pytest.mark.services]
 ROOT = Path(__file__).resolve().parents[2]
 
 SERVER_IN_PYSPARK = """

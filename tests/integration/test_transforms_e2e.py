@@ -13,7 +13,7 @@ from cdcflow.config import load_pipeline
 from cdcflow.state import StateStore
 from tests.helpers import bootstrap, mysql_engine, read_topic, unique, write_pipeline
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
+pytestmark = [pytest.mark.integration, pytest.mark.services]
 
 
 def _sink(**over: Any) -> dict[str, Any]:

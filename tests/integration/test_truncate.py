@@ -18,7 +18,7 @@ from tests.fixtures.debezium import mysql_all_types as fx
 from tests.helpers import bootstrap, es_docs, make_pipeline, mysql_engine, unique
 from tests.integration.test_debezium_tables import edited
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
+pytestmark = [pytest.mark.integration, pytest.mark.services]
 
 MODES = {"time": "adaptive_time_microseconds", "decimal": "precise", "binary": "bytes", "bigint": "long"}
 BASE_TS = int(dt.datetime(2024, 6, 1, 10, 0, 0, tzinfo=dt.UTC).timestamp())

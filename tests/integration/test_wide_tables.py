@@ -14,7 +14,7 @@ from cdcflow import cdcgen, runner
 from cdcflow.state import StateStore
 from tests.helpers import bootstrap, make_pipeline, mysql_engine, unique
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
+pytestmark = [pytest.mark.integration, pytest.mark.services]
 
 COLUMNS = 200
 

@@ -29,7 +29,7 @@ from tests.helpers import (
     write_pipeline,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
+pytestmark = [pytest.mark.integration, pytest.mark.services]
 
 
 def _produce(cfg: Any, stream: cdcgen.Stream, partitions: int = 3) -> None:
