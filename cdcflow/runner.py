@@ -20,7 +20,7 @@ from typing import Any
 
 from cdcflow.config import PipelineConfig
 from cdcflow.state import StateStore
-from cdcflow.window.clients import offset_store
+from cdcflow.window.clients import Clients
 from cdcflow.window.commit import commit
 from cdcflow.window.plan import plan
 from cdcflow.window.process import process
@@ -31,10 +31,12 @@ __all__ = ["commit", "plan", "process", "run_window"]
 
 def run_window(cfg: PipelineConfig, run_id: str, params: Mapping[str, Any] | None = None,
                store: StateStore | None = None, spark: Any = None) -> dict[str, Any]:
-    """plan + process + commit in this process (CLI and tests; the DAG runs them as tasks)."""
-    store = store or offset_store(cfg)
-    plan(cfg, run_id, params, store)
-    stats = process(cfg, run_id, params, store, spark)
+    """plan + process + commit in this process (CLI and tests; the DAG runs them as tasks), with the
+    pipeline's connections resolved once for the three."""
+    clients = Clients(cfg)
+    store = store or clients.store()
+    plan(cfg, run_id, params, store, clients=clients)
+    stats = process(cfg, run_id, params, store, spark, clients=clients)
     faults.checkpoint("after_sinks")
-    stats["commit"] = commit(cfg, run_id, store)
+    stats["commit"] = commit(cfg, run_id, store, clients=clients)
     return stats

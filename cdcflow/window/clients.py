@@ -1,6 +1,12 @@
 """What a pipeline's config resolves to on the driver: its state store, the exactly-once sink's
 offsets, its Kafka settings and topics, its sink targets; and its stored offsets, read and set
 through them (exactly-once: the MySQL sink's offsets are the authority).
+
+A window resolves them once (:class:`Clients`): each connection lookup may be a call to Airflow's
+connection store (a task asks the API server), and one window needs the Kafka connection up to five
+times and each sink's twice. ``run_window`` makes one for its three steps; each Airflow task (plan,
+process, commit) makes its own. The functions after the class serve one-off callers (the CLI, the
+control plane).
 """
 
 from __future__ import annotations
@@ -8,53 +14,107 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from functools import cached_property
 from typing import Any
 
 from cdcflow.config import PipelineConfig
-from cdcflow.connections import get_connection
+from cdcflow.connections import ConnectionInfo, get_connection
 from cdcflow.state import StateStore, TopicPartition, default_store_url
 
 log = logging.getLogger("cdcflow.runner")
 
 
+class Clients:
+    """A pipeline's connections, each resolved once, and what is built from them."""
+
+    def __init__(self, cfg: PipelineConfig) -> None:
+        self.cfg = cfg
+        self._connections: dict[str, ConnectionInfo] = {}
+
+    def connection(self, conn_id: str) -> ConnectionInfo:
+        if conn_id not in self._connections:
+            self._connections[conn_id] = get_connection(conn_id)
+        return self._connections[conn_id]
+
+    @cached_property
+    def store_url(self) -> str:
+        conn_id = self.cfg.offset_store.conn_id
+        return self.connection(conn_id).sqlalchemy_url() if conn_id else default_store_url()
+
+    def store(self) -> StateStore:
+        return StateStore(self.store_url)
+
+    @cached_property
+    def kafka(self) -> dict[str, Any]:
+        """The Kafka client settings of source.kafka_conn_id."""
+        return self.connection(self.cfg.source.kafka_conn_id).kafka_config()
+
+    @cached_property
+    def consumer(self) -> dict[str, Any]:
+        from connectors.kafka.client import consumer_config  # noqa: PLC0415 - confluent-kafka import
+
+        return consumer_config(self.kafka, self.cfg.group_id, dict(self.cfg.source.consumer_config))
+
+    @cached_property
+    def producer(self) -> dict[str, Any]:
+        from connectors.kafka.client import producer_config  # noqa: PLC0415 - confluent-kafka import
+
+        return producer_config(self.kafka)
+
+    @cached_property
+    def targets(self) -> tuple[Any, ...]:
+        """Each sink's SinkTarget (its connection resolved: executors need no Airflow), in config order."""
+        return tuple(self.target(sink) for sink in self.cfg.sinks)
+
+    def target(self, sink: Any) -> Any:
+        from spark_jobs.sinks import SinkTarget  # noqa: PLC0415
+
+        conn = self.connection(sink.conn_id)
+        if sink.type == "elasticsearch":
+            auth = (conn.login, conn.password or "") if conn.login else None
+            return SinkTarget(sink, conn.http_url(), auth)
+        return SinkTarget(sink, conn.sqlalchemy_url())
+
+    def sink_offsets(self) -> Any:
+        """Exactly-once (offset_store.sink): the offsets in that MySQL sink's database, else None."""
+        if self.cfg.offset_store.sink is None:
+            return None
+        from connectors.mysql.offsets import SinkOffsets  # noqa: PLC0415
+
+        sink = next(s for s in self.cfg.sinks if s.name == self.cfg.offset_store.sink)
+        return SinkOffsets(self.connection(sink.conn_id).sqlalchemy_url())
+
+    @contextmanager
+    def held_offsets(self) -> Iterator[Any]:
+        """sink_offsets() for the block (None when the pipeline is not exactly-once), closed after."""
+        held = self.sink_offsets()
+        try:
+            yield held
+        finally:
+            if held is not None:
+                held.close()
+
+
 def offset_store_url(cfg: PipelineConfig) -> str:
-    if cfg.offset_store.conn_id:
-        return get_connection(cfg.offset_store.conn_id).sqlalchemy_url()
-    return default_store_url()
+    return Clients(cfg).store_url
 
 
 def offset_store(cfg: PipelineConfig) -> StateStore:
-    return StateStore(offset_store_url(cfg))
+    return Clients(cfg).store()
 
 
-def sink_offsets(cfg: PipelineConfig) -> Any:
-    """Exactly-once (offset_store.sink): the offsets in that MySQL sink's database, else None."""
-    if cfg.offset_store.sink is None:
-        return None
-    from connectors.mysql.offsets import SinkOffsets  # noqa: PLC0415
-
-    sink = next(s for s in cfg.sinks if s.name == cfg.offset_store.sink)
-    return SinkOffsets(get_connection(sink.conn_id).sqlalchemy_url())
+def held_offsets(cfg: PipelineConfig) -> Any:
+    return Clients(cfg).held_offsets()
 
 
-@contextmanager
-def held_offsets(cfg: PipelineConfig) -> Iterator[Any]:
-    """sink_offsets(cfg) for the block (None when the pipeline is not exactly-once), closed after."""
-    held = sink_offsets(cfg)
-    try:
-        yield held
-    finally:
-        if held is not None:
-            held.close()
-
-
-def stored_offsets(cfg: PipelineConfig, store: StateStore) -> dict[TopicPartition, int]:
+def stored_offsets(cfg: PipelineConfig, store: StateStore,
+                   clients: Clients | None = None) -> dict[TopicPartition, int]:
     """Where the next window starts. Exactly-once: the sink's offsets are the authority; the offset
     store is brought up to them when a window's sink transaction committed and its ledger commit did
     not happen (the process died between the two). A partition the sink has no offset for yet (a
     pipeline switched to exactly-once) starts from the store's."""
     stored = store.offsets.load(cfg.name)
-    with held_offsets(cfg) as held:
+    with (clients or Clients(cfg)).held_offsets() as held:
         if held is None:
             return stored
         in_sink = held.load(cfg.name)
@@ -108,7 +168,7 @@ def clear_offsets(cfg: PipelineConfig, store: StateStore) -> None:
 
 
 def kafka_client(cfg: PipelineConfig) -> dict[str, Any]:
-    return get_connection(cfg.source.kafka_conn_id).kafka_config()
+    return Clients(cfg).kafka
 
 
 def source_topics(cfg: PipelineConfig) -> Any:
@@ -120,17 +180,4 @@ def source_topics(cfg: PipelineConfig) -> Any:
 
 
 def consumer_conf(cfg: PipelineConfig) -> dict[str, Any]:
-    from connectors.kafka.client import consumer_config  # noqa: PLC0415 - confluent-kafka import
-
-    return consumer_config(kafka_client(cfg), cfg.group_id, dict(cfg.source.consumer_config))
-
-
-def sink_target(sink: Any) -> Any:
-    """Resolve a sink's connection on the driver (executors need no Airflow)."""
-    from spark_jobs.sinks import SinkTarget  # noqa: PLC0415
-
-    conn = get_connection(sink.conn_id)
-    if sink.type == "elasticsearch":
-        auth = (conn.login, conn.password or "") if conn.login else None
-        return SinkTarget(sink, conn.http_url(), auth)
-    return SinkTarget(sink, conn.sqlalchemy_url())
+    return Clients(cfg).consumer

@@ -18,7 +18,7 @@ from cdcflow.config import PipelineConfig
 from cdcflow.errors import ConfigError, OffsetOutOfRange, PipelineStopped
 from cdcflow.run_params import RunParams
 from cdcflow.state import Origin, PartitionWindow, StateStore, TopicPartition, WindowPlan
-from cdcflow.window.clients import consumer_conf, offset_store, source_topics, stored_offsets
+from cdcflow.window.clients import Clients, source_topics, stored_offsets
 
 log = logging.getLogger("cdcflow.runner")
 
@@ -86,9 +86,11 @@ def time_range(cfg: PipelineConfig, p: RunParams,
 
 
 def plan(cfg: PipelineConfig, run_id: str, params: Mapping[str, Any] | None = None,
-         store: StateStore | None = None, run: AirflowRun | None = None) -> WindowPlan:
+         store: StateStore | None = None, run: AirflowRun | None = None,
+         clients: Clients | None = None) -> WindowPlan:
     p = RunParams.parse(params, cfg)
-    store = store or offset_store(cfg)
+    clients = clients or Clients(cfg)
+    store = store or clients.store()
     existing = store.ledger.get_window(cfg.name, run_id)
     if existing is not None:
         log.info("run %s already has a window (status %s): reusing it", run_id, existing.status)
@@ -99,9 +101,9 @@ def plan(cfg: PipelineConfig, run_id: str, params: Mapping[str, Any] | None = No
                               "`cdcflow resume`)")
     from connectors.kafka.reader import discover, offsets_for_time  # noqa: PLC0415
 
-    conf = consumer_conf(cfg)
+    conf = clients.consumer
     parts = {(s.topic, s.partition): s for s in discover(conf, source_topics(cfg))}
-    stored = stored_offsets(cfg, store)
+    stored = stored_offsets(cfg, store, clients)
 
     def at_time(moment: datetime, froms: Mapping[TopicPartition, int] | None = None) -> dict[TopicPartition, int]:
         """Per partition, the first offset whose record time is >= moment (searched from ``froms``)."""

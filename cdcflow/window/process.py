@@ -17,7 +17,7 @@ from cdcflow.config import PipelineConfig
 from cdcflow.errors import CdcflowError, DeadLettersExceeded, SchemaChangePending, WindowFailed
 from cdcflow.run_params import RunParams
 from cdcflow.state import StateStore, TopicPartition, WindowPlan
-from cdcflow.window.clients import consumer_conf, kafka_client, offset_store, sink_target
+from cdcflow.window.clients import Clients
 from cdcflow.window.lease import writer_lease
 from connectors import faults
 
@@ -28,10 +28,11 @@ REPLAY_DEADLINE = 86400.0  # a time range is read whole; a stalled broker still 
 
 
 def process(cfg: PipelineConfig, run_id: str, params: Mapping[str, Any] | None = None,
-            store: StateStore | None = None, spark: Any = None) -> dict[str, Any]:
+            store: StateStore | None = None, spark: Any = None, clients: Clients | None = None) -> dict[str, Any]:
     """Read, transform and apply the planned window. Returns the window's statistics."""
     p = RunParams.parse(params, cfg)
-    store = store or offset_store(cfg)
+    clients = clients or Clients(cfg)
+    store = store or clients.store()
     window = store.ledger.get_window(cfg.name, run_id)
     if window is None:
         raise WindowFailed(f"run {run_id!r} of pipeline {cfg.name!r} has no planned window; run plan first")
@@ -43,7 +44,7 @@ def process(cfg: PipelineConfig, run_id: str, params: Mapping[str, Any] | None =
     try:
         with writer_lease(store, cfg.name, run_id):
             held = time.time()
-            stats = _process(cfg, window, p, store, spark)
+            stats = _process(cfg, window, p, store, spark, clients)
             stats["writer"] = {"waited_s": round(held - asked, 3), "from": held, "to": time.time()}
     except Exception as exc:
         store.ledger.mark(cfg.name, run_id, "failed", f"attempt {attempt}: {exc.__class__.__name__}: {exc}")
@@ -66,7 +67,8 @@ def _schema_decisions(cfg: PipelineConfig, store: StateStore) -> tuple[tuple[str
     return tuple((c["key"], c["decision"]) for c in store.operator.schema_changes(cfg.name) if c["decision"] != "pending")
 
 
-def _sent_before(cfg: PipelineConfig, window: WindowPlan, store: StateStore) -> frozenset[tuple[str, int, int, str]]:
+def _sent_before(cfg: PipelineConfig, window: WindowPlan, store: StateStore,
+                 clients: Clients) -> frozenset[tuple[str, int, int, str]]:
     """The dead letters already in the DLQ for this window's records, so they are not sent twice:
     those of this run's earlier attempts and those of earlier runs over the same records that never
     committed (a run whose retries ran out, a window killed before its commit and then left)."""
@@ -79,7 +81,7 @@ def _sent_before(cfg: PipelineConfig, window: WindowPlan, store: StateStore) -> 
 
     created = min(c for c, _updated in store.ledger.window_times(cfg.name, runs).values())
     since_ms = int(created.replace(tzinfo=UTC).timestamp() * 1000) - 300_000  # producers' clocks may differ
-    sent = sent_dead_letters(consumer_conf(cfg), cfg.errors.dlq_topic, frozenset(runs), since_ms)
+    sent = sent_dead_letters(clients.consumer, cfg.errors.dlq_topic, frozenset(runs), since_ms)
     if sent:
         log.info("run %s: %d dead letters for its records were sent by %s; not sending them again",
                  window.run_id, len(sent), ", ".join(runs))
@@ -92,8 +94,7 @@ def describe_window(window: WindowPlan) -> str:
 
 
 def _process(cfg: PipelineConfig, window: WindowPlan, p: RunParams, store: StateStore,
-             spark: Any) -> dict[str, Any]:
-    from connectors.kafka.client import producer_config  # noqa: PLC0415
+             spark: Any, clients: Clients) -> dict[str, Any]:
     from connectors.kafka.reader import ReadRange  # noqa: PLC0415
 
     started = time.time()
@@ -114,13 +115,12 @@ def _process(cfg: PipelineConfig, window: WindowPlan, p: RunParams, store: State
     from spark_jobs.window import run_window_job  # noqa: PLC0415
 
     job = WindowJob(
-        pipeline=cfg.name, run_id=window.run_id, consumer_conf=consumer_conf(cfg),
-        producer_conf=producer_config(kafka_client(cfg)), ranges=ranges,
-        sinks=tuple(sink_target(s) for s in cfg.sinks),
+        pipeline=cfg.name, run_id=window.run_id, consumer_conf=clients.consumer,
+        producer_conf=clients.producer, ranges=ranges, sinks=clients.targets,
         versioning=cfg.versioning, tolerance=cfg.errors.tolerance, dlq_topic=cfg.errors.dlq_topic,
         context_headers=cfg.errors.context_headers, transforms=tuple(cfg.transforms),
         key_converter=cfg.source.key_converter, value_converter=cfg.source.value_converter,
-        dead_letters_sent=_sent_before(cfg, window, store), faults=faults.active(),
+        dead_letters_sent=_sent_before(cfg, window, store, clients), faults=faults.active(),
         offsets_sink=cfg.offset_store.sink, spark_timeout=cfg.spark.timeout, max_dead_letters=cfg.errors.max_dead_letters,
         source_format=cfg.source.format, truncate=cfg.truncate, schema_changes=cfg.schema_changes,
         schema_decisions=_schema_decisions(cfg, store),

@@ -59,12 +59,18 @@ def _committed_runs(cfg: Any) -> list[str]:
 
 
 def test_exactly_once_window_commits_rows_and_offsets_in_one_transaction(
-        config_dir: Path, store: StateStore, spark: Any) -> None:
+        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = _pipeline(config_dir, es=True)
     stream = cdcgen.orders_stream(400, 60, seed=21)  # with poison: one row MySQL rejects (savepoint + row path)
     cdcgen.produce(bootstrap(), cfg.source.topics[0], stream.events, partitions=3)
+    looked_up: list[str] = []
+    resolve = clients.get_connection
+    monkeypatch.setattr(clients, "get_connection", lambda conn_id: looked_up.append(conn_id) or resolve(conn_id))
 
     stats = runner.run_window(cfg, "eo-1", store=store, spark=spark)
+
+    # plan, process and commit (and the exactly-once sink's offsets) resolved each connection once
+    assert sorted(looked_up) == ["cdcflow_elasticsearch", "cdcflow_kafka", "cdcflow_mysql"]
 
     assert table_rows(cfg.sinks[0].table) == expected(stream.state)
     assert {int(k) for k in es_docs(cfg.sinks[1].index)} >= set(stream.state)

@@ -88,7 +88,7 @@ def test_exactly_once_plans_from_the_sinks_offsets_and_the_store_takes_them(tmp_
         def close(self) -> None:
             pass
 
-    monkeypatch.setattr(clients, "sink_offsets", lambda _cfg: Held())
+    monkeypatch.setattr(clients.Clients, "sink_offsets", lambda _self: Held())
     assert clients.stored_offsets(cfg, store) == {("t", 0): 9, ("t", 1): 3, ("t", 2): 7}
     assert store.offsets.load("p") == {("t", 0): 9, ("t", 1): 3, ("t", 2): 7}
     store.close()
