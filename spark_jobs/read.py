@@ -1,22 +1,15 @@
-"""The read task: a window's partition ranges read from Kafka and, on request, decoded.
-
-Decoding follows the pipeline's ``source.format`` (connectors/formats.py), with the sinks' declared
-columns as type hints and only the fields the sinks read when those are known.
-"""
+"""The read task: a window's partition ranges read from Kafka and, on request, decoded
+(spark_jobs/decode.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pyarrow as pa
 
-from connectors import faults, images
-from connectors.debezium.envelope import hints_from_columns
-from connectors.elasticsearch.config import ElasticsearchSinkConfig
-from connectors.formats import decoder as format_decoder
+from connectors import faults
 from connectors.kafka.reader import KafkaRangeReader
-from connectors.mysql.config import MySqlSinkConfig
+from spark_jobs.decode import as_maps, change_decoder
 from spark_jobs.job import WindowJob
 
 
@@ -38,46 +31,5 @@ def reader(job: WindowJob, tasks: int, decode: bool = False,
                     elif typed:
                         yield decoder.decode_batch(raw)
                     else:
-                        yield _as_maps(decoder.decode_batch(raw))
+                        yield as_maps(decoder.decode_batch(raw))
     return read
-
-
-def _as_maps(decoded: pa.RecordBatch) -> pa.RecordBatch:
-    """A decoded batch for Spark, which has no unions: its images as map<string,string>."""
-    for name in ("image", "key_image"):
-        i = decoded.schema.get_field_index(name)
-        decoded = decoded.set_column(i, name, images.as_map(decoded.column(i)))
-    return decoded
-
-
-def change_decoder(job: WindowJob) -> Any:
-    """The decoder of the pipeline's source.format, with the sinks' declared columns as hints."""
-    need_json = any(tg.config.type == "elasticsearch" for tg in job.sinks)
-    hints = hints_from_columns((c.source_field, c.type, c.encoding) for tg in job.sinks
-                               if isinstance(tg.config, MySqlSinkConfig) for c in tg.config.columns)
-    key_fields = frozenset(f for tg in job.sinks for f in _key_fields(tg.config))
-    decoder = format_decoder(job.source_format, job.versioning, hints, need_json, key_fields, _used_fields(job))
-    if job.column_wise_min is not None and hasattr(decoder, "column_wise_min"):
-        decoder.column_wise_min = job.column_wise_min
-    return decoder
-
-
-def _used_fields(job: WindowJob) -> frozenset[str] | None:
-    """The row fields the sinks read, when every sink is a MySQL table of declared columns (no
-    documents, no columns from the record schema, no table named from the record); else None."""
-    fields: set[str] = set()
-    for tg in job.sinks:
-        cfg = tg.config
-        if not isinstance(cfg, MySqlSinkConfig) or not cfg.columns or cfg.pk_mode == "kafka" or any(
-                p in cfg.table for p in ("{", "}")):
-            return None
-        fields.update(c.source_field for c in cfg.columns)
-    return frozenset(fields)
-
-
-def _key_fields(cfg: MySqlSinkConfig | ElasticsearchSinkConfig) -> list[str]:
-    """The source fields a sink keys its rows by (an update that changes them moves the row)."""
-    if isinstance(cfg, MySqlSinkConfig):
-        fields = {c.name: c.source_field for c in cfg.columns}
-        return [fields.get(k, k) for k in cfg.primary_key]
-    return list(cfg.id_fields)  # Elasticsearch

@@ -8,8 +8,9 @@ The default path, :func:`run_partition_path`, keeps the records in the Python wo
 to the write (issue 25); the JVM holds only a few large binary values:
 
 1. **read tasks** (spark_jobs/project.py::read_task; one per partition range, or a few ranges one
-   after another in a small window) read with confluent-kafka (spark_jobs/read.py), decode by the
-   pipeline's ``source.format`` (connectors/formats.py), apply ``truncate``, and per sink target
+   after another in a small window) read with confluent-kafka (spark_jobs/read.py), decode
+   (spark_jobs/decode.py) by the pipeline's ``source.format`` (connectors/formats.py), apply
+   ``truncate``, and per sink target
    whose columns are known before the window project the changes and keep the last change per key,
    all in Arrow. What cannot be processed becomes a dead-letter row. Each task emits Arrow IPC blobs
    (spark_jobs/blobs.py) and one tally row: per partition its end, its record count and time range,

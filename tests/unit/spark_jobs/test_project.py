@@ -125,7 +125,7 @@ def test_the_older_path_serves_what_this_one_does_not() -> None:
 
 
 def test_the_decoder_reads_only_the_fields_that_declared_mysql_columns_use() -> None:
-    from spark_jobs.read import change_decoder
+    from spark_jobs.decode import change_decoder
 
     record = (K1, envelope("c", None, {"id": 1, "amount": "1.50", "note": "x" * 100}, 10))
     only_mysql = change_decoder(job(MYSQL)).decode_batch(raw_batch([record])).to_pylist()[0]
@@ -177,7 +177,7 @@ def test_the_rows_of_one_key_from_two_read_tasks_meet_in_one_write_task_in_log_o
 def test_the_one_pass_envelope_decode_agrees_with_the_general_one(value: bytes, sinks: tuple[Any, ...]) -> None:
     """The common envelope is decoded in one msgspec pass (envelope._plain); every other shape takes
     the general path. Both must give the same change, or the same reason."""
-    from spark_jobs.read import change_decoder
+    from spark_jobs.decode import change_decoder
 
     fast = change_decoder(job(*sinks))
     general = change_decoder(job(*sinks))
