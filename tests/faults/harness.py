@@ -36,6 +36,7 @@ import yaml
 
 from cdcflow import cdcgen
 from connectors.faults import EXACTLY_ONCE_POINTS, POINTS, pause_entry
+from tests.faults.forkserver import ForkServer
 from tests.helpers import state_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,6 +71,7 @@ class Outcome:
     notes: list[str] = field(default_factory=list)
     how: str = ""  # what was done (outages: where, how long, crash or stop)
     error: str = ""  # how the faulted attempt ended when it failed: cdcflow's last error line
+    runs: list[str] = field(default_factory=list)  # each window run: id, exit, records, what each sink did
 
     @property
     def clean(self) -> bool:
@@ -111,6 +113,8 @@ class Campaign:
         (directory / "pipelines").mkdir(parents=True, exist_ok=True)
         self._write_pipeline()
         cdcgen.produce(bootstrap, self.topic, [], partitions=3)
+        self.forks = ForkServer(directory / "forkserver.log", self.env, ROOT)  # windows forked preloaded
+        self.ran: list[str] = []  # the current fault's window runs (_ran)
 
     def _write_pipeline(self) -> None:
         columns = [{"name": "id", "type": "BIGINT"}, {"name": "customer", "type": "VARCHAR(32)"},
@@ -139,8 +143,10 @@ class Campaign:
     # -- running windows ---------------------------------------------------------------------------
     def run(self, run_id: str, fault: str | None = None) -> subprocess.CompletedProcess[str]:
         env = {**self.env, **({"CDCFLOW_FAULTS": fault} if fault else {})}
-        return subprocess.run([sys.executable, "-m", "cdcflow.cli", "run", self.name, "--run-id", run_id],
-                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        done = self.forks.run(["run", self.name, "--run-id", run_id], env, ROOT, timeout=600)
+        if fault is None:
+            self.ran.append(_ran(run_id, done))
+        return done
 
     def produce_chunk(self, i: int) -> None:
         # many keys per chunk: the sinks write several batches (set_rows 100, bulk_max_actions 100)
@@ -159,6 +165,7 @@ class Campaign:
         else:
             first = self.run(f"w{i}", point)
             out = Outcome(point, reached=first.returncode != 0, how=f"SIGKILL at {point}")
+        self.ran, out.runs = out.runs, [_ran(f"w{i}", first)]
         if first.returncode != 0:
             lines = [ln for ln in first.stderr.splitlines() if ln.startswith("cdcflow: ")]
             out.error = lines[-1] if lines else f"exit {first.returncode}"
@@ -185,9 +192,8 @@ class Campaign:
         back_first = self.rng.random() < 0.5  # the server returns while the window still waits
         with tempfile.TemporaryDirectory() as pause:
             flag, resume = Path(pause) / "reached", Path(pause) / "resume"
-            args = [sys.executable, "-m", "cdcflow.cli", "run", self.name, "--run-id", run_id]
-            proc = subprocess.Popen(args, cwd=ROOT, env={**self.env, "CDCFLOW_FAULTS": pause_entry(where, pause)},
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            proc = self.forks.start(["run", self.name, "--run-id", run_id],
+                                    {**self.env, "CDCFLOW_FAULTS": pause_entry(where, pause)}, ROOT)
             deadline = time.monotonic() + 300
             while not flag.exists() and proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -217,8 +223,7 @@ class Campaign:
                             _services("start", service)
             else:
                 resume.touch()
-            stdout, stderr = proc.communicate(timeout=600)
-        return subprocess.CompletedProcess(args, proc.returncode, stdout, stderr), reached, how
+            return proc.completed(timeout=600), reached, how  # in the block: the pause directory stays
 
     # -- checks ------------------------------------------------------------------------------------
     def check(self, out: Outcome) -> None:
@@ -235,9 +240,13 @@ class Campaign:
         docs = es_docs(self.index)
         es_want = {**want, **{json.loads(e.value)["after"]["id"]: json.loads(e.value)["after"]
                               for e in self.events if e.kind == "broken:long"}}  # ES takes the long one
+        lost_before = out.lost
         self._compare(out, es_want, {int(k): int(d["updated_ms"]) for k, d in docs.items()},
                       {int(k): (d["customer"], d["status"], _money(d["amount"])) for k, d in docs.items()}, "es",
                       self.seen)
+        if out.lost > lost_before:  # keep what explains it (a CI run lost documents once, unexplained)
+            out.notes.append(self._explain_es_loss(sorted(set(es_want) - {int(k) for k in docs})[:5], es_want))
+            out.notes += out.runs
         dead = collections.Counter(m.value() for m in read_topic(f"{self.topic}.dlq"))
         for e in self.events:
             if e.kind.startswith("broken"):
@@ -248,6 +257,24 @@ class Campaign:
                            f"DLQ: {e.value[:40]!r} {dead[e.value]} times")
         for gap in self._ledger_gaps():
             _found(out, self.seen, "ledger_gaps", gap, f"ledger: {gap}")
+
+    def _explain_es_loss(self, ids: list[int], want: dict[int, dict[str, Any]]) -> str:
+        """For a few lost documents: does a realtime GET find them (search did not: a refresh
+        problem), and does a tombstone newer than the expected version hide them?"""
+        from connectors.elasticsearch.sink import TOMBSTONES, tombstone_id  # noqa: PLC0415
+        from tests.helpers import es_client  # noqa: PLC0415
+
+        es, seen = es_client(), []
+        try:
+            for i in ids:
+                doc = es.options(ignore_status=404).get(index=self.index, id=str(i), realtime=True)
+                tomb = es.options(ignore_status=404).get(index=TOMBSTONES, id=tombstone_id(self.index, str(i)))
+                seen.append(f"{i} (want updated_ms {want[i]['updated_ms']}): GET "
+                            f"{'v' + str(doc.get('_version')) if doc.get('found') else 'absent'}, tombstone "
+                            f"{'v' + str(tomb.get('_version')) if tomb.get('found') else 'none'}")
+        finally:
+            es.close()
+        return "es loss: " + "; ".join(seen)
 
     @staticmethod
     def _compare(out: Outcome, want: dict[int, dict[str, Any]], versions: dict[int, int],
@@ -295,6 +322,17 @@ class Campaign:
             gaps += [(tp, "sink offset", in_sink.get(tp)) for tp in ranges.keys() | in_sink.keys()
                      if in_sink.get(tp) != (ranges[tp][-1][1] if ranges.get(tp) else None)]
         return gaps
+
+
+def _ran(run_id: str, done: subprocess.CompletedProcess[str]) -> str:
+    """One window run in a line: exit, records, and per sink what it did (or the error)."""
+    if done.returncode != 0:
+        lines = [ln for ln in done.stderr.splitlines() if ln.startswith("cdcflow: ")]
+        return f"{run_id}: exit {done.returncode} {(lines[-1] if lines else done.stderr[-200:])[:200]}"
+    stats = json.loads(done.stdout[done.stdout.index("{"):])
+    sinks = ", ".join(f"{n} +{s.get('upserted')} -{s.get('deleted')} stale {s.get('stale')} failed {s.get('failed')}"
+                      for n, s in stats.get("sinks", {}).items())
+    return f"{run_id}: {stats['records']} records, {sinks}"
 
 
 def _found(out: Outcome, seen: set[Any], kind: str, key: Any, note: str) -> None:
@@ -355,9 +393,12 @@ def run_campaign(faults: int, seed: int, directory: Path | None = None, exactly_
         points = [these[i % len(these)] for i in range(faults)]
         random.Random(seed).shuffle(points)
         outcomes = []
-        for i, point in enumerate(points):
-            outcomes.append(campaign.fault(i, point))
-            on_outcome(i, outcomes[-1])
+        try:
+            for i, point in enumerate(points):
+                outcomes.append(campaign.fault(i, point))
+                on_outcome(i, outcomes[-1])
+        finally:
+            campaign.forks.close()
         return outcomes
 
 

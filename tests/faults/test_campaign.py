@@ -17,7 +17,8 @@ def _assert_every_kind_fired_and_nothing_was_damaged(outcomes: list[Outcome], ex
     assert {o.point for o in outcomes} == set(kinds(exactly_once))
     not_reached = [o.point for o in outcomes if not o.reached]
     assert not not_reached, f"faults that did not fire: {not_reached}"
-    bad = [(o.point, o.how, o.notes[:3]) for o in outcomes if not o.clean]
+    bad = [(o.point, o.how, [n for n in o.notes if n.startswith("es loss")] + o.notes[:3]) for o in outcomes
+           if not o.clean]
     assert not bad, table(outcomes) + f"\n{bad}"
 
 
