@@ -93,11 +93,16 @@ def _es_indices() -> set[str] | None:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _es_indices_removed_after_the_session() -> Iterator[None]:
+def _es_indices_removed_after_the_session(request: pytest.FixtureRequest) -> Iterator[None]:
     """The indices the tests created are deleted when the session ends, so that repeated runs on one
-    machine never reach Elasticsearch's shard limit (1,000 per node: a run creates a few hundred)."""
+    machine never reach Elasticsearch's shard limit (1,000 per node: a run creates a few hundred).
+    A session none of whose tests uses Elasticsearch leaves it alone (a unit-test run beside a
+    campaign would otherwise delete the campaign's index)."""
     import urllib.request  # noqa: PLC0415
 
+    if not any("elasticsearch" in needed_services(item) for item in request.session.items):
+        yield
+        return
     before = _es_indices()
     yield
     after = _es_indices()
