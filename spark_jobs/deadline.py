@@ -6,7 +6,7 @@ The window's operations carry one tag (``cdcflow-window-<id>``). Spark keeps tag
 so a thread that works for the window (a sink writer) runs its function through :meth:`Deadline.tagged`.
 At the deadline a timer calls ``interruptTag``: the server cancels the operations whether they are
 analysing their plan or running tasks (measured: a plan of 500 chained withColumn that analyses for
-5.6 s, cancelled at 2 s, returned OPERATION_CANCELED at 3.8 s; tests/integration/test_spark_connect.py
+5.6 s, cancelled at 2 s, returned OPERATION_CANCELED at 3.8 s; tests/integration/spark_jobs/test_session.py
 cancels a hanging task).
 """
 

@@ -49,7 +49,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """With CDCFLOW_START_SERVICES=1 (scripts/test.sh sets it), start the services the selected tests
-    need, and only those: `scripts/test.sh tests/integration/test_mysql_sink.py` starts MariaDB alone."""
+    need, and only those: `scripts/test.sh tests/integration/connectors/mysql/test_sink.py` starts MariaDB alone."""
     if os.environ.get("CDCFLOW_START_SERVICES") != "1" or session.config.option.collectonly:
         return
     wanted = {name for item in session.items for name in needed_services(item)}

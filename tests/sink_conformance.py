@@ -4,7 +4,7 @@ through its own read-back (the values it holds, never counts).
 A sink passes by subclassing :class:`SinkConformance` in a test module and giving a ``subject``
 fixture: a :class:`Subject` that opens sinks on one target (a table, an index, a memory store) and
 reads that target back. tests/unit/connectors/test_sink_conformance.py runs it for the memory sink;
-tests/integration/test_sink_conformance.py for MySQL (both apply paths) and Elasticsearch.
+tests/integration/connectors/test_sink_conformance.py for MySQL (both apply paths) and Elasticsearch.
 
 The suite's changes are rows ``(op, version, id, name, amount, day, at, note)``; each subject turns
 them into its sink's own input, the window's sink frame as the writer task gives it to that sink

@@ -17,9 +17,9 @@ from connectors.debezium.envelope import VERSION_SHIFT
 from connectors.kafka.reader import RAW_SPARK_SCHEMA
 from spark_jobs.debezium import latest_per_key, mysql_key_columns, project_for_sink
 from spark_jobs.tables import key_columns, latest_rows, project_rows
-from tests.unit.decoding import decode
 from tests.unit.connectors.debezium.test_envelope import SINK, decoded, env
 from tests.unit.connectors.test_formats import MOVE, MOVE_SINK
+from tests.unit.decoding import decode
 from tests.unit.spark_jobs.test_tables import RECORDS, arrow_changes, literals
 from tests.unit.spark_jobs.test_tables import SINK as TABLES_SINK
 

@@ -11,7 +11,7 @@ def add_ten(df: DataFrame, field: str) -> DataFrame:
 
 
 def exhaust_heap(df: DataFrame) -> DataFrame:
-    """A window whose work runs the Spark driver out of heap (tests/integration/test_spark_connect.py):
+    """A window whose work runs the Spark driver out of heap (tests/integration/spark_jobs/test_session.py):
     every row joined with one aggregate of ~10 GB of strings."""
     big = df.sparkSession.range(0, 10_000_000, 1, 1).groupBy().agg(
         F.collect_list(F.repeat(F.lit("x"), 1000)).alias("strings"))

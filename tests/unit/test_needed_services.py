@@ -37,6 +37,6 @@ def test_every_test_that_uses_a_service_says_so(request: pytest.FixtureRequest) 
     from pathlib import Path  # noqa: PLC0415
 
     root = Path(request.config.rootpath) / "tests"
-    modules = [p for folder in ("integration", "faults") for p in (root / folder).glob("test_*.py")]
+    modules = [p for folder in ("integration", "faults") for p in (root / folder).rglob("test_*.py")]
     unmarked = [str(p.relative_to(root)) for p in modules if "pytest.mark.services" not in p.read_text()]
     assert not unmarked, f"integration test modules without pytest.mark.services: {unmarked}"

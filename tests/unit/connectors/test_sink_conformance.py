@@ -1,5 +1,5 @@
 """The sink conformance suite (tests/sink_conformance.py) for the memory sink, which needs no
-service; tests/integration/test_sink_conformance.py runs the same suite for MySQL and Elasticsearch."""
+service; tests/integration/connectors/test_sink_conformance.py runs the same suite for MySQL and Elasticsearch."""
 
 from __future__ import annotations
 

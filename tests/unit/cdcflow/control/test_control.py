@@ -1,5 +1,5 @@
 """The control service's state mapping and rules, with a DagControl double (Airflow is tested for
-real in tests/integration/test_control_plane.py)."""
+real in tests/integration/cdcflow/web/test_control_plane.py)."""
 
 from __future__ import annotations
 

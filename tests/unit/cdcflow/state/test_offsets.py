@@ -70,7 +70,6 @@ def test_exactly_once_plans_from_the_sinks_offsets_and_the_store_takes_them(tmp_
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """The sink's transaction committed, the ledger commit did not: the sink's offsets win and the
     offset store is brought up to them; a partition the sink does not know keeps the store's."""
-    from cdcflow import runner
     from cdcflow.config import PipelineConfig
 
     cfg = PipelineConfig.model_validate({

@@ -1,5 +1,5 @@
 """The cdcflow app's routers, served by FastAPI's test client with a control-service double and an
-auth manager that lets everyone through (Airflow's own is tested in tests/integration/test_control_plane.py)."""
+auth manager that lets everyone through (Airflow's own is tested in tests/integration/cdcflow/web/test_control_plane.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The pipeline page's SVG charts (cdcflow/web/charts.py), read back as XML: what is drawn, where,
-and that every text is escaped. The page in a browser: tests/integration/test_control_plane.py."""
+and that every text is escaped. The page in a browser: tests/integration/cdcflow/web/test_control_plane.py."""
 
 from __future__ import annotations
 

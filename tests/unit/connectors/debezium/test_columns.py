@@ -16,7 +16,7 @@ from connectors.changes import JSON_DECODE, RecordDecoder
 from connectors.debezium import columns
 from connectors.debezium.envelope import Decoder, hints_from_columns
 from tests.fixtures.debezium import mysql_all_types as fx
-from tests.integration.test_debezium_types import COLUMNS, SCHEMALESS_ENCODINGS
+from tests.integration.connectors.debezium.test_types import COLUMNS, SCHEMALESS_ENCODINGS
 from tests.unit.decoding import raw_batch
 
 

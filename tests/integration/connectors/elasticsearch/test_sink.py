@@ -32,7 +32,7 @@ from tests.helpers import (
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.services]
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 def _pipeline(config_dir: Path, with_mysql: bool = False, **es: Any) -> tuple[PipelineConfig, str]:

@@ -16,7 +16,7 @@ from cdcflow import cdcgen, runner
 from cdcflow.state import StateStore
 from tests.fixtures.debezium import mysql_all_types as fx
 from tests.helpers import bootstrap, es_docs, make_pipeline, mysql_engine, unique
-from tests.integration.test_debezium_tables import edited
+from tests.integration.connectors.debezium.test_tables import edited
 
 pytestmark = [pytest.mark.integration, pytest.mark.services]
 

@@ -22,7 +22,7 @@ from tests.airflow_server import free_port
 from tests.helpers import bootstrap, expected, subprocess_env, table_rows, unique, write_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.services]
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 FRESH_PROCESS_WINDOW = """
 import json, sys, time

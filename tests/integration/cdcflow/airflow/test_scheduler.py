@@ -126,7 +126,7 @@ def test_three_windows_triggered_through_the_rest_api_run_in_fresh_task_processe
 def test_airflow_backfill_replays_three_intervals_without_moving_the_live_pipeline(airflow: AirflowServer) -> None:
     from datetime import UTC, datetime  # noqa: PLC0415
 
-    from tests.integration.test_time_ranges import BASE, H, five_hours, in_range  # noqa: PLC0415
+    from tests.integration.cdcflow.window.test_time_ranges import BASE, H, five_hours, in_range  # noqa: PLC0415
 
     tag = unique("backfill")
     cfg = load_pipeline(write_pipeline(airflow.config_dir, tag, f"t.{tag}", tag, schedule="@hourly"))

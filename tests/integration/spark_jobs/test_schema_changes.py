@@ -21,7 +21,7 @@ from cdcflow.window import clients
 from connectors.mysql.evolution import SchemaChangeRefused
 from tests.fixtures.debezium import mysql_all_types as fx
 from tests.helpers import bootstrap, make_pipeline, mysql_engine, run_cli_window, unique
-from tests.integration.test_debezium_tables import edited
+from tests.integration.connectors.debezium.test_tables import edited
 
 pytestmark = [pytest.mark.integration, pytest.mark.services]
 

@@ -16,7 +16,7 @@ from cdcflow.window import clients
 from tests.helpers import bootstrap, expected, subprocess_env, table_rows, unique, write_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.system, pytest.mark.services]
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 DAGS = ROOT / "dags"
 
 

@@ -21,7 +21,7 @@ from connectors.kafka.reader import discover, offsets_for_time, scan_for_time
 from tests.helpers import bootstrap, expected, state_of, subprocess_env, table_rows, unique, write_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.system, pytest.mark.services]
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 H = 3_600_000
 BASE = int(datetime(2026, 11, 20, tzinfo=UTC).timestamp() * 1000)  # five hours of changes from here
 

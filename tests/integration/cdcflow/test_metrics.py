@@ -29,7 +29,7 @@ from tests.airflow_server import AirflowServer, free_port, make_server
 from tests.helpers import bootstrap, mysql_engine, read_topic, unique, write_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.system, pytest.mark.services]
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 RULES = ROOT / "config" / "prometheus" / "cdcflow-alerts.yml"
 DASHBOARD = ROOT / "config" / "grafana" / "cdcflow-dashboard.json"
 

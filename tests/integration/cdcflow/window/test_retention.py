@@ -18,7 +18,7 @@ from connectors.elasticsearch.sink import TOMBSTONES as ES_TOMBSTONES
 from connectors.elasticsearch.sink import ElasticsearchSink
 from connectors.mysql.sink import TOMBSTONES, TOMBSTONES_AGE_INDEX, MySqlSink
 from tests.helpers import bootstrap, es_client, mysql_engine, unique, write_pipeline
-from tests.integration.test_time_ranges import BASE, H, five_hours
+from tests.integration.cdcflow.window.test_time_ranges import BASE, H, five_hours
 
 pytestmark = [pytest.mark.integration, pytest.mark.services]
 DAY = 86400

@@ -21,7 +21,7 @@ from tests.airflow_server import PASSWORDS, AirflowServer, make_server
 from tests.helpers import bootstrap, expected, mysql_engine, read_topic, table_rows, unique, write_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.system, pytest.mark.services]
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 SCREENSHOTS = ROOT / ".local" / "screenshots"
 
 
@@ -701,7 +701,7 @@ def test_a_schema_change_under_pause_waits_for_an_operator(server: AirflowServer
     schema endpoint) until it is approved through the API, and the next change until it is rejected."""
     from cdcflow.errors import SchemaChangePending
     from tests.fixtures.debezium import mysql_all_types as fx
-    from tests.integration.test_schema_changes import columns, later
+    from tests.integration.spark_jobs.test_schema_changes import columns, later
 
     cfg = _pipeline(server, "pause", schema_changes="pause", sinks=[
         {"type": "mysql", "name": "rows", "conn_id": "cdcflow_mysql", "table": unique("paused"), "create_table": True}])

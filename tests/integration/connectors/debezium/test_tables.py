@@ -23,7 +23,14 @@ from cdcflow.connections import get_connection
 from cdcflow.state import StateStore
 from tests.fixtures.debezium import mysql_all_types as fx
 from tests.helpers import bootstrap, make_pipeline, mysql_engine, read_topic, unique, write_pipeline
-from tests.integration.test_debezium_types import DERIVED_ES, doc_value, final_rows, mysql_value, read_es, read_mysql
+from tests.integration.connectors.debezium.test_types import (
+    DERIVED_ES,
+    doc_value,
+    final_rows,
+    mysql_value,
+    read_es,
+    read_mysql,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.services]
 
