@@ -31,6 +31,7 @@ from connectors.mysql.sql import (
     VERSION_COLUMN,
     Statements,
     key_hash,
+    key_hashes,
     quote,
 )
 
@@ -112,7 +113,7 @@ def _upsert_set(cursor: Any, sql: Statements, upserts: pa.Table, newest_tombston
     columns = [upserts.column(f"c_{i}") for i in range(len(sql.columns))] + [upserts.column("version")]
     guarded = newest_tombstone is not None and pc.min(upserts.column("version")).as_py() <= newest_tombstone
     if guarded:  # a tombstone may be newer than some of these: look them up in the join
-        columns.append(pa.array([key_hash(k)[0].hex() for k in keys(upserts, sql)], pa.string()))
+        columns.append(pa.array([h.hex() for h, _text in key_hashes(key_parts(upserts, sql))], pa.string()))
     cursor.execute(sql.stage_sql)
     started = time.perf_counter()
     load(cursor, UPSERT_STAGE, [*sql.columns, VERSION_COLUMN] + ([HASH_COLUMN] if guarded else []), columns,
@@ -130,7 +131,7 @@ def _upsert_set(cursor: Any, sql: Statements, upserts: pa.Table, newest_tombston
 
 def _delete_set(cursor: Any, sql: Statements, deletes: pa.Table, payload_bytes: int, stats: SinkStats) -> None:
     pk = sql.cfg.primary_key
-    hashed = [key_hash(k) for k in keys(deletes, sql)]
+    hashed = key_hashes(key_parts(deletes, sql))
     cursor.execute(sql.stage_delete_sql)
     load(cursor, DELETE_STAGE, [*pk, VERSION_COLUMN, HASH_COLUMN, KEY_JSON_COLUMN],
          [deletes.column(f"c_{sql.columns.index(k)}") for k in pk]
@@ -143,10 +144,9 @@ def _delete_set(cursor: Any, sql: Statements, deletes: pa.Table, payload_bytes: 
     stats.deleted += deletes.num_rows
 
 
-def keys(table: pa.Table, sql: Statements) -> list[tuple[Any, ...]]:
-    """Primary keys as the row path builds them (Python values), for the tombstone hashes."""
-    cols = [table.column(f"c_{sql.columns.index(k)}").to_pylist() for k in sql.cfg.primary_key]
-    return list(zip(*cols, strict=True))
+def key_parts(table: pa.Table, sql: Statements) -> list[pa.ChunkedArray]:
+    """The primary key's columns, for the tombstone hashes (sql.key_hashes)."""
+    return [table.column(f"c_{sql.columns.index(k)}") for k in sql.cfg.primary_key]
 
 
 def load(cursor: Any, stage: str, names: list[str], columns: list[pa.Array | pa.ChunkedArray],

@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pymysql
 
 from connectors.errors import ConfigError
@@ -51,8 +54,35 @@ def literal(text: str) -> str:
 
 
 def key_hash(key: tuple[Any, ...]) -> tuple[bytes, str]:
+    """A primary key's tombstone hash, and the text hashed: the JSON array of its parts' texts."""
     text = json.dumps([str(k) for k in key], ensure_ascii=False)
     return hashlib.sha1(text.encode("utf-8")).digest(), text
+
+
+_JSON_ESCAPES = r'["\\\x00-\x1f]'  # what json.dumps escapes in a string (ensure_ascii off)
+
+
+def key_hashes(parts: Sequence[pa.Array | pa.ChunkedArray]) -> list[tuple[bytes, str]]:
+    """:func:`key_hash` of every row's key, given a column per key part. A set of upserts or deletes
+    hashes tens of thousands of keys: when every part is an integer, or a string JSON writes as it
+    is, Arrow builds the texts (``["7", "x"]``) and only the SHA-1 is per row; else row by row."""
+    texts: list[str] | None = None
+    if all(p.null_count == 0 for p in parts):
+        strings = []
+        for p in parts:
+            if pa.types.is_integer(p.type):
+                strings.append(pc.cast(p, pa.string()))
+            elif pa.types.is_string(p.type) and not pc.any(pc.match_substring_regex(p, _JSON_ESCAPES)).as_py():
+                strings.append(p)
+            else:
+                break
+        else:
+            joined = pc.binary_join_element_wise(*strings, '", "')
+            texts = pc.binary_join_element_wise('["', joined, '"]', "").to_pylist()
+    if texts is None:
+        return [key_hash(k) for k in zip(*[p.to_pylist() for p in parts], strict=True)]
+    sha1 = hashlib.sha1
+    return [(sha1(t.encode("utf-8")).digest(), t) for t in texts]
 
 
 class Statements:

@@ -20,3 +20,22 @@ def test_upsert_guards_every_column_and_assigns_version_last() -> None:
     assert sink.sql.upsert_sql.endswith("`__cdc_version` = GREATEST(`__cdc_version`, VALUES(`__cdc_version`))")
     assert sink.sql.delete_sql == "DELETE FROM `t``x` WHERE `id` = %s AND `__cdc_version` <= %s"
     assert "`n``ame` TEXT NULL" in sink.create_table_sql()
+
+
+def test_key_hashes_equal_key_hash_of_every_row() -> None:
+    """The set path hashes a set's keys by Arrow where it can; each must equal the row path's
+    key_hash (the tombstones of both paths are one table)."""
+    from decimal import Decimal
+
+    import pyarrow as pa
+
+    from connectors.mysql.sql import key_hash, key_hashes
+
+    ints = pa.chunked_array([pa.array([1, -22, 3_000_000_000_000, 0], pa.int64())])
+    plain = pa.array(["x", "é ü", "emoji \U0001F600", ""])
+    hostile = pa.array(['say "hi"', "back\\slash", "tab\there", "nul\x00"])
+    cases = [[ints], [plain], [ints, plain], [hostile], [ints, hostile],
+             [pa.array([1, None, 3, 4], pa.int32())], [pa.array([Decimal("1.50"), Decimal("2"), None, Decimal("-3.25")])]]
+    for parts in cases:
+        rows = list(zip(*[p.to_pylist() for p in parts], strict=True))
+        assert key_hashes(parts) == [key_hash(r) for r in rows], parts
