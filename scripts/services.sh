@@ -263,11 +263,13 @@ start_spark_locked() {
   # PYTHONPATH: the repo root (and CDCFLOW_SPARK_PYTHONPATH), so custom transforms named by dotted path
   # import; on a cluster the executors get the same path and Python through spark.executorEnv.
   # spark_jobs.daemon: PySpark's worker daemon with the window's modules imported before each fork
+  # -XX:TieredStopAtLevel=1: the JVM schedules tasks and moves Arrow bytes; C2's compiling cost more
+  # CPU than its code saved (spark_jobs/session.py::DEFAULT_CONF); CDCFLOW_SPARK_JAVA_OPTIONS replaces it
   local pypath="$CDCFLOW_ROOT${CDCFLOW_SPARK_PYTHONPATH:+:$CDCFLOW_SPARK_PYTHONPATH}"
   nohup env PYSPARK_PYTHON="$CDCFLOW_VENV/bin/python" SPARK_LOCAL_IP=127.0.0.1 PYTHONPATH="$pypath" \
     "$CDCFLOW_VENV/bin/spark-submit" --class org.apache.spark.sql.connect.service.SparkConnectServer \
     --name cdcflow-spark-connect --master "$master" --driver-memory "${CDCFLOW_SPARK_MEMORY:-1536m}" \
-    --driver-java-options -XX:+ExitOnOutOfMemoryError \
+    --driver-java-options "-XX:+ExitOnOutOfMemoryError ${CDCFLOW_SPARK_JAVA_OPTIONS:--XX:TieredStopAtLevel=1}" \
     --conf spark.connect.grpc.binding.address=127.0.0.1 \
     --conf spark.connect.grpc.binding.port="$CDCFLOW_SPARK_CONNECT_PORT" \
     --conf spark.executorEnv.PYTHONPATH="$pypath" --conf spark.pyspark.python="$CDCFLOW_VENV/bin/python" \

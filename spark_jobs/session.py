@@ -38,6 +38,10 @@ DEFAULT_CONF = {
     "spark.ui.retainedJobs": "100",
     "spark.ui.retainedStages": "100",
     "spark.sql.ui.retainedExecutions": "100",
+    # The JVM only schedules tasks and moves Arrow bytes between the Python workers: the client
+    # compiler's code does that as fast, and C2's compiling cost 0.25-0.4 CPU-s of every 250k-record
+    # window (docs/benchmarks.md, issue 25). scripts/services.sh starts the long-lived Spark the same way.
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
 }
 
 

@@ -141,8 +141,13 @@ def test_the_long_lived_spark_runs_as_services_sh_runs_it_on_the_cluster() -> No
     assert {k: v for k, v in local.items() if k not in site and "$" not in v} == \
         {k: v for k, v in confs.items() if k not in site}
     # out of heap, the JVM exits (and is restarted) rather than keep its port without a context
-    assert "--driver-java-options -XX:+ExitOnOutOfMemoryError" in connect
-    assert "--driver-java-options -XX:+ExitOnOutOfMemoryError" in start
+    assert '--driver-java-options "-XX:+ExitOnOutOfMemoryError -XX:TieredStopAtLevel=1"' in connect
+    assert '--driver-java-options "-XX:+ExitOnOutOfMemoryError ${CDCFLOW_SPARK_JAVA_OPTIONS:--XX:TieredStopAtLevel=1}"' \
+        in start
+    # the client compiler only (spark_jobs/session.py says why), in-process sessions too
+    from spark_jobs.session import DEFAULT_CONF  # noqa: PLC0415
+
+    assert DEFAULT_CONF["spark.driver.extraJavaOptions"] == "-XX:TieredStopAtLevel=1"
     # supervised: a health check that runs a job (a context-less server keeps its port), and a restart
     spark = SERVICES["spark-connect"]
     assert spark["restart"] == "unless-stopped"
