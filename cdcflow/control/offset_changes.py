@@ -60,7 +60,7 @@ class OffsetChanges(Reading):
             target = {(p.topic, p.partition): p.log_end for p in parts}
         else:
             assert timestamp_ms is not None
-            from connectors.kafka.reader import offsets_for_time  # noqa: PLC0415
+            from connectors.kafka.time_search import offsets_for_time  # noqa: PLC0415
 
             target = offsets_for_time(clients.consumer_conf(cfg), [(p.topic, p.partition, p.log_start, p.log_end)
                                                                   for p in parts], timestamp_ms,

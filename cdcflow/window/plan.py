@@ -99,7 +99,8 @@ def plan(cfg: PipelineConfig, run_id: str, params: Mapping[str, Any] | None = No
         raise PipelineStopped(f"pipeline {cfg.name!r} is STOPPED: no window is planned until an operator "
                               f"resumes it (the cdcflow page, PUT /cdcflow/connectors/{cfg.name}/resume, or "
                               "`cdcflow resume`)")
-    from connectors.kafka.reader import discover, offsets_for_time  # noqa: PLC0415
+    from connectors.kafka.reader import discover  # noqa: PLC0415
+    from connectors.kafka.time_search import offsets_for_time  # noqa: PLC0415
 
     conf = clients.consumer
     parts = {(s.topic, s.partition): s for s in discover(conf, source_topics(cfg))}

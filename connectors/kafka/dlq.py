@@ -124,7 +124,8 @@ def sent_dead_letters(consumer_conf: dict[str, Any], dlq_topic: str, run_ids: Co
     ``dlq_topic`` since ``since_ms`` (earlier attempts of a window, and windows over the same
     records that never committed), read back from the topic."""
     from connectors.errors import ConfigError  # noqa: PLC0415
-    from connectors.kafka.reader import _messages, discover, offsets_for_time  # noqa: PLC0415
+    from connectors.kafka.reader import discover  # noqa: PLC0415
+    from connectors.kafka.time_search import _messages, offsets_for_time  # noqa: PLC0415
 
     try:
         parts = [(p.topic, p.partition, p.low, p.end) for p in discover(consumer_conf, [dlq_topic])]

@@ -17,7 +17,8 @@ from cdcflow.state import StateStore
 from cdcflow.window import clients
 from cdcflow.window.plan import AirflowRun
 from connectors.kafka.client import consumer_config
-from connectors.kafka.reader import discover, offsets_for_time, scan_for_time
+from connectors.kafka.reader import discover
+from connectors.kafka.time_search import offsets_for_time, scan_for_time
 from tests.helpers import bootstrap, expected, state_of, subprocess_env, table_rows, unique, write_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.system, pytest.mark.services]

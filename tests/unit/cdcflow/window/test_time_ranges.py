@@ -16,7 +16,7 @@ from cdcflow.run_params import RunParams
 from cdcflow.state import StateStore
 from cdcflow.window import lease
 from cdcflow.window.plan import AirflowRun, time_range
-from connectors.kafka.reader import search_time
+from connectors.kafka.time_search import search_time
 from tests.helpers import make_pipeline
 
 H = 3_600_000
