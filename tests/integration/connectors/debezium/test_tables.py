@@ -74,7 +74,7 @@ def column_types(table: str) -> dict[str, str]:
 def test_fifty_tables_by_topics_regex_routed_by_source_table_and_created_from_the_schema(
         config_dir: Path, store: StateStore, spark: Any) -> None:
     prefix = unique("inv")
-    path = write_pipeline(config_dir, prefix, "unused", "unused", sinks=[
+    path = write_pipeline(config_dir, prefix, f"{prefix}.unused", "unused", sinks=[
         {"type": "mysql", "name": "rows", "conn_id": "cdcflow_mysql", "table": f"{prefix}_{{source.table}}",
          "create_table": True, "auto_evolve": True},
         {"type": "elasticsearch", "name": "docs", "conn_id": "cdcflow_elasticsearch", "index": "{topic}",
@@ -245,7 +245,7 @@ def test_a_row_mysql_refuses_among_several_tables_goes_to_the_dlq_and_the_rest_c
     checks ENUMs), MySQL refuses it in strict mode, and that one row goes to the DLQ while every other
     row of both tables commits."""
     prefix = unique("mix")
-    path = write_pipeline(config_dir, prefix, "unused", "unused", sinks=[
+    path = write_pipeline(config_dir, prefix, f"{prefix}.unused", "unused", sinks=[
         {"type": "mysql", "name": "rows", "conn_id": "cdcflow_mysql", "table": f"{prefix}_{{source.table}}",
          "create_table": True}])
     data = yaml.safe_load(path.read_text())
