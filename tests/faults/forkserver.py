@@ -14,6 +14,8 @@ modules exist before the fork: no client, connection, thread or gRPC channel.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import os
 import select
@@ -58,7 +60,8 @@ class ForkedRun:
         try:
             out, err = self.communicate(timeout)
         except subprocess.TimeoutExpired:
-            os.kill(self.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # it ended at the deadline
+                os.kill(self.pid, signal.SIGKILL)
             self.wait()
             raise
         assert self.returncode is not None
@@ -75,12 +78,14 @@ class ForkServer:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log)
         self._ended: dict[int, int] = {}
         self._buffer = b""
+        self._runs = itertools.count()
+        self._started: list[ForkedRun] = []
         ready = self._reply(timeout=120)
         if ready.get("ready") is not True:
             raise RuntimeError(f"the fork server did not start: {ready} (its log: {log})")
 
     def start(self, args: list[str], env: dict[str, str], cwd: Path) -> ForkedRun:
-        n = len(list(self._dir.iterdir()))
+        n = next(self._runs)
         out, err = self._dir / f"{n}.out", self._dir / f"{n}.err"
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps({"args": args, "env": env, "cwd": str(cwd), "stdout": str(out),
@@ -92,7 +97,9 @@ class ForkServer:
             reply = self._reply(timeout=60)
         if "pid" not in reply:
             raise RuntimeError(f"the fork server did not start the window {args}: {reply or 'no answer in 60s'}")
-        return ForkedRun(self, int(reply["pid"]), out, err, ["cdcflow", *args])
+        run = ForkedRun(self, int(reply["pid"]), out, err, ["cdcflow", *args])
+        self._started.append(run)
+        return run
 
     def run(self, args: list[str], env: dict[str, str], cwd: Path,
             timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -126,12 +133,19 @@ class ForkServer:
         return json.loads(line)
 
     def close(self) -> None:
+        """Stop the server; a window still running (a campaign that ended on an error) is killed, not
+        left paused to resume later against the services."""
+        for run in self._started:
+            if run.returncode is None and run.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(run.pid, signal.SIGKILL)
         if self.proc.stdin is not None:
             self.proc.stdin.close()
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+            self.proc.wait()
         self._log.close()
         for f in self._dir.iterdir():
             f.unlink()

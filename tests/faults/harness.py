@@ -165,7 +165,8 @@ class Campaign:
         else:
             first = self.run(f"w{i}", point)
             out = Outcome(point, reached=first.returncode != 0, how=f"SIGKILL at {point}")
-        self.ran, out.runs = out.runs, [_ran(f"w{i}", first)]
+        out.runs = [_ran(f"w{i}", first)]
+        self.ran = out.runs  # the retries and drains below add theirs (run())
         if first.returncode != 0:
             lines = [ln for ln in first.stderr.splitlines() if ln.startswith("cdcflow: ")]
             out.error = lines[-1] if lines else f"exit {first.returncode}"
