@@ -114,7 +114,6 @@ class Campaign:
         self._write_pipeline()
         cdcgen.produce(bootstrap, self.topic, [], partitions=3)
         self.forks = ForkServer(directory / "forkserver.log", self.env, ROOT)  # windows forked preloaded
-        self.ran: list[str] = []  # the current fault's window runs (_ran)
 
     def _write_pipeline(self) -> None:
         columns = [{"name": "id", "type": "BIGINT"}, {"name": "customer", "type": "VARCHAR(32)"},
@@ -143,10 +142,7 @@ class Campaign:
     # -- running windows ---------------------------------------------------------------------------
     def run(self, run_id: str, fault: str | None = None) -> subprocess.CompletedProcess[str]:
         env = {**self.env, **({"CDCFLOW_FAULTS": fault} if fault else {})}
-        done = self.forks.run(["run", self.name, "--run-id", run_id], env, ROOT, timeout=600)
-        if fault is None:
-            self.ran.append(_ran(run_id, done))
-        return done
+        return self.forks.run(["run", self.name, "--run-id", run_id], env, ROOT, timeout=600)
 
     def produce_chunk(self, i: int) -> None:
         # many keys per chunk: the sinks write several batches (set_rows 100, bulk_max_actions 100)
@@ -165,19 +161,19 @@ class Campaign:
         else:
             first = self.run(f"w{i}", point)
             out = Outcome(point, reached=first.returncode != 0, how=f"SIGKILL at {point}")
-        out.runs = [_ran(f"w{i}", first)]
-        self.ran = out.runs  # the retries and drains below add theirs (run())
+        out.runs.append(_ran(f"w{i}", first))
         if first.returncode != 0:
-            lines = [ln for ln in first.stderr.splitlines() if ln.startswith("cdcflow: ")]
-            out.error = lines[-1] if lines else f"exit {first.returncode}"
+            out.error = _error_line(first)
         for attempt in range(3):  # Airflow's retries: the same run id
             if first.returncode == 0:
                 break
             first = self.run(f"w{i}")
+            out.runs.append(_ran(f"w{i}", first))
             if first.returncode != 0 and attempt == 2:
                 out.notes.append(f"w{i} still failing: {first.stderr[-500:]}")
         for j in range(20):  # drain the backlog with fresh windows
             done = self.run(f"w{i}-drain{j}")
+            out.runs.append(_ran(f"w{i}-drain{j}", done))
             if done.returncode != 0:
                 out.notes.append(f"drain failed: {done.stderr[-500:]}")
                 break
@@ -325,11 +321,17 @@ class Campaign:
         return gaps
 
 
+def _error_line(done: subprocess.CompletedProcess[str]) -> str:
+    """How a failed window run ended: cdcflow's last error line, else the end of its stderr (a
+    traceback), else its exit status (a SIGKILL leaves no stderr)."""
+    lines = [ln for ln in done.stderr.splitlines() if ln.startswith("cdcflow: ")]
+    return lines[-1] if lines else done.stderr[-200:].strip() or f"exit {done.returncode}"
+
+
 def _ran(run_id: str, done: subprocess.CompletedProcess[str]) -> str:
     """One window run in a line: exit, records, and per sink what it did (or the error)."""
     if done.returncode != 0:
-        lines = [ln for ln in done.stderr.splitlines() if ln.startswith("cdcflow: ")]
-        return f"{run_id}: exit {done.returncode} {(lines[-1] if lines else done.stderr[-200:])[:200]}"
+        return f"{run_id}: exit {done.returncode} {_error_line(done)[:200]}"
     stats = json.loads(done.stdout[done.stdout.index("{"):])
     sinks = ", ".join(f"{n} +{s.get('upserted')} -{s.get('deleted')} stale {s.get('stale')} failed {s.get('failed')}"
                       for n, s in stats.get("sinks", {}).items())
