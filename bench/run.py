@@ -48,6 +48,7 @@ SMT_CHAIN = [{"type": "ExtractNewRecordState", "delete_handling": "none", "drop_
 COLUMNS = [{"name": "id", "type": "BIGINT"}, {"name": "customer", "type": "VARCHAR(32)"},
            {"name": "status", "type": "VARCHAR(16)"}, {"name": "amount", "type": "DECIMAL(10,2)"},
            {"name": "updated_at", "type": "BIGINT", "field": "updated_ms"}]
+SMT_COLUMNS = [*COLUMNS[:4], {"name": "updated_at", "type": "BIGINT"}]  # the field renamed by the chain
 
 
 # -- memory ----------------------------------------------------------------------------------------
@@ -612,14 +613,20 @@ def measure(rep: int, args: argparse.Namespace, topic: str, state: dict[int, tup
             os.environ.pop("CDCFLOW_WINDOW_PATH", None)
         checks[f"cdcflow_mysql_old_path{tag}"] = mysql_checksum("bench_cdcflow_old") == expected
         ratios["cdcflow_mysql_vs_old_path"] = round(cdc / out["cdcflow_mysql_old_path"]["events_per_s"], 3)
-    if args.smt:
-        print("cdcflow end to end, Kafka -> Spark -> MySQL through an SMT chain ...")
-        drop_table("bench_cdcflow_smt")
-        smt_sink = {"type": "mysql", "name": "m", "table": "bench_cdcflow_smt", "create_table": True,
-                    "auto_evolve": True, "pk_mode": "record_key", "batch_size": BATCH}
-        out["cdcflow_mysql_smt"] = run_cdcflow(f"bench_smt{tag}", topic, [smt_sink], spark, tmp,
-                                               {"transforms": SMT_CHAIN})
-        checks[f"cdcflow_mysql_smt{tag}"] = mysql_checksum("bench_cdcflow_smt") == expected
+    if args.smt:  # into a table of declared columns; with --old-path also on the older path (Spark expressions)
+        smt_paths = [("cdcflow_mysql_smt", None)] + ([("cdcflow_mysql_smt_old_path", "spark")] if args.old_path else [])
+        for key, path in smt_paths:
+            print(f"cdcflow end to end, Kafka -> Spark -> MySQL through an SMT chain{' (older path)' if path else ''} ...")
+            drop_table(f"bench_{key}")
+            smt_sink = {"type": "mysql", "name": "m", "table": f"bench_{key}", "create_table": True,
+                        "primary_key": ["id"], "columns": SMT_COLUMNS, "batch_size": BATCH}
+            if path:
+                os.environ["CDCFLOW_WINDOW_PATH"] = path
+            try:
+                out[key] = run_cdcflow(f"bench_{key}{tag}", topic, [smt_sink], spark, tmp, {"transforms": SMT_CHAIN})
+            finally:
+                os.environ.pop("CDCFLOW_WINDOW_PATH", None)
+            checks[f"{key}{tag}"] = mysql_checksum(f"bench_{key}") == expected
     if args.exactly_once:
         print("cdcflow end to end, Kafka -> Spark -> MySQL, exactly-once (offset_store.sink) ...")
         drop_table("bench_cdcflow_eo")
@@ -653,8 +660,9 @@ def measure(rep: int, args: argparse.Namespace, topic: str, state: dict[int, tup
                     "raw_mysql_upsert": out["raw_mysql_upsert"]["rows_per_s"]}
         slowest = min(ceilings, key=ceilings.get)  # type: ignore[arg-type]
         provider = out["provider_baseline"]["events_per_s"]
-        if "cdcflow_mysql_smt" in out:
-            ratios["cdcflow_mysql_smt_vs_provider"] = round(out["cdcflow_mysql_smt"]["events_per_s"] / provider, 3)
+        for key in ("cdcflow_mysql_smt", "cdcflow_mysql_smt_old_path"):
+            if key in out:
+                ratios[f"{key}_vs_provider"] = round(out[key]["events_per_s"] / provider, 3)
         ratios.update({
             "cdcflow_mysql_vs_provider": round(cdc / provider, 3),
             "cdcflow_mysql_vs_raw_mysql_upsert": round(cdc / out["raw_mysql_upsert"]["rows_per_s"], 3),
@@ -726,10 +734,11 @@ def print_table(r: dict[str, Any]) -> None:
         k = r["cdcflow_mysql_old_path"]
         line("cdcflow ... MySQL on the older window path, events/s", f"{k['events_per_s']:,}  ({k['seconds']} s, "
              f"{len(k['windows'])} windows: {[w['seconds'] for w in k['windows']]} s)")
-    if "cdcflow_mysql_smt" in r:
-        k = r["cdcflow_mysql_smt"]
-        line("cdcflow ... MySQL through an SMT chain (4 transforms), events/s", f"{k['events_per_s']:,}  "
-             f"({k['seconds']} s, {len(k['windows'])} windows: {[w['seconds'] for w in k['windows']]} s)")
+    for key, what in (("cdcflow_mysql_smt", ""), ("cdcflow_mysql_smt_old_path", " on the older path")):
+        if key in r:
+            k = r[key]
+            line(f"cdcflow ... MySQL through an SMT chain (4 transforms){what}, events/s", f"{k['events_per_s']:,}  "
+                 f"({k['seconds']} s, {len(k['windows'])} windows: {[w['seconds'] for w in k['windows']]} s)")
     if "cdcflow_mysql_exactly_once" in r:
         k = r["cdcflow_mysql_exactly_once"]
         line("cdcflow ... MySQL exactly-once (offset_store.sink), events/s", f"{k['events_per_s']:,}  ({k['seconds']} s, "
@@ -767,7 +776,7 @@ def print_table(r: dict[str, Any]) -> None:
         if name in r:
             line(f"peak RSS during {name}, MiB", json.dumps(r[name]["peak_rss_mib"]))
     for name in ("cdcflow_mysql", "cdcflow_mysql_old_path", "cdcflow_mysql_rows", "cdcflow_mysql_smt",
-                 "cdcflow_mysql_es", "provider_baseline"):
+                 "cdcflow_mysql_smt_old_path", "cdcflow_mysql_es", "provider_baseline"):
         if name in r and "cpu_seconds" in r[name]:
             line(f"CPU seconds during {name} (where the cores go)", json.dumps(r[name]["cpu_seconds"]))
     line("checks", json.dumps(r["checks"]))

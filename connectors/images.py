@@ -38,7 +38,8 @@ def _struct(names: Sequence[str], arrays: Sequence[pa.Array], null: pa.Array | N
     return pa.StructArray.from_arrays(list(arrays), names=list(names), mask=null)
 
 
-def _union(type_ids: np.ndarray, offsets: np.ndarray, children: list[pa.StructArray]) -> pa.Array:
+def union(type_ids: np.ndarray, offsets: np.ndarray, children: list[pa.StructArray]) -> pa.Array:
+    """An image of ``children`` (structs): row i is child ``type_ids[i]``'s element ``offsets[i]``."""
     return pa.UnionArray.from_dense(pa.array(type_ids.astype(np.int8), pa.int8()),
                                     pa.array(offsets.astype(np.int32), pa.int32()), children,
                                     [str(i) for i in range(len(children))])
@@ -47,7 +48,7 @@ def _union(type_ids: np.ndarray, offsets: np.ndarray, children: list[pa.StructAr
 def from_columns(names: Sequence[str], arrays: Sequence[pa.Array], null: pa.Array) -> pa.Array:
     """Rows of one shape: ``arrays`` are their fields, ``null`` says which rows have no image."""
     n = len(null)
-    return _union(np.zeros(n, np.int8), np.arange(n, dtype=np.int32), [_struct(names, arrays, null, n)])
+    return union(np.zeros(n, np.int8), np.arange(n, dtype=np.int32), [_struct(names, arrays, null, n)])
 
 
 def from_texts(images: Sequence[Mapping[str, str | None] | None]) -> pa.Array:
@@ -70,7 +71,7 @@ def from_texts(images: Sequence[Mapping[str, str | None] | None]) -> pa.Array:
         names = list(dict.fromkeys(name for image in images if image is not None for name in image))
         return from_columns(names, [pa.array([None if i is None else i.get(name) for i in images], pa.string())
                                     for name in names], pa.array([i is None for i in images], pa.bool_()))
-    return _union(shape_of, offsets, children)
+    return union(shape_of, offsets, children)
 
 
 # -- reading -------------------------------------------------------------------------------------------
@@ -185,7 +186,7 @@ def compact(image: pa.Array | pa.ChunkedArray) -> pa.Array:
         new_codes[rows] = len(kept)
         new_offsets[rows] = np.arange(len(rows))
         kept.append(children[type_codes.index(int(code))].take(pa.array(offsets[rows])))
-    return _union(new_codes, new_offsets, kept)
+    return union(new_codes, new_offsets, kept)
 
 
 def field_names(image: pa.Array) -> list[str]:
@@ -265,7 +266,7 @@ def concat(images: Sequence[pa.Array]) -> pa.Array:
         all_codes.append(remap[child_index])
         all_offsets.append(offsets + shift[child_index])
     children = [pa.concat_arrays(p) for p in pieces]
-    return _union(np.concatenate(all_codes), np.concatenate(all_offsets), children)
+    return union(np.concatenate(all_codes), np.concatenate(all_offsets), children)
 
 
 def concat_tables(tables: Sequence[pa.Table], columns: Sequence[str] = ("image",)) -> pa.Table:

@@ -14,6 +14,7 @@ from connectors.debezium.envelope import hints_from_columns
 from connectors.elasticsearch.config import ElasticsearchSinkConfig
 from connectors.formats import decoder as format_decoder
 from connectors.mysql.config import MySqlSinkConfig
+from spark_jobs import row_transforms
 from spark_jobs.job import WindowJob
 
 
@@ -28,8 +29,9 @@ def as_maps(decoded: pa.RecordBatch) -> pa.RecordBatch:
 def change_decoder(job: WindowJob) -> Any:
     """The decoder of the pipeline's source.format, with the sinks' declared columns as hints."""
     need_json = any(tg.config.type == "elasticsearch" for tg in job.sinks)
-    hints = hints_from_columns((c.source_field, c.type, c.encoding) for tg in job.sinks
-                               if isinstance(tg.config, MySqlSinkConfig) for c in tg.config.columns)
+    named = ((row_transforms.names_before(job.transforms, c.source_field), c.type, c.encoding) for tg in job.sinks
+             if isinstance(tg.config, MySqlSinkConfig) for c in tg.config.columns)  # after the chain's renames
+    hints = hints_from_columns((name, kind, encoding) for name, kind, encoding in named if name is not None)
     key_fields = frozenset(f for tg in job.sinks for f in _key_fields(tg.config))
     decoder = format_decoder(job.source_format, job.versioning, hints, need_json, key_fields, _used_fields(job))
     if job.column_wise_min is not None and hasattr(decoder, "column_wise_min"):
@@ -39,7 +41,9 @@ def change_decoder(job: WindowJob) -> Any:
 
 def _used_fields(job: WindowJob) -> frozenset[str] | None:
     """The row fields the sinks read, when every sink is a MySQL table of declared columns (no
-    documents, no columns from the record schema, no table named from the record); else None."""
+    documents, no columns from the record schema, no table named from the record, no transforms); else None."""
+    if job.transforms:
+        return None
     fields: set[str] = set()
     for tg in job.sinks:
         cfg = tg.config

@@ -17,6 +17,7 @@ from connectors import faults
 from connectors.elasticsearch.config import ElasticsearchSinkConfig
 from connectors.elasticsearch.sink import ElasticsearchSink
 from connectors.mysql.config import MySqlSinkConfig
+from spark_jobs import row_transforms
 from spark_jobs.job import WindowJob, WindowResult, smaller
 from spark_jobs.sinks import (
     SINK_TYPES,
@@ -46,12 +47,15 @@ def is_dynamic(target: SinkTarget, job: WindowJob) -> bool:
 
 
 def eligible(job: WindowJob) -> bool:
-    """This path serves pipelines without transforms whose every sink is static or dynamic; the others
-    (pk_mode kafka, an exactly-once sink without declared columns) take ``spark_path.run_spark_path``, as does
-    every window when ``CDCFLOW_WINDOW_PATH=spark`` is set in the driver's environment."""
+    """This path serves pipelines whose every sink is static or dynamic, and the transform chains
+    spark_jobs/row_transforms.py serves (into static MySQL tables); the others (pk_mode kafka, an
+    exactly-once sink without declared columns, other chains) take ``spark_path.run_spark_path``, as
+    does every window when ``CDCFLOW_WINDOW_PATH=spark`` is set in the driver's environment."""
     if os.environ.get("CDCFLOW_WINDOW_PATH") == "spark":  # the older path, for comparisons (bench/run.py)
         return False
-    return not job.transforms and all(is_static(t) or is_dynamic(t, job) for t in job.sinks)
+    if job.transforms:
+        return row_transforms.unserved(job) is None
+    return all(is_static(t) or is_dynamic(t, job) for t in job.sinks)
 
 
 @dataclass(frozen=True)

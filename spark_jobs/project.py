@@ -18,6 +18,7 @@ from connectors import images
 from connectors.changes import TRUNCATE
 from connectors.elasticsearch.config import ElasticsearchSinkConfig
 from connectors.mysql.config import MySqlSinkConfig
+from spark_jobs import row_transforms
 from spark_jobs.blobs import BAD, CHANGES, ROWS, TALLY, bucketed, pack, packed
 from spark_jobs.dead_letters import first_per_record
 from spark_jobs.job import MAX_EXAMPLES, TRUNCATE_TO_DLQ, WindowJob
@@ -188,7 +189,10 @@ def read_task(job: WindowJob, tasks: int) -> Callable[[Iterator[pa.RecordBatch]]
         if not decoded_batches:
             yield packed(task, TALLY, "", info={"counted": [], "schemas": {}})
             return
-        decoded = truncate_policy(job, images.concat_tables([pa.table(b) for b in decoded_batches]))
+        decoded = images.concat_tables([pa.table(b) for b in decoded_batches])
+        if job.transforms:  # the chains the per-partition path serves (spark_jobs/prepare.eligible)
+            decoded = row_transforms.apply(decoded, job.transforms, job.versioning)
+        decoded = truncate_policy(job, decoded)
         yield from split(job, task, decoded, tasks)
     return run
 

@@ -166,7 +166,8 @@ def cast(df: DataFrame, cfg: cfgs.Cast) -> DataFrame:
         df = _fail(df, target[field].isNotNull() & casted.isNull(), F.concat(
             F.lit(f"Cast: {cfg.target}.{field} = '"), target[field].cast("string"), F.lit(f"' is not a valid {kind}")))
         target = target.withField(field, casted)
-    return df.withColumn(cfg.target, F.when(F.col(cfg.target).isNull(), F.col(cfg.target)).otherwise(target))
+    # F.lit(None), not the column: a cast that changes a field's type changes the struct's type
+    return df.withColumn(cfg.target, F.when(F.col(cfg.target).isNull(), F.lit(None)).otherwise(target))
 
 
 def drop(df: DataFrame, cfg: cfgs.Drop) -> DataFrame:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from pydantic import TypeAdapter
 
 from cdcflow.config import ElasticsearchSinkConfig, MySqlSinkConfig
 from connectors.debezium.envelope import Decoder
@@ -15,6 +16,7 @@ from spark_jobs import blobs, prepare, project
 from spark_jobs.job import WindowJob
 from spark_jobs.sinks import SinkTarget
 from spark_jobs.tables import latest_rows
+from spark_jobs.transform_config import TransformConfig
 from tests.unit.connectors.debezium.test_envelope import raw_batch
 
 MYSQL = MySqlSinkConfig(type="mysql", name="rows", table="orders", primary_key=["id"],
@@ -120,7 +122,12 @@ def test_the_driver_merges_the_tasks_row_schemas_first_by_version() -> None:
 
 def test_the_older_path_serves_what_this_one_does_not() -> None:
     assert prepare.eligible(job(MYSQL, ES, ROUTED))
-    assert not prepare.eligible(job(MYSQL, transforms=({"type": "x"},)))
+    served, unserved = (TypeAdapter(list[TransformConfig]).validate_python(
+        [{"type": "ExtractNewRecordState"}, step]) for step in ({"type": "Cast", "spec": {"id": "int64"}},
+                                                                {"type": "Flatten"}))
+    assert prepare.eligible(job(MYSQL, transforms=tuple(served)))  # spark_jobs/row_transforms.py
+    assert not prepare.eligible(job(MYSQL, transforms=tuple(unserved)))
+    assert not prepare.eligible(job(MYSQL, ES, transforms=tuple(served)))
     assert not prepare.eligible(job(MYSQL.model_copy(update={"pk_mode": "kafka", "columns": [], "primary_key": []})))
 
 

@@ -1,0 +1,145 @@
+"""SMT chains on the per-partition path (spark_jobs/row_transforms.py) against the older Spark path
+(spark_jobs/transforms.py): the same records, the same chain, two tables read back and compared, and
+both against the values the source database held.
+
+The records are Debezium's MySQL connector's own (tests/fixtures/debezium/orders.py: the JsonConverter
+with schemas, per the pages that module names).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdcflow import cdcgen, runner
+from cdcflow.config import load_pipeline
+from cdcflow.state import StateStore
+from spark_jobs import spark_path
+from tests.fixtures import orders as o
+from tests.fixtures.debezium import orders as fx
+from tests.helpers import bootstrap, mysql_engine, read_topic, unique, write_pipeline
+
+pytestmark = [pytest.mark.integration, pytest.mark.services("kafka", "mysql", "spark")]
+
+CHAIN = [
+    {"type": "ExtractNewRecordState", "delete_handling": "none", "drop_tombstones": False},
+    {"type": "Cast", "spec": {"paid": "boolean", "id": "int64"}},
+    {"type": "ReplaceField", "exclude": ["note"], "renames": {"customer": "buyer"}},
+    {"type": "TimestampConverter", "field": "created", "target_type": "unix", "unix_precision": "microseconds"},
+    {"type": "MaskField", "fields": ["buyer"], "replacement": "***",
+     "predicate": {"type": "TopicNameMatches", "pattern": r".*\.orders"}, "negate": True},
+    {"type": "InsertField", "static_field": "src", "static_value": "shop", "offset_field": "off"},
+]
+COLUMNS = [{"name": "id", "type": "INT"}, {"name": "buyer", "type": "VARCHAR(64)"},
+           {"name": "paid", "type": "TINYINT(1)"}, {"name": "created_us", "type": "BIGINT", "field": "created"},
+           {"name": "src", "type": "VARCHAR(8)"}, {"name": "off", "type": "BIGINT"}]
+
+
+def _rows(table: str) -> list[tuple[Any, ...]]:
+    with mysql_engine().connect() as conn:
+        return [tuple(r) for r in conn.exec_driver_sql(
+            f"SELECT id, buyer, paid, created_us, src FROM `{table}` ORDER BY id")]
+
+
+def _micros(at: dt.datetime) -> int:
+    return (at.replace(tzinfo=dt.UTC) - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
+
+
+def _pipeline(config_dir: Path, tag: str, topic: str, table: str, chain: list[dict[str, Any]],
+              columns: list[dict[str, Any]], converter: str = "json") -> Any:
+    return load_pipeline(write_pipeline(
+        config_dir, tag, topic, table, transforms=chain,
+        source={"key_converter": converter, "value_converter": converter},
+        sinks=[{"type": "mysql", "name": "m", "conn_id": "cdcflow_mysql", "table": table, "create_table": True,
+                "primary_key": ["id"], "columns": columns}]))
+
+
+def _older_path_fails(*_a: Any, **_k: Any) -> None:
+    raise AssertionError("the chain took the older Spark path")
+
+
+def test_a_chain_gives_the_rows_of_the_older_path_and_of_the_source(
+        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    tag = unique("rowsmt")
+    topic = f"{tag}.inventory.orders"
+    cdcgen.produce(bootstrap(), topic, [cdcgen.Event(k, v) for k, v in fx.events()], partitions=2)
+
+    older = _pipeline(config_dir, f"{tag}_old", topic, f"{tag}_old", CHAIN, COLUMNS, "json_schema")
+    monkeypatch.setenv("CDCFLOW_WINDOW_PATH", "spark")
+    old_stats = runner.run_window(older, "old", store=store, spark=spark)
+    monkeypatch.delenv("CDCFLOW_WINDOW_PATH")
+
+    rows = _pipeline(config_dir, f"{tag}_new", topic, f"{tag}_new", CHAIN, COLUMNS, "json_schema")
+    monkeypatch.setattr(spark_path, "run_spark_path", _older_path_fails)
+    stats = runner.run_window(rows, "new", store=store, spark=spark)
+
+    want = [(i, r["customer"], r["paid"], _micros(r["created"]), "shop") for i, r in sorted(o.FINAL.items())]
+    assert _rows(f"{tag}_new") == want
+    assert _rows(f"{tag}_old") == want
+    assert (stats["dead_lettered"], old_stats["dead_lettered"]) == (0, 0)
+    assert stats["records"] == old_stats["records"] == len(fx.events())
+
+
+def test_what_a_transform_cannot_process_goes_to_the_dlq_with_the_transforms_words(
+        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The older path's messages (tests/integration/spark_jobs/test_transforms.py), on schemaless envelopes."""
+    tag = unique("rowdlq")
+    chain = [{"type": "ExtractNewRecordState"}, {"type": "Cast", "spec": {"qty": "int32"}},
+             {"type": "TimestampConverter", "field": "at", "target_type": "Timestamp"}]
+    columns = [{"name": "id", "type": "BIGINT"}, {"name": "qty", "type": "INT"}, {"name": "at", "type": "DATETIME(6)"}]
+    cfg = _pipeline(config_dir, tag, f"t.{tag}", tag, chain, columns)
+
+    def change(i: int, qty: Any, at: Any) -> cdcgen.Event:
+        value = {"op": "c", "before": None, "after": {"id": i, "qty": qty, "at": at}, "source": {"ts_ms": 1000 + i}}
+        return cdcgen.Event(json.dumps({"id": i}).encode(), json.dumps(value).encode(), (("h", b"1"),))
+
+    events = [change(1, "5", "2024-02-29 13:14:15.5"), change(2, "many", "2024-01-01"), change(3, 7, "soon"),
+              change(4, 2**40, 1_700_000_000_000)]
+    cdcgen.produce(bootstrap(), cfg.source.topics[0], events, partitions=1)
+    monkeypatch.setattr(spark_path, "run_spark_path", _older_path_fails)
+    stats = runner.run_window(cfg, "dlq", store=store, spark=spark)
+
+    assert stats["dead_lettered"] == 3
+    with mysql_engine().connect() as conn:
+        assert [tuple(r) for r in conn.exec_driver_sql(f"SELECT id, qty, at FROM `{tag}`")] == [
+            (1, 5, dt.datetime(2024, 2, 29, 13, 14, 15, 500000))]
+    dead = {json.loads(m.key())["id"]: m for m in read_topic(cfg.errors.dlq_topic)}
+    assert sorted(dead) == [2, 3, 4]
+    said = {i: dict(m.headers())["__connect.errors.exception.message"].decode() for i, m in dead.items()}
+    assert said == {2: "Cast: value.qty = 'many' is not a valid int32",
+                    3: "TimestampConverter: value.at = 'soon' is not a timestamp",
+                    4: "Cast: value.qty = '1099511627776' is not a valid int32"}
+    assert dead[2].value() == events[1].value and dict(dead[2].headers())["h"] == b"1"
+    assert dict(dead[2].headers())["__connect.errors.stage"] == b"transform"
+
+
+def test_dropped_records_move_the_offsets_past_them(
+        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Filter, a dropped delete and a dropped tombstone change nothing, but the window read them:
+    the next window starts after them."""
+    tag = unique("rowdrop")
+    chain = [{"type": "ExtractNewRecordState", "delete_handling": "drop", "drop_tombstones": True},
+             {"type": "Filter", "predicate": {"type": "HasHeaderKey", "name": "skip"}}]
+    cfg = _pipeline(config_dir, tag, f"t.{tag}", tag, chain, [{"name": "id", "type": "BIGINT"},
+                                                               {"name": "v", "type": "VARCHAR(8)"}])
+
+    def env(op: str, i: int, v: str | None, headers: tuple[tuple[str, bytes], ...] = ()) -> cdcgen.Event:
+        row = {"id": i, "v": v}
+        value = {"op": op, "before": row if op != "c" else None, "after": row if op != "d" else None,
+                 "source": {"ts_ms": 1000 + i}}
+        return cdcgen.Event(json.dumps({"id": i}).encode(), json.dumps(value).encode(), headers)
+
+    events = [env("c", 1, "a"), env("c", 2, "b"), env("d", 1, "a"), cdcgen.Event(b'{"id": 1}', None),
+              env("u", 2, "skipped", (("skip", b""),))]
+    cdcgen.produce(bootstrap(), cfg.source.topics[0], events, partitions=1)
+    monkeypatch.setattr(spark_path, "run_spark_path", _older_path_fails)
+    first = runner.run_window(cfg, "w1", store=store, spark=spark)
+    again = runner.run_window(cfg, "w2", store=store, spark=spark)
+
+    with mysql_engine().connect() as conn:
+        assert [tuple(r) for r in conn.exec_driver_sql(f"SELECT id, v FROM `{tag}` ORDER BY id")] == [(1, "a"), (2, "b")]
+    assert (first["records"], first["dead_lettered"], again["records"]) == (5, 0, 0)

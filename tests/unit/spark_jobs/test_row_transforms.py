@@ -1,0 +1,246 @@
+"""SMT chains on the per-partition path (spark_jobs/row_transforms.py), without Spark: Debezium's own
+records (tests/fixtures/debezium/orders.py) decoded as the read task decodes them, then the chain."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pydantic import TypeAdapter
+
+from cdcflow.config import ElasticsearchSinkConfig, MySqlSinkConfig
+from connectors import images
+from connectors.debezium.envelope import Decoder
+from connectors.errors import ConfigError
+from connectors.memory import MemorySource, Record
+from spark_jobs import project
+from spark_jobs import row_transforms as rt
+from spark_jobs import transform_config as cfgs
+from spark_jobs.job import WindowJob
+from spark_jobs.sinks import SinkTarget
+from tests.fixtures import orders as o
+from tests.fixtures.debezium import orders as fx
+
+CHAIN = TypeAdapter(list[cfgs.TransformConfig])
+MYSQL = MySqlSinkConfig(type="mysql", name="m", table="orders", primary_key=["id"],
+                        columns=[{"name": "id", "type": "BIGINT"}])
+
+
+def chain(*steps: dict[str, Any]) -> list[Any]:
+    return CHAIN.validate_python([{"type": "ExtractNewRecordState", "delete_handling": "none",
+                                   "drop_tombstones": False}, *steps])
+
+
+def decoded(records: list[tuple[bytes | None, bytes | None]], column_wise: bool = True,
+            headers: list[list[tuple[str, bytes]]] | None = None, topic: str = fx.TOPIC) -> pa.Table:
+    decoder = Decoder("source_ts_ms")
+    decoder.column_wise_min = 1 if column_wise else 10**9
+    batch = MemorySource([Record(topic, 0, i, k, v, 1_700_000_000_000 + i, (headers or [[]] * len(records))[i])
+                          for i, (k, v) in enumerate(records)]).batch()
+    return pa.Table.from_batches([decoder.decode_batch(batch)])
+
+
+def rows(table: pa.Table) -> list[dict[str, Any]]:
+    images_ = images.as_map(table.column("image")).to_pylist()
+    out = []
+    for row, image in zip(table.select(["offset", "change_op", "route", "error_message"]).to_pylist(), images_,
+                          strict=True):
+        out.append({**row, "image": dict(image) if image is not None else None})
+    return out
+
+
+def job(*sinks: Any, transforms: list[Any], **extra: Any) -> WindowJob:
+    return WindowJob(pipeline="p", run_id="r", consumer_conf={}, producer_conf={}, ranges=(),
+                     sinks=tuple(SinkTarget(s, "url") for s in sinks), versioning="source_ts_ms", tolerance="all",
+                     dlq_topic="dlq", context_headers=True, transforms=tuple(transforms), **extra)
+
+
+def _micros(at: dt.datetime) -> int:
+    return (at.replace(tzinfo=dt.UTC) - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
+
+
+def test_debeziums_records_through_a_chain_give_the_sources_values_either_decode() -> None:
+    steps = chain(
+        {"type": "Cast", "spec": {"paid": "boolean", "amount": "float64", "id": "string"}},
+        {"type": "ReplaceField", "exclude": ["note", "qty"], "renames": {"customer": "buyer"}},
+        {"type": "TimestampConverter", "field": "created", "target_type": "unix", "unix_precision": "milliseconds"},
+        {"type": "TimestampConverter", "field": "ship_date", "target_type": "string", "format": "dd/MM/yyyy"},
+        {"type": "InsertField", "static_field": "src", "static_value": "shop", "offset_field": "off"})
+    per_mode = [rows(rt.apply(decoded(fx.events(), cw), steps, "source_ts_ms")) for cw in (True, False)]
+    assert per_mode[0] == per_mode[1]  # the column-wise decode's typed images and the per-record decode's texts
+    first = per_mode[0][0]
+    row = o.ROW_1
+    assert first["image"] == {
+        "id": "1", "buyer": row["customer"], "amount": "1234567.89", "paid": "true",
+        "created": str(_micros(row["created"]) // 1000), "ship_date": "29/02/2024", "src": "shop", "off": "0"}
+    assert [r["error_message"] for r in per_mode[0]] == [None] * len(fx.events())
+    # 1969-12-31 23:59:59.999999 is -1 µs: toward zero, as Spark's cast of the division
+    assert per_mode[0][1]["image"]["created"] == "0"
+
+
+def test_a_value_a_step_cannot_convert_fails_that_record_with_the_step_and_the_value() -> None:
+    def env(i: int, **after: Any) -> tuple[bytes, bytes]:
+        return (json.dumps({"id": i}).encode(),
+                json.dumps({"op": "c", "after": {"id": i, **after}, "source": {"ts_ms": 5}}).encode())
+
+    table = decoded([env(1, qty="5", at="2024-01-02T03:04:05"), env(2, qty="many", at="2024-01-02"),
+                     env(3, qty=2**40, at="later"), env(4, qty=" 7 ", at="2023-11-14 22:13:20")])
+    out = rows(rt.apply(table, chain({"type": "Cast", "spec": {"qty": "int32"}},
+                                     {"type": "TimestampConverter", "field": "at", "target_type": "Timestamp",
+                                      "unix_precision": "seconds"}), "source_ts_ms"))
+    assert [r["error_message"] for r in out] == [
+        None, "Cast: value.qty = 'many' is not a valid int32", "Cast: value.qty = '1099511627776' is not a valid int32",
+        None]
+    assert [(r["image"]["qty"], r["image"]["at"]) for r in (out[0], out[3])] == [
+        ("5", "2024-01-02 03:04:05.000000"), ("7", "2023-11-14 22:13:20.000000")]
+    later = rows(rt.apply(table.slice(2, 1), chain({"type": "TimestampConverter", "field": "at",
+                                                    "target_type": "unix"}), "source_ts_ms"))
+    assert later[0]["error_message"] == "TimestampConverter: value.at = 'later' is not a timestamp"
+    # numbers are times since the epoch in unix_precision; a window whose records mix numbers and texts
+    # reads them all as texts (the older path's inferred schema: string), and a number's text is no timestamp
+    numbers = rows(rt.apply(decoded([env(5, at=1_700_000_000)]), chain(
+        {"type": "TimestampConverter", "field": "at", "target_type": "Timestamp", "unix_precision": "seconds"}),
+        "source_ts_ms"))
+    assert numbers[0]["image"]["at"] == "2023-11-14 22:13:20.000000"
+
+
+@pytest.mark.parametrize(("values", "kind", "want", "bad"), [
+    (pa.array([1, 300, -129, None], pa.int64()), "int8", [1, None, None, None], [False, True, True, False]),
+    (pa.array([1.9, -1.9, float("nan"), 1e30]), "int32", [1, -1, None, None], [False, False, True, True]),
+    (pa.array([Decimal("19.90"), Decimal("-3.55")], pa.decimal128(10, 2)), "int64", [19, -3], [False, False]),
+    (pa.array([Decimal("1234567.89")], pa.decimal128(10, 2)), "float64", [1234567.89], None),
+    (pa.array(["12", "+3", "1.5", "x", "99999999999999999999"]), "int64", [12, 3, None, None, None],
+     [False, False, True, True, True]),
+    (pa.array(["1.5", "1e3", "-.5", "abc"]), "float64", [1.5, 1000.0, -0.5, None], [False, False, False, True]),
+    (pa.array(["Yes", "f", "1", "maybe"]), "boolean", [True, False, True, None], [False, False, False, True]),
+    (pa.array([0, 2], pa.int8()), "boolean", [False, True], None),
+    (pa.array([True, False]), "int16", [1, 0], None),
+    (pa.array([Decimal("19.90")], pa.decimal128(10, 2)), "string", ["19.90"], None),
+    (pa.array([dt.date(2024, 1, 1)], pa.date32()), "int32", [None], [True]),
+])
+def test_cast_follows_sparks_try_cast(values: pa.Array, kind: str, want: list[Any], bad: list[bool] | None) -> None:
+    out, failed = rt.cast_values(values, kind)
+    assert out.type == rt.CAST_TYPES[kind]
+    assert out.to_pylist() == want
+    assert (failed.to_pylist() if failed is not None else None) == bad
+
+
+@pytest.mark.parametrize(("target", "precision", "fmt", "want"), [
+    ("unix", "seconds", None, "1709212455"),
+    ("unix", "microseconds", None, "1709212455123456"),
+    ("Timestamp", "milliseconds", None, "2024-02-29 13:14:15.123456"),
+    ("Date", "milliseconds", None, "2024-02-29"),
+    ("Time", "milliseconds", None, "13:14:15.123"),
+    ("string", "milliseconds", "yyyy/MM/dd'T'HH:mm", None),  # a quoted literal: the older path's (unserved)
+    ("string", "milliseconds", "yyyy-MM-dd HH:mm:ss.SSS", "2024-02-29 13:14:15.123"),
+])
+def test_timestamp_converter_targets(target: str, precision: str, fmt: str | None, want: str | None) -> None:
+    step = {"type": "TimestampConverter", "field": "created", "target_type": target, "unix_precision": precision,
+            **({"format": fmt} if fmt else {})}
+    steps = chain(step)
+    if want is None:
+        assert rt.unserved(job(MYSQL, transforms=steps)) == (
+            f"transforms.1 (TimestampConverter): the format {fmt!r} uses more than yyyy MM dd HH mm ss SSS")
+        return
+    out = rows(rt.apply(decoded(fx.events()[:1]), steps, "source_ts_ms"))
+    assert out[0]["image"]["created"] == want
+
+
+def test_a_text_read_by_a_format_with_milliseconds_and_unix_seconds_before_1970() -> None:
+    def env(i: int, at: Any) -> tuple[bytes, bytes]:
+        return (json.dumps({"id": i}).encode(),
+                json.dumps({"op": "c", "after": {"id": i, "at": at}, "source": {"ts_ms": 5}}).encode())
+
+    steps = chain({"type": "TimestampConverter", "field": "at", "target_type": "unix", "unix_precision": "seconds",
+                   "format": "dd.MM.yyyy HH:mm:ss.SSS"})
+    out = rows(rt.apply(decoded([env(1, "29.02.2024 13:14:15.250"), env(2, "1969-12-31 23:59:58.5"),
+                                 env(3, "31.12.1969 23:59:59.999")]), steps, "source_ts_ms"))
+    assert [r["image"]["at"] for r in out] == ["1709212455", "-1", "0"]
+
+
+def test_extract_new_record_state_options_and_what_drops_keeps_the_ends() -> None:
+    events = fx.events()  # three inserts, two updates, key moves (a delete, its tombstone, an insert), a delete
+    tombstones = [i for i, (_k, v) in enumerate(events) if v is None]
+    deletes = [i for i, r in enumerate(rows(decoded(events))) if r["change_op"] == "delete" and i not in tombstones]
+    for handling, drop_tombstones in (("drop", True), ("none", False), ("rewrite", True)):
+        steps = CHAIN.validate_python([{"type": "ExtractNewRecordState", "delete_handling": handling,
+                                        "drop_tombstones": drop_tombstones, "add_fields": ["table", "source.ts_ms"]}])
+        out = rows(rt.apply(decoded(events), steps, "source_ts_ms"))
+        ops = [r["change_op"] for r in out]
+        assert tombstones and deletes
+        assert [ops[i] for i in tombstones] == ["" if drop_tombstones else "delete"] * len(tombstones)
+        assert {ops[i] for i in deletes} == {"drop": {""}, "none": {"delete"}, "rewrite": {"upsert"}}[handling]
+        if handling == "rewrite":
+            assert {out[i]["image"]["__deleted"] for i in deletes} == {"true"}
+            assert out[0]["image"]["__deleted"] == "false"
+        assert out[0]["image"]["__table"] == o.TABLE
+        assert out[0]["image"]["__source_ts_ms"] == str(o.T0 * 1000)
+        # what a step drops is read: the tally ends past it
+        tally = [b for b in project.split(job(MYSQL, transforms=steps), 0, rt.apply(decoded(events), steps,
+                                                                                  "source_ts_ms"))][-1]
+        counted = json.loads(tally.column("info")[0].as_py())["counted"]
+        assert [(c[3], c[4]) for c in counted if c[0] is None] == [(len(events), len(events))]
+
+
+def test_predicates_route_filter_and_mask() -> None:
+    events = fx.events()[:3]
+    steps = chain(
+        {"type": "MaskField", "fields": ["customer", "paid", "amount"],
+         "predicate": {"type": "HasHeaderKey", "name": "pii"}},
+        {"type": "RegexRouter", "regex": r"mysql-server-1\.(\w+)\.(\w+)", "replacement": "$1_$2\\$"},
+        {"type": "Filter", "predicate": {"type": "TopicNameMatches", "pattern": r"inventory_orders\$"},
+         "negate": True})
+    table = decoded(events, headers=[[("pii", b"1")], [], [("other", b"")]])
+    out = rows(rt.apply(table, steps, "source_ts_ms"))
+    assert [r["route"] for r in out] == ["inventory_orders$"] * 3
+    assert [r["change_op"] for r in out] == ["upsert"] * 3  # the negated filter keeps what matches
+    assert (out[0]["image"]["customer"], out[0]["image"]["paid"], out[0]["image"]["amount"]) == ("", "0", "0.00")
+    assert out[1]["image"]["customer"] == o.ROW_2["customer"]
+    dropped = rows(rt.apply(table, chain({"type": "Filter", "predicate": {"type": "HasHeaderKey", "name": "pii"}}),
+                            "source_ts_ms"))
+    assert [r["change_op"] for r in dropped] == ["", "upsert", "upsert"]
+
+
+def test_a_cast_of_a_field_no_record_has_is_a_config_error_naming_the_step() -> None:
+    with pytest.raises(ConfigError, match=r"transforms.1 \(Cast\): Cast: value has no field 'nope'"):
+        rt.apply(decoded(fx.events()[:2]), chain({"type": "Cast", "spec": {"nope": "int64"}}), "source_ts_ms")
+
+
+def test_which_chains_the_partition_path_serves() -> None:
+    ok = chain({"type": "Cast", "spec": {"id": "int64"}})
+    assert rt.unserved(job(MYSQL, transforms=ok)) is None
+    es = ElasticsearchSinkConfig(type="elasticsearch", name="docs", index="i", id_fields=["id"])
+    dynamic = MySqlSinkConfig(type="mysql", name="t", table="{topic}", create_table=True)
+    cases = {
+        "a sink is not a MySQL table of declared columns": [job(es, transforms=ok), job(dynamic, transforms=ok)],
+        "the chain does not start with ExtractNewRecordState": [
+            job(MYSQL, transforms=CHAIN.validate_python([{"type": "Cast", "spec": {"id": "int64"}}]))],
+        "transforms.0 (ExtractNewRecordState): add_fields ['op'] (this path adds table, db and source.ts_ms)": [
+            job(MYSQL, transforms=CHAIN.validate_python([{"type": "ExtractNewRecordState", "add_fields": ["op"]}]))],
+        "transforms.1 (Flatten): not among the transforms of this path": [
+            job(MYSQL, transforms=chain({"type": "Flatten"}))],
+        "transforms.1 (Cast): only the value is transformed on this path": [
+            job(MYSQL, transforms=chain({"type": "Cast", "target": "key", "spec": {"id": "int64"}}))],
+        "transforms.1 (Filter): a Sql predicate needs Spark": [
+            job(MYSQL, transforms=chain({"type": "Filter", "predicate": {"type": "Sql", "condition": "true"}}))],
+        "transforms.1 (RegexRouter): the regex '(?=a)b' is not an RE2 expression": [
+            job(MYSQL, transforms=chain({"type": "RegexRouter", "regex": "(?=a)b", "replacement": "x"}))],
+        "the chain is applied to Debezium records read with the json converters only": [
+            job(MYSQL, transforms=ok, value_converter="string")],
+    }
+    for reason, jobs in cases.items():
+        for j in jobs:
+            assert rt.unserved(j) == reason
+
+
+def test_declared_columns_name_the_fields_after_the_chain() -> None:
+    steps = chain({"type": "ReplaceField", "renames": {"updated_ms": "updated_at", "a": "b"}},
+                  {"type": "ReplaceField", "renames": {"b": "c"}},
+                  {"type": "Cast", "spec": {"n": "int64"}},
+                  {"type": "InsertField", "static_field": "src", "static_value": "x"})
+    assert [rt.names_before(steps, f) for f in ("updated_at", "c", "b", "a", "n", "src", "plain")] == [
+        "updated_ms", "a", None, None, None, None, "plain"]
