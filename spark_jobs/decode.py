@@ -36,6 +36,10 @@ def change_decoder(job: WindowJob) -> Any:
     decoder = format_decoder(job.source_format, job.versioning, hints, need_json, key_fields, _used_fields(job))
     if job.column_wise_min is not None and hasattr(decoder, "column_wise_min"):
         decoder.column_wise_min = job.column_wise_min
+    elif job.transforms and hasattr(decoder, "column_wise_min"):
+        # typed images for the chain (spark_jobs/row_transforms.py): what a Cast or a MaskField does
+        # depends on a field's type, which the per-record decode's texts do not carry
+        decoder.column_wise_min = 1
     return decoder
 
 

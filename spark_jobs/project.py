@@ -159,6 +159,17 @@ def _tally_of(decoded: pa.Table, bad: pa.Table) -> dict[str, Any]:
     return {"counted": out}
 
 
+def routes_checked(decoded: pa.Table) -> pa.Table:
+    """After a chain: a change routed (RegexRouter) to a topic that could not name a table or is
+    cdcflow's own fails, as on the older path (``records.bad_route_reason``)."""
+    if not decoded.num_rows or pc.all(pc.equal(decoded.column("route"), decoded.column("topic"))).as_py():
+        return decoded
+    rows = row_transforms.Rows(decoded)
+    reason = _bad_route(decoded.column("route"), "{topic}")
+    rows.fail(pc.is_valid(reason), reason)
+    return rows.table
+
+
 def truncate_policy(job: WindowJob, decoded: pa.Table) -> pa.Table:
     """truncate: dlq: a TRUNCATE becomes a bad record with its table (``spark_path._truncates``)."""
     if job.truncate != "dlq" or not decoded.num_rows:
@@ -191,7 +202,7 @@ def read_task(job: WindowJob, tasks: int) -> Callable[[Iterator[pa.RecordBatch]]
             return
         decoded = images.concat_tables([pa.table(b) for b in decoded_batches])
         if job.transforms:  # the chains the per-partition path serves (spark_jobs/prepare.eligible)
-            decoded = row_transforms.apply(decoded, job.transforms, job.versioning)
+            decoded = routes_checked(row_transforms.apply(decoded, job.transforms, job.versioning))
         decoded = truncate_policy(job, decoded)
         yield from split(job, task, decoded, tasks)
     return run

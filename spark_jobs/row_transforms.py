@@ -7,19 +7,29 @@ as the default path does, and the chain rewrites those images in the worker, bef
 
 :func:`unserved` says why a pipeline's chain cannot run here (None: it can); spark_jobs/prepare.py
 sends the others to the older path. Served: a Debezium chain that starts with ExtractNewRecordState
-(``delete_handling`` drop, none or rewrite; ``add_fields`` table, db, source.ts_ms), followed by Cast,
-ReplaceField, TimestampConverter, MaskField, InsertField, RegexRouter, Filter and TombstoneHandler on
-the value, with the predicates TopicNameMatches, RecordIsTombstone and HasHeaderKey, into MySQL tables
-of declared columns. The transforms act as those of the older path do (tests/integration/spark_jobs/
-test_row_transforms.py runs both on the same records and compares the rows read back), with these
-differences, which docs/transforms.md lists:
+(``delete_handling`` drop or none; ``add_fields`` table, db, and source.ts_ms with source_ts_ms
+versioning), followed by Cast, ReplaceField, TimestampConverter, MaskField, InsertField, RegexRouter,
+Filter and TombstoneHandler on the value, with the predicates TopicNameMatches, RecordIsTombstone and
+HasHeaderKey (regexes RE2 reads as Java does; Java patterns of yyyy MM dd HH mm ss SSS), into MySQL
+tables of declared columns. The transforms act as those of the older path do (tests/integration/
+spark_jobs/test_row_transforms.py runs both on the same records and compares the rows read back),
+with these differences, which docs/transforms.md lists:
 
 * a delete's row image (its ``before`` image, or a tombstone's key) goes through the chain too, so a
-  renamed key field still finds its row (the older path deletes by the Kafka key's field names);
+  renamed key field still finds its row (the older path deletes by the Kafka key's field names); a
+  value a step cannot convert never fails a delete;
 * a value cast to ``string`` gets the value's MySQL text (a double 1e10 is ``1e+10``, Spark's
   ``1.0E10``); a Cast of a date or time to a number is a dead letter naming TimestampConverter;
+* a field the records lack is left alone (the older path: a config error when no record of the
+  window has it);
 * a record a transform drops (Filter, a dropped delete or tombstone) is read and counted but changes
-  nothing, as a Maxwell bootstrap-start does: the window's ends stay those of what was read.
+  nothing, as a Maxwell bootstrap-start does: the window's ends stay those of what was read;
+* what the Debezium decode reads its own way stays so: a TRUNCATE (op t) follows ``truncate``, a
+  row unwrapped upstream (``__deleted``, ``__op``) is read as such.
+
+The chain sees typed images (spark_jobs/decode.py decodes every batch column-wise when there is a
+chain): a record the column-wise decode cannot read is decoded alone with a few neighbours, whose
+fields are then texts, as the older path's schema inference makes a field of mixed JSON types.
 
 A record a transform cannot process gets stage ``transform`` and goes to the DLQ with the transform's
 message; later transforms leave it as it is.
@@ -49,11 +59,12 @@ log = logging.getLogger(__name__)
 CAST_TYPES = {"int8": pa.int8(), "int16": pa.int16(), "int32": pa.int32(), "int64": pa.int64(),
               "float32": pa.float32(), "float64": pa.float64(), "boolean": pa.bool_(), "string": pa.string()}
 _INTEGER = r"^[+-]?\d+$"
-_FLOAT = r"^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$"
+_FLOAT = r"^[+-]?(NaN|Infinity|(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?[dDfF]?)$"  # Java's Double.parseDouble
 _TRUE, _FALSE = ["t", "true", "y", "yes", "1"], ["f", "false", "n", "no", "0"]  # Spark's casts of text to boolean
 _ISO = r"^\d{4}-\d{2}-\d{2}([ T]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?)?$"
+_ZONED = r"^\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2})$"  # ZonedTimestamp's
 _JAVA_TOKENS = {"yyyy": "Y", "MM": "m", "dd": "d", "HH": "H", "mm": "M", "ss": "S", "SSS": "L"}
-_PATTERN = re.compile(r"yyyy|MM|dd|HH|mm|ss|SSS|[-:/ ._T,]")
+_PATTERN = re.compile(r"([A-Za-z])\1*|[-:/ ._,]")  # a run of one letter, or a separator
 _ADDED = {"table": "source_table", "db": "source_db"}
 
 
@@ -71,19 +82,22 @@ def unserved(job: Any) -> str | None:
                and "{" not in s.table for s in sinks):
         return "a sink is not a MySQL table of declared columns"
     for i, cfg in enumerate(chain):
-        reason = _unserved_step(cfg, first=i == 0)
+        reason = _unserved_step(cfg, first=i == 0, versioning=job.versioning)
         if reason is not None:
             return f"transforms.{i} ({cfg.type}): {reason}"
     return None
 
 
-def _unserved_step(cfg: Any, first: bool) -> str | None:
+def _unserved_step(cfg: Any, first: bool, versioning: str) -> str | None:
     kind = cfg.type
     if kind == "ExtractNewRecordState":
         if not first:
             return "only as the first transform"
-        extra = [f for f in cfg.add_fields if f not in ("table", "db", "source.ts_ms")]
-        return f"add_fields {extra} (this path adds table, db and source.ts_ms)" if extra else None
+        if cfg.delete_handling == "rewrite":  # a delete without a before image stays a delete: the envelope decides
+            return "delete_handling rewrite"
+        added = ("table", "db", "source.ts_ms") if versioning == "source_ts_ms" else ("table", "db")
+        extra = [f for f in cfg.add_fields if f not in added]
+        return f"add_fields {extra} (this path adds {', '.join(added)})" if extra else None
     if kind not in STEPS:
         return "not among the transforms of this path"
     if getattr(cfg, "target", "value") != "value":
@@ -95,12 +109,18 @@ def _unserved_step(cfg: Any, first: bool) -> str | None:
         return f"the pattern {predicate.pattern!r} is not an RE2 expression"
     if isinstance(cfg, cfgs.RegexRouter) and not _re2(cfg.regex):
         return f"the regex {cfg.regex!r} is not an RE2 expression"
+    if isinstance(cfg, cfgs.RegexRouter) and _rewrite(cfg.replacement, re.compile(cfg.regex).groups) is None:
+        return f"the replacement {cfg.replacement!r} (groups $1-$9 and \\$ only)"
     if isinstance(cfg, cfgs.TimestampConverter) and cfg.format is not None and _strftime(cfg.format) is None:
         return f"the format {cfg.format!r} uses more than yyyy MM dd HH mm ss SSS"
     return None
 
 
 def _re2(pattern: str) -> bool:
+    """RE2 compiles it, and it has none of Java's class arithmetic (``[a-z&&[^c]]``), which RE2 reads
+    otherwise."""
+    if "&&" in pattern:
+        return False
     try:
         pc.match_substring_regex(pa.array([""]), f"^(?:{pattern})$")
     except pa.ArrowInvalid:
@@ -168,7 +188,9 @@ class Rows:
             self.set("change_op", pc.if_else(hit, "", self.column("change_op")))
 
     def tombstone(self) -> pa.Array:
-        return pc.is_null(self.column("value"))
+        """The changes whose value is null after ExtractNewRecordState: the deletes (a Kafka tombstone,
+        or a delete event unwrapped with delete_handling none, as on the older path)."""
+        return pc.or_(pc.is_null(self.column("value")), pc.equal(pc.fill_null(self.column("change_op"), ""), "delete"))
 
     def map_images(self, step: Callable[[pa.StructArray, np.ndarray], tuple[pa.StructArray, pa.Array | None]],
                    ) -> None:
@@ -190,7 +212,10 @@ class Rows:
             offsets[rows] = np.arange(len(rows), dtype=np.int32)
         self.set("image", images.union(codes, offsets, children))
         message = pa.concat_arrays(errors).take(pa.array(np.argsort(np.concatenate(order), kind="stable")))
-        self.fail(pc.is_valid(message), message)
+        # a delete's image goes through the chain (its key fields renamed, cast) but never fails it: the
+        # older path deletes by key whatever the row held
+        self.fail(pc.and_(pc.is_valid(message), pc.equal(pc.fill_null(self.column("change_op"), ""), "upsert")),
+                  message)
 
 
 def _fields(child: pa.StructArray) -> dict[str, pa.Array]:
@@ -219,17 +244,13 @@ def _joined(*errors: pa.Array | None) -> pa.Array | None:
 def extract_new_record_state(rows: Rows, cfg: cfgs.ExtractNewRecordState, versioning: str) -> None:
     """The decode already unwrapped the envelope (connectors/debezium/envelope.py): a delete event
     is a delete of its ``before`` image, a tombstone a delete of its key. Here its options."""
-    tombstone, op = rows.tombstone(), pc.fill_null(rows.column("change_op"), "")
+    tombstone, op = pc.is_null(rows.column("value")), pc.fill_null(rows.column("change_op"), "")
     delete_event = pc.and_(pc.equal(op, "delete"), pc.invert(tombstone))
     if cfg.drop_tombstones:
         rows.drop(tombstone)
     if cfg.delete_handling == "drop":
         rows.drop(delete_event)
     added: dict[str, pa.Array] = {}
-    if cfg.delete_handling == "rewrite":  # a delete becomes an upsert of its before image, marked
-        added["__deleted"] = pc.if_else(delete_event, "true", "false")
-        live_delete = pc.and_(rows.live, delete_event)
-        rows.set("change_op", pc.if_else(live_delete, "upsert", rows.column("change_op")))
     for name in cfg.add_fields:
         if name == "source.ts_ms":
             version = rows.column("version")
@@ -258,28 +279,21 @@ def _insert(rows: Rows, added: dict[str, pa.Array], where: pa.Array) -> None:
 
 
 def cast(rows: Rows, cfg: cfgs.Cast) -> None:
-    present: set[str] = set()
-
     def step(child: pa.StructArray, at: np.ndarray) -> tuple[pa.StructArray, pa.Array | None]:
         fields, errors = _fields(child), []
         for name, kind in cfg.spec.items():
-            if name not in fields:
+            if name not in fields:  # a field these records lack is left out, as a null one is
                 continue
-            present.add(name)
+            source = fields[name].type
             fields[name], bad = cast_values(fields[name], kind)
             if bad is not None:
+                temporal = pa.types.is_temporal(source) or pa.types.is_duration(source)
+                why = (" is a date or time: TimestampConverter with target_type unix makes it a number"
+                       if temporal else f" is not a valid {kind}")
                 errors.append(pc.if_else(bad, pc.binary_join_element_wise(
-                    f"Cast: value.{name} = '", images.text_of(_original(child, name)),
-                    f"' is not a valid {kind}", ""), None))
+                    f"Cast: value.{name} = '", images.text_of(_original(child, name)), f"'{why}", ""), None))
         return _struct(fields, child), _joined(*errors)
     rows.map_images(step)
-    _require(rows, [f for f in cfg.spec if f not in present], "Cast")
-
-
-def _require(rows: Rows, missing: list[str], who: str) -> None:
-    """As the older path's schema check: a field no record of the window has is a config error."""
-    if missing and pc.any(pc.and_(rows.live, pc.invert(rows.tombstone()))).as_py():
-        raise ConfigError(f"{who}: value has no field {missing[0]!r} (no record of the window has it)")
 
 
 def _original(child: pa.StructArray, name: str) -> pa.Array:
@@ -338,7 +352,7 @@ def _from_text(values: pa.Array, kind: str, to: pa.DataType) -> tuple[pa.Array, 
         return out, pc.and_(pc.is_valid(values), pc.is_null(out))
     if pa.types.is_floating(to):
         ok = pc.fill_null(pc.match_substring_regex(text, _FLOAT), False)
-        out = pc.cast(pc.if_else(ok, text, None), to)
+        out = pc.cast(pc.replace_substring_regex(pc.if_else(ok, text, None), "([0-9.])[dDfF]$", "\\1"), to)
         return out, pc.and_(pc.is_valid(values), pc.invert(ok))
     ok = pc.fill_null(pc.match_substring_regex(text, _INTEGER), False)
     digits = pc.if_else(ok, text, None)
@@ -361,13 +375,10 @@ def replace_field(rows: Rows, cfg: cfgs.ReplaceField) -> None:
 
 
 def timestamp_converter(rows: Rows, cfg: cfgs.TimestampConverter) -> None:
-    present: list[str] = []
-
     def step(child: pa.StructArray, _at: np.ndarray) -> tuple[pa.StructArray, pa.Array | None]:
         fields = _fields(child)
         if cfg.field not in fields:
             return child, None
-        present.append(cfg.field)
         raw = fields[cfg.field]
         micros = _micros(raw, cfg)
         fields[cfg.field] = _timestamp_out(micros, cfg)
@@ -378,7 +389,6 @@ def timestamp_converter(rows: Rows, cfg: cfgs.TimestampConverter) -> None:
             f"' is not a timestamp{' in format ' + cfg.format if cfg.format else ''}", ""), None)
         return _struct(fields, child), error
     rows.map_images(step)
-    _require(rows, [] if present else [cfg.field], "TimestampConverter")
 
 
 def _micros(raw: pa.Array, cfg: cfgs.TimestampConverter) -> pa.Array:
@@ -392,8 +402,7 @@ def _micros(raw: pa.Array, cfg: cfgs.TimestampConverter) -> pa.Array:
             return iso
         fmt = _strftime(cfg.format)
         assert fmt is not None  # unserved() refused the others
-        parsed = _strptime_millis(raw, fmt) if "%L" in fmt else pc.strptime(raw, fmt, "us", error_is_null=True)
-        return pc.coalesce(pc.cast(parsed, pa.int64()), iso)
+        return pc.coalesce(pc.cast(_strptime(raw, fmt), pa.int64()), iso)
     if pa.types.is_integer(kind):
         wide = pc.cast(raw, pa.int64())
         limit = (2 ** 63 - 1) // per_unit
@@ -407,39 +416,45 @@ def _micros(raw: pa.Array, cfg: cfgs.TimestampConverter) -> pa.Array:
         return pc.multiply(pc.cast(pc.cast(raw, pa.int32()), pa.int64()), 86_400_000_000)
     if pa.types.is_timestamp(kind):
         return pc.cast(pc.cast(raw, pa.timestamp("us", kind.tz)), pa.int64())
-    raise ConfigError(f"TimestampConverter: value.{cfg.field} is {kind}, not a timestamp")
+    return pa.nulls(len(raw), pa.int64())  # a TIME (duration), a struct …: each value's record fails
 
 
 def _iso_micros(raw: pa.Array) -> pa.Array:
     """Texts of the ISO forms (2024-02-29, 2024-02-29 13:14:15.123456, …T…) as µs, null for others:
     the texts of dates and times the per-record decode gives, and Spark's cast of text to a timestamp."""
-    text = pc.if_else(pc.fill_null(pc.match_substring_regex(raw, _ISO), False), raw, None)
-    try:
-        parsed = pc.cast(text, pa.timestamp("us"))
-    except pa.ArrowInvalid:  # a date like 2024-13-01: value by value
-        parsed = pa.array([_iso(v) for v in text.to_pylist()], pa.timestamp("us"))
-    return pc.cast(parsed, pa.int64())
+    out = []
+    for pattern, kind in ((_ISO, pa.timestamp("us")), (_ZONED, pa.timestamp("us", "UTC"))):
+        text = pc.if_else(pc.fill_null(pc.match_substring_regex(raw, pattern), False), raw, None)
+        try:
+            parsed = pc.cast(text, kind)
+        except pa.ArrowInvalid:  # a date like 2024-13-01: value by value
+            parsed = pa.array([_iso(v) for v in text.to_pylist()], kind)
+        out.append(pc.cast(parsed, pa.int64()))
+    return pc.coalesce(*out)
 
 
 def _iso(text: str | None) -> Any:
     if text is None:
         return None
     try:
-        return dt.datetime.fromisoformat(text)
+        at = dt.datetime.fromisoformat(text)
     except ValueError:
         return None
+    return at.astimezone(dt.UTC) if at.tzinfo is not None else at
 
 
-def _strptime_millis(raw: pa.Array, fmt: str) -> pa.Array:
-    """strptime with a %L (milliseconds), which Arrow's strptime has not: its three digits cut out
-    first (the format's fields are fixed-width: %Y four digits, the others two)."""
+def _strptime(raw: pa.Array, fmt: str) -> pa.Array:
+    """Texts by a %-format of fixed-width fields (%Y four digits, %L three, the others two), as
+    Spark's parser reads them (Arrow's strptime also takes 2024-1-2); %L, the milliseconds, Arrow's
+    strptime has not: their digits are cut out first."""
     tokens = re.findall(r"%[YmdHMSL]|[^%]+", fmt)
     widths = [4 if t == "%Y" else 3 if t == "%L" else 2 if t.startswith("%") else len(t) for t in tokens]
-    start = sum(widths[:tokens.index("%L")])
     pattern = "^" + "".join(rf"\d{{{w}}}" if t.startswith("%") else re.escape(t)
                             for t, w in zip(tokens, widths, strict=True)) + "$"
-    ok = pc.fill_null(pc.match_substring_regex(raw, pattern), False)
-    text = pc.if_else(ok, raw, None)
+    text = pc.if_else(pc.fill_null(pc.match_substring_regex(raw, pattern), False), raw, None)
+    if "%L" not in tokens:
+        return pc.strptime(text, fmt, "us", error_is_null=True)
+    start = sum(widths[:tokens.index("%L")])
     millis = pc.cast(pc.utf8_slice_codeunits(text, start, start + 3), pa.int64())
     rest = pc.binary_join_element_wise(pc.utf8_slice_codeunits(text, 0, start),
                                        pc.utf8_slice_codeunits(text, start + 3), "")
@@ -469,9 +484,9 @@ def _strftime(java: str) -> str | None:
     """A Java datetime pattern of yyyy MM dd HH mm ss SSS and separators as %-codes (%L: millis), or None."""
     out, at = [], 0
     for match in _PATTERN.finditer(java):
-        if match.start() != at:
-            return None
         token = match.group()
+        if match.start() != at or (token.isalpha() and token not in _JAVA_TOKENS):
+            return None  # MMMM, SSSSSS, quoted text … : the older path's
         out.append("%" + _JAVA_TOKENS[token] if token in _JAVA_TOKENS else token)
         at = match.end()
     return "".join(out) if at == len(java) and out else None
@@ -513,7 +528,7 @@ def _mask_value(kind: pa.DataType, replacement: str | None) -> pa.Scalar:
         try:
             return pc.cast(pa.scalar(replacement), kind)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            return pa.scalar(None, kind)
+            raise ConfigError(f"MaskField: the replacement {replacement!r} is not a {kind} value") from None
     if pa.types.is_string(kind):
         return pa.scalar("", kind)
     if pa.types.is_boolean(kind):
@@ -543,20 +558,29 @@ def regex_router(rows: Rows, cfg: cfgs.RegexRouter) -> None:
     pattern = f"^(?:{cfg.regex})$"
     route = rows.column("route")
     hit = pc.and_(_applies(rows, cfg), pc.fill_null(pc.match_substring_regex(route, pattern), False))
-    rows.set("route", pc.if_else(hit, pc.replace_substring_regex(route, pattern, _rewrite(cfg.replacement)), route))
+    rewrite = _rewrite(cfg.replacement, re.compile(cfg.regex).groups)
+    assert rewrite is not None  # unserved() refused the others
+    rows.set("route", pc.if_else(hit, pc.replace_substring_regex(route, pattern, rewrite), route))
 
 
-def _rewrite(java: str) -> str:
-    """A Java replacement ($1, \\$) as RE2's (\\1, $)."""
+def _rewrite(java: str, groups: int) -> str | None:
+    """A Java replacement ($1, \\$) as RE2's (\\1, $); None for what Java reads otherwise or refuses
+    (a group past $9 or past the regex's ``groups``, a $ without a group number)."""
     out, i = [], 0
     while i < len(java):
         c = java[i]
         if c == "\\" and i + 1 < len(java):
             out.append("\\\\" if java[i + 1] == "\\" else java[i + 1])
             i += 2
-        elif c == "$" and i + 1 < len(java) and java[i + 1].isdigit():
+        elif c == "$":
+            if i + 1 >= len(java) or not java[i + 1].isdigit() or int(java[i + 1]) > groups:
+                return None
+            if i + 2 < len(java) and java[i + 2].isdigit() and int(java[i + 1:i + 3]) <= groups:
+                return None  # $10 …: RE2 rewrites up to \\9
             out.append("\\" + java[i + 1])
             i += 2
+        elif c == "\\":
+            return None  # a trailing backslash: Java refuses it
         else:
             out.append(c)
             i += 1

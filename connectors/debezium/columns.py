@@ -332,6 +332,23 @@ def _ends_with(values: pa.Array, suffix: bytes) -> pa.Array:
     return pc.equal(pc.binary_slice(values, -len(suffix)), pa.scalar(suffix, pa.binary()))
 
 
+HALVE_DOWN_TO = 64  # records: a group that fails is decoded in halves down to this, the rest record by record
+
+
+def _halving(decoder: Decoder, batch: pa.RecordBatch, rows: np.ndarray,
+             group: Callable[[np.ndarray], _Group]) -> list[tuple[np.ndarray, list[pa.Array]]]:
+    """``rows`` decoded column-wise as one group, or, where that fails (one odd or bad record fails
+    its group), in halves: so an odd record leaves the per-record decode its own few neighbours, not
+    the whole group (whose images would then be texts, not typed)."""
+    try:
+        return [(rows, _decode_group(decoder, batch, group(rows)))]
+    except Unsupported:
+        if len(rows) <= HALVE_DOWN_TO:
+            return []
+        half = len(rows) // 2
+        return _halving(decoder, batch, rows[:half], group) + _halving(decoder, batch, rows[half:], group)
+
+
 def decode_columns(decoder: Decoder, batch: pa.RecordBatch,
                    per_record: Callable[[pa.RecordBatch], pa.RecordBatch]) -> pa.RecordBatch:
     """``batch`` decoded: its groups column-wise, the rest by ``per_record``, in the batch's order."""
@@ -343,11 +360,10 @@ def decode_columns(decoder: Decoder, batch: pa.RecordBatch,
     slow = np.ones(n, dtype=bool)
     if plain.any():
         rows = np.flatnonzero(plain)
-        try:
-            parts.append((rows, _decode_group(decoder, batch, _plain_group(decoder, rows, values.take(rows)))))
-            slow[rows] = False
-        except Unsupported:
-            pass
+        for done, columns in _halving(decoder, batch, rows,
+                                      lambda r: _plain_group(decoder, r, values.take(pa.array(r)))):
+            parts.append((done, columns))
+            slow[done] = False
     pending = wrapped.copy()
     for _ in range(MAX_GROUPS):  # one schema at a time: the first pending record's, byte for byte
         if not pending.any():
@@ -360,12 +376,10 @@ def decode_columns(decoder: Decoder, batch: pa.RecordBatch,
         prefix, schema = found
         members = rows[_starts_with(values.take(rows), prefix)]
         pending[members] = False
-        try:
-            group = _wrapped_group(decoder, members, values.take(members), prefix, schema)
-            parts.append((members, _decode_group(decoder, batch, group)))
-            slow[members] = False
-        except Unsupported:
-            pass
+        for done, columns in _halving(decoder, batch, members, lambda r, p=prefix, sc=schema: _wrapped_group(
+                decoder, r, values.take(pa.array(r)), p, sc)):
+            parts.append((done, columns))
+            slow[done] = False
     if not parts:
         return per_record(batch)
     if slow.any():

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from pydantic import TypeAdapter
@@ -166,17 +168,14 @@ def test_extract_new_record_state_options_and_what_drops_keeps_the_ends() -> Non
     events = fx.events()  # three inserts, two updates, key moves (a delete, its tombstone, an insert), a delete
     tombstones = [i for i, (_k, v) in enumerate(events) if v is None]
     deletes = [i for i, r in enumerate(rows(decoded(events))) if r["change_op"] == "delete" and i not in tombstones]
-    for handling, drop_tombstones in (("drop", True), ("none", False), ("rewrite", True)):
+    for handling, drop_tombstones in (("drop", True), ("none", False)):
         steps = CHAIN.validate_python([{"type": "ExtractNewRecordState", "delete_handling": handling,
                                         "drop_tombstones": drop_tombstones, "add_fields": ["table", "source.ts_ms"]}])
         out = rows(rt.apply(decoded(events), steps, "source_ts_ms"))
         ops = [r["change_op"] for r in out]
         assert tombstones and deletes
         assert [ops[i] for i in tombstones] == ["" if drop_tombstones else "delete"] * len(tombstones)
-        assert {ops[i] for i in deletes} == {"drop": {""}, "none": {"delete"}, "rewrite": {"upsert"}}[handling]
-        if handling == "rewrite":
-            assert {out[i]["image"]["__deleted"] for i in deletes} == {"true"}
-            assert out[0]["image"]["__deleted"] == "false"
+        assert {ops[i] for i in deletes} == {"drop": {""}, "none": {"delete"}}[handling]
         assert out[0]["image"]["__table"] == o.TABLE
         assert out[0]["image"]["__source_ts_ms"] == str(o.T0 * 1000)
         # what a step drops is read: the tally ends past it
@@ -191,12 +190,12 @@ def test_predicates_route_filter_and_mask() -> None:
     steps = chain(
         {"type": "MaskField", "fields": ["customer", "paid", "amount"],
          "predicate": {"type": "HasHeaderKey", "name": "pii"}},
-        {"type": "RegexRouter", "regex": r"mysql-server-1\.(\w+)\.(\w+)", "replacement": "$1_$2\\$"},
-        {"type": "Filter", "predicate": {"type": "TopicNameMatches", "pattern": r"inventory_orders\$"},
+        {"type": "RegexRouter", "regex": r"mysql-server-1\.(\w+)\.(\w+)", "replacement": "$1_$2_x"},
+        {"type": "Filter", "predicate": {"type": "TopicNameMatches", "pattern": r"inventory_orders_x"},
          "negate": True})
     table = decoded(events, headers=[[("pii", b"1")], [], [("other", b"")]])
     out = rows(rt.apply(table, steps, "source_ts_ms"))
-    assert [r["route"] for r in out] == ["inventory_orders$"] * 3
+    assert [r["route"] for r in out] == ["inventory_orders_x"] * 3
     assert [r["change_op"] for r in out] == ["upsert"] * 3  # the negated filter keeps what matches
     assert (out[0]["image"]["customer"], out[0]["image"]["paid"], out[0]["image"]["amount"]) == ("", "0", "0.00")
     assert out[1]["image"]["customer"] == o.ROW_2["customer"]
@@ -205,9 +204,102 @@ def test_predicates_route_filter_and_mask() -> None:
     assert [r["change_op"] for r in dropped] == ["", "upsert", "upsert"]
 
 
-def test_a_cast_of_a_field_no_record_has_is_a_config_error_naming_the_step() -> None:
-    with pytest.raises(ConfigError, match=r"transforms.1 \(Cast\): Cast: value has no field 'nope'"):
-        rt.apply(decoded(fx.events()[:2]), chain({"type": "Cast", "spec": {"nope": "int64"}}), "source_ts_ms")
+def test_a_field_the_records_lack_is_left_alone_and_a_bad_replacement_names_the_step() -> None:
+    table = decoded(fx.events()[:2])
+    assert rows(rt.apply(table, chain({"type": "Cast", "spec": {"nope": "int64"}}), "source_ts_ms")) == rows(table)
+    with pytest.raises(ConfigError, match=r"transforms.1 \(MaskField\): MaskField: the replacement 'x' is not a"):
+        rt.apply(table, chain({"type": "MaskField", "fields": ["paid"], "replacement": "x"}), "source_ts_ms")
+
+
+def _env(i: int, op: str = "c", **row: Any) -> tuple[bytes, bytes]:
+    image = {"id": i, **row}
+    return (json.dumps({"id": i}).encode(), json.dumps({
+        "op": op, "before": image if op == "d" else None, "after": None if op == "d" else image,
+        "source": {"ts_ms": 5}}).encode())
+
+
+def test_after_the_unwrap_a_delete_has_no_value_and_a_value_error_never_fails_a_delete() -> None:
+    """As on the older path, where ExtractNewRecordState (delete_handling none) leaves a delete a null
+    value: a TombstoneHandler drops it, a Cast of its row does not fail it."""
+    table = decoded([_env(1, n="1"), _env(2, "d", n="x"), (b'{"id": 3}', None)])
+    out = rows(rt.apply(table, chain({"type": "TombstoneHandler", "behavior": "ignore"}), "source_ts_ms"))
+    assert [r["change_op"] for r in out] == ["upsert", "", ""]
+    cast = rows(rt.apply(table, chain({"type": "Cast", "spec": {"n": "int64"}}), "source_ts_ms"))
+    assert [(r["change_op"], r["error_message"]) for r in cast] == [("upsert", None), ("delete", None),
+                                                                    ("delete", None)]
+    failing = rows(rt.apply(table, chain({"type": "TombstoneHandler", "behavior": "fail"}), "source_ts_ms"))
+    assert [r["error_message"] for r in failing] == [None] + ["TombstoneHandler: tombstone record (behavior fail)"] * 2
+
+
+def test_zoned_texts_times_of_day_and_strict_formats() -> None:
+    table = decoded([_env(1, at="2024-01-02T03:04:05Z"), _env(2, at="2024-01-02T03:04:05.5+02:00"),
+                     _env(3, at="2024-1-2"), _env(4, at="02.01.2024")])
+    out = rows(rt.apply(table, chain({"type": "TimestampConverter", "field": "at", "target_type": "unix",
+                                      "format": "dd.MM.yyyy"}), "source_ts_ms"))
+    assert [r["image"]["at"] for r in out] == ["1704164645000", "1704157445500", None, "1704153600000"]
+    assert out[2]["error_message"] == "TimestampConverter: value.at = '2024-1-2' is not a timestamp in format dd.MM.yyyy"
+    typed = Decoder("source_ts_ms")
+    typed.column_wise_min = 1
+    times = pa.Table.from_batches([typed.decode_batch(MemorySource([Record(
+        "t", 0, 0, b'{"id": 1}', json.dumps({"schema": {"type": "struct", "fields": [
+            *({"field": side, "type": "struct", "optional": True, "fields": [
+                {"field": "id", "type": "int32"}, {"field": "t", "type": "int64", "name": "io.debezium.time.MicroTime"}]}
+              for side in ("before", "after")),
+            {"field": "op", "type": "string"}, {"field": "source", "type": "struct", "fields": [
+                {"field": "ts_ms", "type": "int64"}]}]},
+            "payload": {"before": None, "after": {"id": 1, "t": 3_600_000_000}, "op": "c", "source": {"ts_ms": 5}}},
+            separators=(",", ":")).encode(),
+        1)]).batch())])
+    said = rows(rt.apply(times, chain({"type": "TimestampConverter", "field": "t", "target_type": "unix"}),
+                         "source_ts_ms"))
+    assert said[0]["error_message"] == "TimestampConverter: value.t = '01:00:00.000000' is not a timestamp"
+    cast = rows(rt.apply(times, chain({"type": "Cast", "spec": {"t": "int64"}}), "source_ts_ms"))
+    assert cast[0]["error_message"] == ("Cast: value.t = '01:00:00.000000' is a date or time: TimestampConverter with "
+                                        "target_type unix makes it a number")
+
+
+def test_java_patterns_and_replacements_this_path_cannot_read_go_to_the_older_path() -> None:
+    def reason(step: dict[str, Any]) -> str | None:
+        return rt.unserved(job(MYSQL, transforms=chain(step)))
+
+    for fmt in ("yyyy-MM-dd HH:mm:ss.SSSSSS", "dd MMMM yyyy", "yy-MM-dd", "yyyy-MM-dd'T'HH"):
+        assert reason({"type": "TimestampConverter", "field": "a", "target_type": "string", "format": fmt}) == (
+            f"transforms.1 (TimestampConverter): the format {fmt!r} uses more than yyyy MM dd HH mm ss SSS")
+    assert reason({"type": "RegexRouter", "regex": "x[a-z&&[^c]]", "replacement": "y"}) == (
+        "transforms.1 (RegexRouter): the regex 'x[a-z&&[^c]]' is not an RE2 expression")
+    for replacement in ("$x", "$2", "$10"):
+        regex = "(a)(b)(c)(d)(e)(f)(g)(h)(i)(j)" if replacement == "$10" else "(a)"
+        assert reason({"type": "RegexRouter", "regex": regex, "replacement": replacement}) == (
+            f"transforms.1 (RegexRouter): the replacement {replacement!r} (groups $1-$9 and \\$ only)")
+    assert reason({"type": "RegexRouter", "regex": "(a)(b)", "replacement": "$2$1\\$"}) is None
+    assert rt.unserved(job(MYSQL, transforms=CHAIN.validate_python(
+        [{"type": "ExtractNewRecordState", "delete_handling": "rewrite"}]))) == (
+        "transforms.0 (ExtractNewRecordState): delete_handling rewrite")
+    kafka_offset = job(MYSQL, transforms=CHAIN.validate_python(
+        [{"type": "ExtractNewRecordState", "add_fields": ["source.ts_ms"]}]))
+    assert rt.unserved(replace(kafka_offset, versioning="kafka_offset")) == (
+        "transforms.0 (ExtractNewRecordState): add_fields ['source.ts_ms'] (this path adds table, db)")
+
+
+def test_a_route_that_cannot_name_a_table_fails_its_change_as_on_the_older_path() -> None:
+    steps = chain({"type": "RegexRouter", "regex": r"mysql-server-1\.(.*)", "replacement": "cdcflow_$1"})
+    out = rows(project.routes_checked(rt.apply(decoded(fx.events()[:1]), steps, "source_ts_ms")))
+    assert out[0]["error_message"] == ("the routed topic 'cdcflow_inventory.orders' is reserved: names starting "
+                                       "with cdcflow_ or cdcflow- are cdcflow's own tables and indices")
+
+
+def test_a_chain_decodes_every_batch_typed_and_an_odd_record_leaves_its_group_typed() -> None:
+    from spark_jobs.decode import change_decoder
+
+    assert change_decoder(job(MYSQL, transforms=chain())).column_wise_min == 1
+    records = [_env(i, n=i) for i in range(300)]
+    records[150] = _env(150, n="odd")  # a string where the others have numbers: its group fails, halved
+    image = decoded(records).column("image").combine_chunks()
+    codes = np.frombuffer(image.buffers()[1], np.int8)[image.offset:image.offset + len(image)]
+    kind_of_row = [image.field(int(c)).type.field("n").type for c in codes]
+    texts = [i for i, k in enumerate(kind_of_row) if k == pa.string()]
+    assert 150 in texts and len(texts) <= 64  # the odd record's neighbours in a half of 64 or fewer, not all 300
+    assert {kind_of_row[i] for i in range(300) if i not in texts} == {pa.int64()}
 
 
 def test_which_chains_the_partition_path_serves() -> None:
@@ -219,7 +311,7 @@ def test_which_chains_the_partition_path_serves() -> None:
         "a sink is not a MySQL table of declared columns": [job(es, transforms=ok), job(dynamic, transforms=ok)],
         "the chain does not start with ExtractNewRecordState": [
             job(MYSQL, transforms=CHAIN.validate_python([{"type": "Cast", "spec": {"id": "int64"}}]))],
-        "transforms.0 (ExtractNewRecordState): add_fields ['op'] (this path adds table, db and source.ts_ms)": [
+        "transforms.0 (ExtractNewRecordState): add_fields ['op'] (this path adds table, db, source.ts_ms)": [
             job(MYSQL, transforms=CHAIN.validate_python([{"type": "ExtractNewRecordState", "add_fields": ["op"]}]))],
         "transforms.1 (Flatten): not among the transforms of this path": [
             job(MYSQL, transforms=chain({"type": "Flatten"}))],
