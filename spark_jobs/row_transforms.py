@@ -20,6 +20,8 @@ with these differences, which docs/transforms.md lists:
   value a step cannot convert never fails a delete;
 * a value cast to ``string`` gets the value's MySQL text (a double 1e10 is ``1e+10``, Spark's
   ``1.0E10``); a Cast of a date or time to a number is a dead letter naming TimestampConverter;
+* TimestampConverter reads a text by ``format``, else as an ISO date or time, else a whole number's
+  text as that number (the texts of the per-record decode; Spark's try_cast refuses the last two);
 * a field the records lack is left alone (the older path: a config error when no record of the
   window has it);
 * a record a transform drops (Filter, a dropped delete or tombstone) is read and counted but changes
@@ -397,12 +399,15 @@ def _micros(raw: pa.Array, cfg: cfgs.TimestampConverter) -> pa.Array:
     kind = raw.type
     per_unit = {"seconds": 1_000_000, "milliseconds": 1_000, "microseconds": 1}[cfg.unix_precision]
     if pa.types.is_string(kind):  # by the format, else as the ISO text a decoded date or time has
-        iso = _iso_micros(raw)
-        if not cfg.format:
-            return iso
-        fmt = _strftime(cfg.format)
-        assert fmt is not None  # unserved() refused the others
-        return pc.coalesce(pc.cast(_strptime(raw, fmt), pa.int64()), iso)
+        read = [_iso_micros(raw)]
+        if cfg.format:
+            fmt = _strftime(cfg.format)
+            assert fmt is not None  # unserved() refused the others
+            read.insert(0, pc.cast(_strptime(raw, fmt), pa.int64()))
+        # a whole number's text: the number (the per-record decode gives a JSON number as its text)
+        number = pc.if_else(pc.fill_null(pc.match_substring_regex(raw, r"^-?\d{1,18}$"), False), raw, None)
+        read.append(_micros(pc.cast(number, pa.int64()), cfg))
+        return pc.coalesce(*read)
     if pa.types.is_integer(kind):
         wide = pc.cast(raw, pa.int64())
         limit = (2 ** 63 - 1) // per_unit

@@ -211,13 +211,23 @@ def _fields(before: pa.DataType, after: pa.DataType, group: _Group) -> dict[str,
     before and after images must agree on them)."""
     if not group.infer:
         return group.converters
-    extra_after = [f.name for f in after if f.name not in group.converters]
-    extra_before = [f.name for f in before if f.name not in group.converters]
-    if extra_after != extra_before or any(pa.types.is_struct(f.type) or pa.types.is_list(f.type)
-                                          for f in after if f.name in extra_after):
-        raise Unsupported("fields beyond the first record's that differ between images or are structured")
+    # a field only one image has is null in the other (a delete whose before image holds the key alone,
+    # first in its batch, must not send the whole batch to the per-record decode)
+    extra = list(dict.fromkeys([f.name for f in after if f.name not in group.converters]
+                               + [f.name for f in before if f.name not in group.converters]))
+    if any(pa.types.is_struct(f.type) or pa.types.is_list(f.type) for image in (before, after) for f in image
+           if f.name in extra):
+        raise Unsupported("fields beyond the first record's that are structured")
     assert group.fallback is not None
-    return {**group.converters, **{name: group.fallback for name in extra_after}}
+    return {**group.converters, **{name: group.fallback for name in extra}}
+
+
+def _image_field(image: pa.StructArray, name: str, other: pa.StructArray) -> pa.Array:
+    """Field ``name`` of a row image, or nulls of the other image's type where this one lacks it."""
+    i = image.type.get_field_index(name)
+    if i >= 0:
+        return image.field(i)
+    return pa.nulls(len(image), other.type.field(other.type.get_field_index(name)).type)
 
 
 def _decode_group(decoder: Decoder, batch: pa.RecordBatch, group: _Group) -> list[pa.Array]:
@@ -255,7 +265,7 @@ def _decode_group(decoder: Decoder, batch: pa.RecordBatch, group: _Group) -> lis
     row_fields = _fields(before.type, after.type, group)
     for name, convert in row_fields.items():
         try:
-            values = pc.if_else(is_delete, before.field(name), after.field(name))
+            values = pc.if_else(is_delete, _image_field(before, name, after), _image_field(after, name, before))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError) as exc:
             raise Unsupported(f"field {name!r} of two types: {exc}") from None
         value, fragment = _values(values, convert, decoder.need_json)
