@@ -11,7 +11,8 @@ sends the others to the older path. Served: a Debezium chain that starts with Ex
 versioning), followed by Cast, ReplaceField, TimestampConverter, MaskField, InsertField, RegexRouter,
 Filter and TombstoneHandler on the value, with the predicates TopicNameMatches, RecordIsTombstone and
 HasHeaderKey (regexes RE2 reads as Java does; Java patterns of yyyy MM dd HH mm ss SSS), into MySQL
-tables of declared columns. The transforms act as those of the older path do (tests/integration/
+tables of declared columns, or created from the record schema (the json_schema converter: the row
+schema rewritten as the images are, :func:`described`). The transforms act as those of the older path do (tests/integration/
 spark_jobs/test_row_transforms.py runs both on the same records and compares the rows read back),
 with these differences, which docs/transforms.md lists:
 
@@ -40,6 +41,7 @@ message; later transforms leave it as it is.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import re
 from collections.abc import Callable
@@ -80,9 +82,14 @@ def unserved(job: Any) -> str | None:
     if not chain or chain[0].type != "ExtractNewRecordState":
         return "the chain does not start with ExtractNewRecordState"
     sinks = [t.config for t in job.sinks]
-    if not all(isinstance(s, MySqlSinkConfig) and s.columns and s.pk_mode != "kafka"
-               and "{" not in s.table for s in sinks):
-        return "a sink is not a MySQL table of declared columns"
+    for sink in sinks:  # prepare.is_static or prepare.is_dynamic, MySQL
+        if not isinstance(sink, MySqlSinkConfig) or sink.pk_mode == "kafka":
+            return "a sink is not a MySQL table (Elasticsearch, or pk_mode kafka)"
+        if sink.name == job.offsets_sink and (not sink.columns or "{" in sink.table):
+            return "the exactly-once sink has no declared columns"
+    if any(not s.columns for s in sinks) and job.value_converter != "json_schema":
+        # tables from the record schema need the Connect schemas (the older path infers them from JSON)
+        return "tables from the record schema need value_converter json_schema"
     for i, cfg in enumerate(chain):
         reason = _unserved_step(cfg, first=i == 0, versioning=job.versioning)
         if reason is not None:
@@ -152,6 +159,51 @@ def _made_or_retyped(cfg: Any) -> tuple[str | None, ...]:
     if isinstance(cfg, cfgs.Cast):
         return tuple(cfg.spec)
     return (cfg.field,) if isinstance(cfg, cfgs.TimestampConverter) else ()
+
+
+# -- the row schema (the MySQL table created from the records: connectors/debezium/schema_columns.py) --
+CAST_COLUMNS = {"int8": "TINYINT", "int16": "SMALLINT", "int32": "INT", "int64": "BIGINT", "float32": "FLOAT",
+                "float64": "DOUBLE", "boolean": "TINYINT(1)"}
+TIME_COLUMNS = {"unix": "BIGINT", "Timestamp": "DATETIME(6)", "Date": "DATE", "Time": "LONGTEXT", "string": "LONGTEXT"}
+
+
+def described(chain: Any, text: str) -> str:
+    """A row schema's table (``{"columns", "key", "properties"}``) after the chain: fields renamed,
+    left out, cast and added as the images are. A field whose type a step changes loses its
+    Elasticsearch property (dynamic mapping)."""
+    table = json.loads(text)
+    columns = {c["name"]: c for c in table["columns"]}
+    key, properties = list(table["key"]), dict(table.get("properties", {}))
+
+    def typed(name: str, kind: str) -> None:
+        columns[name] = {"name": name, "type": kind, "nullable": columns.get(name, {}).get("nullable", True)}
+        properties.pop(name, None)
+
+    for cfg in chain:
+        if isinstance(cfg, cfgs.ExtractNewRecordState):
+            for field in cfg.add_fields:
+                typed("__" + field.replace(".", "_"), "BIGINT" if field == "source.ts_ms" else "LONGTEXT")
+        elif isinstance(cfg, cfgs.ReplaceField):
+            kept = [n for n in columns if (not cfg.include or n in cfg.include) and n not in cfg.exclude]
+            columns = {cfg.renames.get(n, n): {**columns[n], "name": cfg.renames.get(n, n)} for n in kept}
+            key = [cfg.renames.get(n, n) for n in key if n in kept]
+            properties = {cfg.renames.get(n, n): p for n, p in properties.items() if n in kept}
+        elif isinstance(cfg, cfgs.Cast):
+            for field, kind in cfg.spec.items():
+                if field in columns:
+                    typed(field, CAST_COLUMNS.get(kind, "VARCHAR(255)" if field in key else "LONGTEXT"))
+        elif isinstance(cfg, cfgs.TimestampConverter) and cfg.field in columns:
+            typed(cfg.field, TIME_COLUMNS[cfg.target_type])
+        elif isinstance(cfg, cfgs.InsertField):
+            for field, kind in ((cfg.topic_field, "LONGTEXT"), (cfg.partition_field, "INT"),
+                                (cfg.offset_field, "BIGINT"), (cfg.timestamp_field, "DATETIME(6)")):
+                if field:
+                    typed(field, kind)
+            if cfg.static_field:
+                value = cfg.static_value
+                typed(cfg.static_field, "TINYINT(1)" if isinstance(value, bool) else "BIGINT" if isinstance(
+                    value, int) else "DOUBLE" if isinstance(value, float) else "LONGTEXT")
+    return json.dumps({**table, "columns": list(columns.values()), "key": key, "properties": properties})
 
 
 # -- the changes, child by child -----------------------------------------------------------------------
@@ -635,10 +687,15 @@ STEPS: dict[str, Callable[[Rows, Any], None]] = {
 
 
 def apply(decoded: pa.Table, chain: Any, versioning: str) -> pa.Table:
-    """A read task's decoded changes through the chain (:func:`unserved` said it is served)."""
+    """A read task's decoded changes through the chain (:func:`unserved` said it is served); the row
+    schemas (the tables created from them) rewritten to match (:func:`described`)."""
     rows = Rows(decoded)
     if not decoded.num_rows:
         return decoded
+    schemas = rows.column("row_schema")
+    if schemas.null_count < len(schemas):
+        texts = {t: described(chain, t) for t in pc.unique(schemas).drop_null().to_pylist()}
+        rows.set("row_schema", pa.array([None if t is None else texts[t] for t in schemas.to_pylist()], pa.string()))
     for i, cfg in enumerate(chain):
         try:
             if cfg.type == "ExtractNewRecordState":

@@ -143,3 +143,46 @@ def test_dropped_records_move_the_offsets_past_them(
     with mysql_engine().connect() as conn:
         assert [tuple(r) for r in conn.exec_driver_sql(f"SELECT id, v FROM `{tag}` ORDER BY id")] == [(1, "a"), (2, "b")]
     assert (first["records"], first["dead_lettered"], again["records"]) == (5, 0, 0)
+
+
+def test_tables_from_the_record_schema_get_the_chains_columns(
+        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sink without columns (tables created from the Connect schema, routed by the renamed topic):
+    both paths give the source's values; the partition path's table has the chain's column types,
+    and Debezium's Decimal bytes as a DECIMAL (the older path reads them as base64 text)."""
+    tag = unique("rowtables")
+    topic = f"{tag}.inventory.orders"
+    cdcgen.produce(bootstrap(), topic, [cdcgen.Event(k, v) for k, v in fx.events()], partitions=2)
+    chain = [*CHAIN[:3], {"type": "TimestampConverter", "field": "created", "target_type": "unix",
+                          "unix_precision": "microseconds"}]
+
+    def pipeline(path: str) -> Any:
+        steps = [*chain, {"type": "RegexRouter", "regex": rf"{tag}\.inventory\.(.*)", "replacement": f"{tag}_{path}_$1"}]
+        return load_pipeline(write_pipeline(
+            config_dir, f"{tag}_{path}", topic, "{topic}", transforms=steps,
+            source={"key_converter": "json_schema", "value_converter": "json_schema"},
+            sinks=[{"type": "mysql", "name": "m", "conn_id": "cdcflow_mysql", "table": "{topic}",
+                    "create_table": True, "pk_mode": "record_key"}]))
+
+    monkeypatch.setenv("CDCFLOW_WINDOW_PATH", "spark")
+    old = runner.run_window(pipeline("old"), "old", store=store, spark=spark)
+    monkeypatch.delenv("CDCFLOW_WINDOW_PATH")
+    monkeypatch.setattr(spark_path, "run_spark_path", _older_path_fails)
+    new = runner.run_window(pipeline("new"), "new", store=store, spark=spark)
+
+    want = [(i, r["customer"], r["paid"], _micros(r["created"])) for i, r in sorted(o.FINAL.items())]
+    for path in ("old", "new"):
+        with mysql_engine().connect() as conn:
+            got = [tuple(r) for r in conn.exec_driver_sql(
+                f"SELECT id, buyer, paid, created FROM `{tag}_{path}_orders` ORDER BY id")]
+        assert got == want, path
+    assert (old["dead_lettered"], new["dead_lettered"]) == (0, 0)
+    with mysql_engine().connect() as conn:
+        types = dict(conn.exec_driver_sql(
+            "SELECT column_name, column_type FROM information_schema.columns WHERE table_schema = DATABASE() "
+            "AND table_name = %s", (f"{tag}_new_orders",)).fetchall())
+        amounts = [r[0] for r in conn.exec_driver_sql(f"SELECT amount FROM `{tag}_new_orders` ORDER BY id")]
+    assert (types["id"], types["paid"], types["created"], types["amount"]) == (
+        "bigint(20)", "tinyint(1)", "bigint(20)", "decimal(10,2)")
+    assert "note" not in types and "customer" not in types
+    assert amounts == [r["amount"] for _i, r in sorted(o.FINAL.items())]

@@ -318,7 +318,8 @@ def test_which_chains_the_partition_path_serves() -> None:
     es = ElasticsearchSinkConfig(type="elasticsearch", name="docs", index="i", id_fields=["id"])
     dynamic = MySqlSinkConfig(type="mysql", name="t", table="{topic}", create_table=True)
     cases = {
-        "a sink is not a MySQL table of declared columns": [job(es, transforms=ok), job(dynamic, transforms=ok)],
+        "a sink is not a MySQL table (Elasticsearch, or pk_mode kafka)": [job(es, transforms=ok)],
+        "tables from the record schema need value_converter json_schema": [job(dynamic, transforms=ok)],
         "the chain does not start with ExtractNewRecordState": [
             job(MYSQL, transforms=CHAIN.validate_python([{"type": "Cast", "spec": {"id": "int64"}}]))],
         "transforms.0 (ExtractNewRecordState): add_fields ['op'] (this path adds table, db, source.ts_ms)": [
@@ -337,6 +338,7 @@ def test_which_chains_the_partition_path_serves() -> None:
     for reason, jobs in cases.items():
         for j in jobs:
             assert rt.unserved(j) == reason
+    assert rt.unserved(job(dynamic, transforms=ok, value_converter="json_schema")) is None
 
 
 def test_declared_columns_name_the_fields_after_the_chain() -> None:
@@ -346,3 +348,18 @@ def test_declared_columns_name_the_fields_after_the_chain() -> None:
                   {"type": "InsertField", "static_field": "src", "static_value": "x"})
     assert [rt.names_before(steps, f) for f in ("updated_at", "c", "b", "a", "n", "src", "plain")] == [
         "updated_ms", "a", None, None, None, None, "plain"]
+
+
+def test_a_table_from_the_record_schema_gets_the_columns_the_chain_leaves() -> None:
+    steps = chain({"type": "Cast", "spec": {"paid": "boolean", "id": "int64", "qty": "string"}},
+                  {"type": "ReplaceField", "exclude": ["note"], "renames": {"customer": "buyer"}},
+                  {"type": "TimestampConverter", "field": "created", "target_type": "unix"},
+                  {"type": "InsertField", "static_field": "src", "static_value": "shop", "offset_field": "off"})
+    table = rt.apply(decoded(fx.events()), steps, "source_ts_ms")
+    [schema] = [s for s in table.column("row_schema").to_pylist() if s is not None]
+    described = json.loads(schema)
+    assert {c["name"]: c["type"] for c in described["columns"]} == {
+        "id": "BIGINT", "buyer": "LONGTEXT", "amount": "DECIMAL(10,2)", "qty": "LONGTEXT", "created": "BIGINT",
+        "ship_date": "DATE", "paid": "TINYINT(1)", "src": "LONGTEXT", "off": "BIGINT"}
+    assert described["key"] == ["id"]
+    assert "buyer" in described["properties"] and "paid" not in described["properties"]
