@@ -1,9 +1,11 @@
-"""Read throughput on a real Spark standalone cluster: 1 worker against 2 workers (1 core each), on a
-topic with 6 partitions. What is timed is a window's read stage as the window job runs it: one Spark
-task per partition range reading with confluent-kafka into Arrow, the Debezium decode, and the local
-checkpoint (``spark_jobs.read``), on the Spark Connect server of that cluster.
+"""Throughput on a real Spark standalone cluster: 1 worker against 2 workers (1 core each), on a
+topic with 6 partitions, on the Spark Connect server of that cluster. What is timed is either a
+window's read stage as the window job runs it (one Spark task per partition range reading with
+confluent-kafka into Arrow, the Debezium decode, and the local checkpoint: ``spark_jobs.read``), or
+with ``--full`` whole windows into MySQL (``runner.run_window``: read, decode, last change per key,
+write, commit), checked against the events' final state.
 
-    scripts/bench.sh --cluster-read          (or: python -m bench.cluster_read [--events 600000])
+    scripts/bench.sh --cluster-read [--full]   (or: python -m bench.cluster_read [--events 600000] [--full])
 
 Needs kafka (scripts/services.sh start kafka). Starts and stops its own clusters (tests/spark_cluster.py).
 Prints a table and writes bench/results/<time>-cluster-read.json.
@@ -47,6 +49,30 @@ def read_once(spark: object, topic: str, consumer_conf: dict[str, object], ends:
     return frame.count(), seconds
 
 
+def full_once(spark: object, topic: str, tmp: Path, r: int, want: tuple[int, int]) -> tuple[int, float]:
+    """The topic through whole windows of 250,000 records into a new MySQL table: (records, seconds)."""
+    from bench.run import COLUMNS, drop_table, mysql_checksum, pipeline_yaml  # noqa: PLC0415
+    from cdcflow import runner  # noqa: PLC0415
+    from cdcflow.config import find_pipeline  # noqa: PLC0415
+
+    name = f"cluster_full_{uuid.uuid4().hex[:6]}_{r}"
+    drop_table(name)
+    pipeline_yaml(tmp, name, topic, [{"type": "mysql", "name": "m", "table": name, "create_table": True,
+                                      "primary_key": ["id"], "columns": COLUMNS, "batch_size": 500}])
+    cfg = find_pipeline(name)
+    records, t0 = 0, time.perf_counter()
+    for n in range(1, 100):
+        stats = runner.run_window(cfg, f"{name}-{n}", spark=spark)
+        if not stats["records"]:
+            break
+        records += stats["records"]
+    seconds = time.perf_counter() - t0
+    got = mysql_checksum(name)
+    assert got == want, f"{name}: {got} != the events' final state {want}"
+    drop_table(name)
+    return records, seconds
+
+
 def main() -> None:
     from connectors.kafka.reader import discover  # noqa: PLC0415
     from spark_jobs.session import release_sessions  # noqa: PLC0415
@@ -55,12 +81,24 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=600_000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--full", action="store_true", help="whole windows into MySQL, not the read stage alone")
     args = ap.parse_args()
     bootstrap = get_connection("cdcflow_kafka").kafka_config()["bootstrap.servers"]
     topic = f"bench.cluster.{uuid.uuid4().hex[:8]}"
     t = time.perf_counter()
-    cdcgen.produce(bootstrap, topic, cdcgen.orders_stream(args.events, args.events // 10, seed=5, broken=False).events,
-                   partitions=PARTITIONS)
+    if args.full:  # the recorded benchmark's workload (bench/workload.py), checked by its final state
+        from bench.run import produce  # noqa: PLC0415
+        from bench.workload import Workload, checksum  # noqa: PLC0415
+
+        workload = Workload(args.events, max(args.events // 10, 1))
+        want = checksum(workload.final_state())
+        produce(topic, workload, partitions=PARTITIONS)
+        tmp_config = Path(tempfile.mkdtemp(prefix="cdcflow-cluster-"))
+        os.environ["CDCFLOW_CONFIG_DIR"] = str(tmp_config)
+        os.environ["CDCFLOW_OFFSET_STORE_URL"] = f"sqlite:///{tmp_config / 'offsets.db'}"
+    else:
+        cdcgen.produce(bootstrap, topic, cdcgen.orders_stream(args.events, args.events // 10, seed=5,
+                                                              broken=False).events, partitions=PARTITIONS)
     print(f"produced {args.events:,} events to {topic} ({PARTITIONS} partitions) in {time.perf_counter() - t:.1f} s")
     conf = {"bootstrap.servers": bootstrap, "group.id": "bench-cluster-read", "enable.auto.commit": False,
             "enable.partition.eof": True, "fetch.wait.max.ms": 100, "auto.offset.reset": "error"}
@@ -77,7 +115,10 @@ def main() -> None:
                 spark = SparkSession.builder.remote(cluster.remote).create()
                 times = []
                 for r in range(args.rounds + 1):  # the first round warms the executors' Python workers
-                    n, seconds = read_once(spark, topic, conf, ends)
+                    if args.full:
+                        n, seconds = full_once(spark, topic, tmp_config, r, want)
+                    else:
+                        n, seconds = read_once(spark, topic, conf, ends)
                     assert n == total, (n, total)
                     if r:
                         times.append(seconds)
@@ -88,14 +129,16 @@ def main() -> None:
         med = statistics.median(times)
         rows.append({"workers": workers, "median_s": round(med, 2), "runs_s": [round(x, 2) for x in times],
                      "events_per_s": round(total / med)})
-        print(f"{workers} worker(s), 1 core each: read+decode+checkpoint of {total:,} events: median {med:.2f} s "
+        what = "whole windows into MySQL" if args.full else "read+decode+checkpoint"
+        print(f"{workers} worker(s), 1 core each: {what} of {total:,} events: median {med:.2f} s "
               f"= {total / med:,.0f} events/s  (runs {', '.join(f'{x:.2f}' for x in times)})", flush=True)
     ratio = round(rows[1]["events_per_s"] / rows[0]["events_per_s"], 2)
     print(f"2 workers / 1 worker: {ratio}x  ({os.cpu_count()} cores on this machine, shared with the broker)")
-    out = ROOT / "bench" / "results" / f"{time.strftime('%Y%m%dT%H%M%S')}-cluster-read.json"
+    kind = "cluster-full" if args.full else "cluster-read"
+    out = ROOT / "bench" / "results" / f"{time.strftime('%Y%m%dT%H%M%S')}-{kind}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"events": total, "partitions": PARTITIONS, "rows": rows, "ratio_2_over_1": ratio,
-                               "cores": os.cpu_count()}, indent=2))
+                               "cores": os.cpu_count(), "what": kind}, indent=2))
     print(f"wrote {out}")
 
 

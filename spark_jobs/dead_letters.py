@@ -1,7 +1,8 @@
 """The window's dead letters: bad records to the dead-letter topic, the tolerance and the breaker.
 
-Everything here runs before any sink is written (``send_dead_letters``, ``breaker``), or inside a
-write task for the rows a sink rejects (``dead_letter_reporter``); a failed DLQ write fails the window.
+Everything here runs before any sink is written (``send_dead_letters``, ``breaker``; a read task that
+writes its targets itself sends its own first, ``send_first``), or inside a write task for the rows
+a sink rejects (``dead_letter_reporter``); a failed DLQ write fails the window.
 """
 
 from __future__ import annotations
@@ -44,6 +45,18 @@ def reporter(job: WindowJob, rows: Callable[[pa.RecordBatch], Iterable[dict[str,
         faults.checkpoint("before_dlq_flush", job.faults)
         yield pa.RecordBatch.from_pydict({"reported": [dlq.flush()]})
     return report
+
+
+def send_first(job: WindowJob, bad: pa.Table, examples: list[str]) -> int:
+    """A read task that writes its targets itself (``prepare.early_targets``): its bad records before
+    any of its writes. Past errors.tolerance none it fails, naming them; else it sends them to the DLQ
+    and flushes. Returns how many it sent (what an earlier attempt sent is not sent again)."""
+    if not bad.num_rows:
+        return 0
+    if job.tolerance == "none":
+        raise ToleranceExceeded(f"errors.tolerance is 'none' and {bad.num_rows} record(s) cannot be processed: "
+                                f"{'; '.join(examples)}")
+    return list(reporter(job)(iter(bad.to_batches())))[0].column("reported")[0].as_py()
 
 
 def send_dead_letters(job: WindowJob, result: WindowResult, tally: Tally, examples: Callable[[], str],

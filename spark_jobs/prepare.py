@@ -58,6 +58,33 @@ def eligible(job: WindowJob) -> bool:
     return all(is_static(t) or is_dynamic(t, job) for t in job.sinks)
 
 
+def early_targets(job: WindowJob) -> dict[str, SinkTarget]:
+    """The targets the read tasks write themselves, prepared now, before the read (issue 25: no
+    checkpoint of their rows, no shuffle, and a task's writes overlap the next task's read): static
+    targets that need nothing from the read (MySQL tables of declared columns; indices, of which a
+    task hands on the documents whose records carry a schema when the index's mapping comes from the
+    records: :func:`mapped_by_records`), but the exactly-once sink. Only in windows where a task's
+    writes cannot race another's and nothing must be decided for the whole window before the first
+    write: one topic (Debezium keys records by primary key, so a key's changes sit in one partition,
+    one task; the version guard covers a key that moved partitions), no ``errors.max_dead_letters``
+    (the breaker), no ``truncate: apply``. ``CDCFLOW_WINDOW_PATH=staged`` turns it off."""
+    if (os.environ.get("CDCFLOW_WINDOW_PATH") == "staged" or job.max_dead_letters is not None
+            or job.truncate == "apply" or len({r.topic for r in job.ranges}) != 1):
+        return {}
+    early = {}
+    for target in job.sinks:
+        if is_static(target) and target.config.name != job.offsets_sink:
+            SINK_TYPES[target.config.type].prepare(target)
+            early[target.config.name] = target
+    return early
+
+
+def mapped_by_records(target: SinkTarget) -> bool:
+    """An index whose mapping the window makes from the row schemas its records carry (on the driver,
+    after the read): a read task writes its documents only if their records carry none."""
+    return isinstance(target.config, ElasticsearchSinkConfig) and target.config.mapping is None
+
+
 @dataclass(frozen=True)
 class Targets:
     """What the write tasks write: the static targets by sink name, the dynamic sinks' table groups."""

@@ -9,6 +9,7 @@ cannot be processed becomes a dead-letter row; the tally counts what was read.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -20,13 +21,13 @@ from connectors.elasticsearch.config import ElasticsearchSinkConfig
 from connectors.mysql.config import MySqlSinkConfig
 from spark_jobs import row_transforms
 from spark_jobs.blobs import BAD, CHANGES, ROWS, TALLY, bucketed, pack, packed
-from spark_jobs.dead_letters import first_per_record
+from spark_jobs.dead_letters import first_per_record, send_first
 from spark_jobs.job import MAX_EXAMPLES, TRUNCATE_TO_DLQ, WindowJob
-from spark_jobs.prepare import is_static
+from spark_jobs.prepare import is_static, mapped_by_records
 from spark_jobs.read import reader
 from spark_jobs.sinks import SinkTarget, is_routed
 from spark_jobs.tables import RAW_COLUMNS, TABLE_COLUMN, latest_rows, project_rows
-from spark_jobs.write import row_keys
+from spark_jobs.write import row_keys, write_now
 
 BAD_COLUMNS = [*RAW_COLUMNS, "error_stage", "error_message", "component"]
 
@@ -188,9 +189,13 @@ def truncate_policy(job: WindowJob, decoded: pa.Table) -> pa.Table:
     return decoded.set_column(decoded.schema.get_field_index("error_stage"), "error_stage", stage)
 
 
-def read_task(job: WindowJob, tasks: int) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def read_task(job: WindowJob, tasks: int, early: dict[str, SinkTarget] | None = None,
+              ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The default path's read task: its partition ranges read and decoded (spark_jobs/read.py),
-    ``truncate`` applied, then :func:`split` by target into packed blobs and a tally."""
+    ``truncate`` applied, then :func:`sort_out` by target. The ``early`` targets (prepared before the
+    read: ``prepare.early_targets``) it writes itself, after sending its dead letters (but an index
+    mapped from the records, unless they are :func:`schemaless`: ``handed`` on); the others' rows, and
+    the dead letters when no target is early, it packs for the driver. Last, its tally."""
     decode = reader(job, tasks, decode=True, typed=True)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -204,14 +209,54 @@ def read_task(job: WindowJob, tasks: int) -> Callable[[Iterator[pa.RecordBatch]]
         if job.transforms:  # the chains the per-partition path serves (spark_jobs/prepare.eligible)
             decoded = routes_checked(row_transforms.apply(decoded, job.transforms, job.versioning))
         decoded = truncate_policy(job, decoded)
-        yield from split(job, task, decoded, tasks)
+        if not early:
+            yield from split(job, task, decoded, tasks)
+            return
+        out = sort_out(job, decoded)
+        reported = send_first(job, out.bad, out.info["examples"])  # before any of this task's writes
+        handed = [] if schemaless(decoded) else [name for name, t in early.items() if mapped_by_records(t)]
+        rows = {name: table for name, _kind, table, _cols in out.rows if name in early and name not in handed}
+        written = [b.to_pylist()[0] for b in write_now(job, early, rows)] if rows else []
+        for name, kind, table, columns in out.rows:
+            if name not in rows:
+                yield from bucketed(task, kind, name, table, columns, tasks)
+        yield packed(task, TALLY, "", info={**out.info, "written": written, "reported": reported, "handed": handed})
     return run
+
+
+def schemaless(decoded: pa.Table) -> bool:
+    """No record of the task carries a schema, and it has a row to index (not only deletes and
+    tombstones, which a stream with schemas has too): an index mapped from the records' schemas
+    (``prepare.mapped_by_records``) takes its documents as they are, dynamically mapped."""
+    return not pc.any(pc.is_valid(decoded.column("row_schema"))).as_py() and bool(
+        pc.any(pc.equal(pc.fill_null(decoded.column("change_op"), ""), "upsert")).as_py())
+
+
+@dataclass
+class Sorted:
+    """A read task's decoded changes by target: per target its rows (name, packed kind, rows, the
+    columns that bucket them per write task), the dead letters, and the tally's info."""
+
+    rows: list[tuple[str, str, pa.Table, list[str] | None]]
+    bad: pa.Table
+    info: dict[str, Any]
 
 
 def split(job: WindowJob, task: int, decoded: pa.Table, writers: int = 1) -> Iterator[pa.RecordBatch]:
     """A read task's decoded changes -> its dead letters, each static target's last change per key,
     each dynamic sink's changes tagged with their table (both packed per write task, of ``writers``,
     by key or table: :func:`bucketed`), and the tally."""
+    out = sort_out(job, decoded)
+    for name, kind, table, columns in out.rows:
+        yield from bucketed(task, kind, name, table, columns, writers)
+    if out.bad.num_rows:
+        yield from (packed(task, BAD, "", blob) for blob in pack(out.bad))
+    yield packed(task, TALLY, "", info=out.info)
+
+
+def sort_out(job: WindowJob, decoded: pa.Table) -> Sorted:
+    """A read task's decoded changes -> its dead letters, each static target's last change per key,
+    each dynamic sink's changes tagged with their table, and the tally (:func:`split`)."""
     stage = decoded.column("error_stage")
     bad_parts = []
     errored = pc.is_valid(stage)
@@ -223,30 +268,29 @@ def split(job: WindowJob, task: int, decoded: pa.Table, writers: int = 1) -> Ite
     valid = decoded.filter(pc.and_(pc.invert(errored), pc.and_(pc.not_equal(op, ""), pc.not_equal(op, TRUNCATE))))
     truncates = truncates_of(job, decoded.filter(pc.and_(pc.invert(errored), pc.equal(op, TRUNCATE))))
     schemas: dict[str, list[list[Any]]] = {}
-    out: list[pa.RecordBatch] = []
+    rows: list[tuple[str, str, pa.Table, list[str] | None]] = []
     for target in job.sinks:
         if is_static(target):
-            out += _static_rows(task, target, valid, writers, schemas, bad_parts)
+            found = _static_rows(target, valid, schemas, bad_parts)
         else:
-            out += _tagged_changes(task, target, valid, writers, schemas, bad_parts)
+            found = _tagged_changes(target, valid, schemas, bad_parts)
+        if found is not None:
+            rows.append(found)
     bad = pa.concat_tables(bad_parts) if bad_parts else pa.table(
         {c: pa.array([], t) for c, t in zip(BAD_COLUMNS, [decoded.schema.field(c).type for c in RAW_COLUMNS]
                                             + [pa.string()] * 3, strict=True)})
     if job.source_format != "debezium" and bad.num_rows:
         bad = first_per_record(bad)
-    yield from out
-    if bad.num_rows:
-        yield from (packed(task, BAD, "", blob) for blob in pack(bad))
     examples = [f"{t}[{p}]@{o} ({s}): {m}" for t, p, o, s, m in zip(
         *[bad.column(c).slice(0, MAX_EXAMPLES).to_pylist() for c in
           ("topic", "partition", "offset", "error_stage", "error_message")], strict=True)]
-    yield packed(task, TALLY, "", info={**_tally_of(decoded, bad), "schemas": schemas, "examples": examples,
-                                         "truncates": truncates})
+    return Sorted(rows, bad, {**_tally_of(decoded, bad), "schemas": schemas, "examples": examples,
+                              "truncates": truncates})
 
 
-def _static_rows(task: int, target: SinkTarget, valid: pa.Table, writers: int, schemas: dict[str, list[list[Any]]],
-                 bad_parts: list[pa.Table]) -> list[pa.RecordBatch]:
-    """A target whose columns are known: its projected rows, the last change per key, packed by key
+def _static_rows(target: SinkTarget, valid: pa.Table, schemas: dict[str, list[list[Any]]],
+                 bad_parts: list[pa.Table]) -> tuple[str, str, pa.Table, list[str] | None] | None:
+    """A target whose columns are known: its projected rows, the last change per key, bucketed by key
     (the rows that do not fit into ``bad_parts``; an index's row schemas into ``schemas``)."""
     cfg = target.config
     keys = row_keys(target)
@@ -263,11 +307,11 @@ def _static_rows(task: int, target: SinkTarget, valid: pa.Table, writers: int, s
         bad_parts.append(_bad_rows(rejected, "transform", rejected.column("error_message"), target.component))
         projected = projected.filter(pc.invert(unfit))
     rows = latest_rows(projected, keys, keep_unresolved=True) if keys and projected.num_rows else projected
-    return bucketed(task, ROWS, cfg.name, rows, keys, writers)
+    return (cfg.name, ROWS, rows, keys) if rows.num_rows else None
 
 
-def _tagged_changes(task: int, target: SinkTarget, valid: pa.Table, writers: int,
-                    schemas: dict[str, list[list[Any]]], bad_parts: list[pa.Table]) -> list[pa.RecordBatch]:
+def _tagged_changes(target: SinkTarget, valid: pa.Table, schemas: dict[str, list[list[Any]]],
+                    bad_parts: list[pa.Table]) -> tuple[str, str, pa.Table, list[str] | None] | None:
     """A MySQL sink whose tables or columns come from the records: its changes tagged with their
     table, packed by table (the unroutable and, with declared columns, the unfit into ``bad_parts``;
     each table's row schemas into ``schemas``)."""
@@ -288,12 +332,12 @@ def _tagged_changes(task: int, target: SinkTarget, valid: pa.Table, writers: int
             bad_parts.append(_bad_rows(rejected, "transform", rejected.column("error_message"), target.component))
             routed, names = routed.filter(pc.invert(unfit)), names.filter(pc.invert(unfit))
     if not routed.num_rows:
-        return []
+        return None
     tagged = routed.select(["topic", "partition", "offset", "timestamp", "key", "value", "headers", "route",
                             "change_op", "version", "row_index", "image", "key_image"]).append_column(
         TABLE_COLUMN, names)
     schemas[cfg.name] = _schemas(routed, names)
-    return bucketed(task, CHANGES, cfg.name, tagged, [TABLE_COLUMN], writers)
+    return cfg.name, CHANGES, tagged, [TABLE_COLUMN]
 
 
 def truncates_of(job: WindowJob, rows: pa.Table) -> dict[str, dict[str, int]]:

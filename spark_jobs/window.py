@@ -15,11 +15,17 @@ to the write (issue 25); the JVM holds only a few large binary values:
    all in Arrow. What cannot be processed becomes a dead-letter row. Each task emits Arrow IPC blobs
    (spark_jobs/blobs.py) and one tally row: per partition its end, its record count and time range,
    the dead letters per stage, and the row schemas of the tables and indices made from the records.
-2. The driver checkpoints that output (so no later stage re-reads Kafka), writes the read range to
-   the ledger, fails a window past ``errors.tolerance: none``, sends the dead letters (one task) and
-   applies the breaker (``errors.max_dead_letters``), all before any sink is written
-   (spark_jobs/dead_letters.py). It then creates or evolves the tables and indices the tally names
-   (spark_jobs/prepare.py).
+   **Early targets** (spark_jobs/prepare.py::early_targets: tables of declared columns and indices
+   of a declared mapping, in a window of one topic without the breaker or ``truncate: apply``) are
+   prepared before the read and written by the read task itself, once it has sent its own dead
+   letters (or failed, past ``errors.tolerance: none``): their rows never reach the JVM, no
+   checkpoint, no shuffle, and one task's writes overlap the next task's read. A key's changes sit
+   in one partition (Debezium keys records by primary key), so in one task.
+2. When rows are handed on, the driver checkpoints that output (so no later stage re-reads Kafka),
+   writes the read range to the ledger, fails a window past ``errors.tolerance: none``, sends the
+   dead letters (one task) and applies the breaker (``errors.max_dead_letters``), all before any
+   handed-on sink is written (spark_jobs/dead_letters.py). It then creates or evolves the tables and
+   indices the tally names (spark_jobs/prepare.py).
 3. **write tasks** (spark_jobs/write.py) get the blobs by a hash of the key (of the table, for a
    routed sink), so all the rows of a key, from every read task, meet in one write task, which keeps
    the last change per key again and writes its targets at the same time. Two tasks never write one
@@ -40,6 +46,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from dataclasses import replace
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from connectors import errors as cdc_errors
@@ -107,16 +115,29 @@ def run_partition_path(spark: SparkSession, job: WindowJob, on_read: OnRead,
     from pyspark.sql import functions as F  # noqa: PLC0415
 
     stages: dict[str, float] = {}
+    early = prepare.early_targets(job)  # written by the read tasks themselves, prepared now
+    later = [t.config.name for t in job.sinks if t.config.name not in early]
+    maybe = [name for name, t in early.items() if prepare.mapped_by_records(t)]  # handed on, or not
     with timing.timed(stages, "read+decode"):
-        # read → decode → project → last change per key, in the read tasks; checkpointed, so no later
-        # stage re-reads Kafka (a recomputation could see a different range)
+        # read → decode → project → last change per key (→ the early targets' writes), in the read
+        # tasks; checkpointed when rows may be handed on, so no later stage re-reads Kafka (a
+        # recomputation could see a different range, and would write the early targets again)
         tasks = read_tasks(job.ranges)
         ranges = spark.range(0, tasks, 1, tasks).select(F.col("id").cast("int").alias("idx"))
-        packed = checkpoint(ranges.mapInArrow(read_task(job, tasks), PACKED_SCHEMA))
-        tallies = [json.loads(r.info) for r in packed.where(F.col("kind") == TALLY).select("info").collect()]
+        frame = ranges.mapInArrow(read_task(job, tasks, early), PACKED_SCHEMA)
+        packed = checkpoint(frame) if later or maybe else None
+        tallies = [json.loads(r.info) for r in (packed if packed is not None else frame).where(
+            F.col("kind") == TALLY).select("info").collect()]
         tally = merge_tallies(tallies)
-        # the read range is in the ledger before anything is applied
+        # the read range is in the ledger before anything is applied (but the early targets' writes)
         result = read_result(ends_of(job, tally), tally, on_read, stages)
+    for name in early:
+        result.sinks.setdefault(name, SinkStats())
+    for info in tallies:
+        for row in info.get("written", []):
+            count_written(result, row["sink"], SimpleNamespace(**row))
+    handed = {name for info in tallies for name in info.get("handed", [])}
+    staged = replace(job, sinks=tuple(t for t in job.sinks if t.config.name not in early or t.config.name in handed))
     if result.records == 0:
         return result
 
@@ -124,14 +145,17 @@ def run_partition_path(spark: SparkSession, job: WindowJob, on_read: OnRead,
         send_dead_letters(
             job, result, tally,
             lambda: "; ".join([e for info in tallies for e in info.get("examples", [])][:MAX_EXAMPLES]),
-            lambda: sum(r.reported for r in packed.where(F.col("kind") == BAD).coalesce(1).mapInArrow(
-                reporter(job, blob_rows), REPORT_SCHEMA).collect()))
-    breaker(job, result)  # before any sink is written: a poison burst applies nothing
+            lambda: sum(info.get("reported", 0) for info in tallies) if early else sum(
+                r.reported for r in packed.where(F.col("kind") == BAD).coalesce(1).mapInArrow(
+                    reporter(job, blob_rows), REPORT_SCHEMA).collect()))
+    breaker(job, result)  # before any staged sink is written: a poison burst applies nothing
+    if packed is None or not staged.sinks:
+        return result
 
     with result.timed("sinks"):
-        targets = prepare.make_ready(job, tallies, result)  # tables and indices created or evolved; truncate: apply
+        targets = prepare.make_ready(staged, tallies, result)  # tables and indices created or evolved; truncate: apply
         commit = job.offset_commit(result.ends)
-        _write(job, packed, tasks, targets, result, skip_offsets_sink=commit is not None)
+        _write(staged, packed, tasks, targets, result, skip_offsets_sink=commit is not None)
         breaker(job, result)  # with the rows the sinks rejected, before the exactly-once sink
         if commit is not None:  # last, once every other sink succeeded: its transaction commits the offsets
             _write_offsets_sink(job, packed, targets, commit, result)

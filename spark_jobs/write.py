@@ -195,29 +195,12 @@ def row_keys(target: SinkTarget) -> list[str] | None:
 
 def write_task(job: WindowJob, targets: Targets,
                 commit: Any = None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """Each target's rows of this task's blobs, the targets at the same time (MySQL and Elasticsearch
-    wait on different servers; every one finishes before the first error is raised); with ``commit``,
-    the exactly-once sink's rows of every task in one transaction with the window's offsets."""
+    """Each target's rows of this task's blobs, the targets at the same time (:func:`at_once`); with
+    ``commit``, the exactly-once sink's rows of every task in one transaction with the window's offsets."""
     def one(name: str, blobs: list[bytes], tasks: set[int]) -> list[pa.RecordBatch]:
-        started = time.perf_counter()
         if name in targets.groups:
-            rows = list(tables_writer(job, targets.groups[name])(unpack(blobs).to_batches()))
-        else:
-            target = targets.static[name]
-            table = unpack(blobs)
-            keys = row_keys(target)
-            if keys and (len(tasks) > 1 or table.column("version").null_count):
-                table = latest_rows(table, keys)  # the rows of a key from several read tasks, unresolved tombstones
-            rows = [write_target(job, target, iter(table.to_batches()),
-                                     SINK_TYPES[target.config.type].open(target), dead_letter_reporter(job),
-                                     commit)]
-        seconds = (time.perf_counter() - started) / max(len(rows), 1)
-        out = []
-        for row in rows:
-            extra = json.loads(row.column("extra")[0].as_py())
-            extra[SECONDS_KEY] = seconds
-            out.append(row.set_column(row.schema.get_field_index("extra"), "extra", pa.array([json.dumps(extra)])))
-        return out
+            return list(tables_writer(job, targets.groups[name])(unpack(blobs).to_batches()))
+        return [write_static(job, targets.static[name], unpack(blobs), several=len(tasks) > 1, commit=commit)]
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         blobs: dict[str, list[bytes]] = {}
@@ -228,12 +211,44 @@ def write_task(job: WindowJob, targets: Targets,
                 blobs.setdefault(name, []).append(blob)
                 tasks.setdefault(name, set()).add(task)
         names = [t.config.name for t in job.sinks if t.config.name in blobs]  # in the config's order
-        if len(names) <= 1:
-            for name in names:
-                yield from one(name, blobs[name], tasks[name])
-            return
-        with ThreadPoolExecutor(max_workers=len(names), thread_name_prefix="cdcflow-write") as pool:
-            futures = [pool.submit(one, name, blobs[name], tasks[name]) for name in names]
-        for future in futures:
-            yield from future.result()
+        yield from at_once({name: (lambda n=name: one(n, blobs[n], tasks[n])) for name in names})
     return write
+
+
+def write_now(job: WindowJob, targets: dict[str, SinkTarget], rows: dict[str, pa.Table]) -> list[pa.RecordBatch]:
+    """A read task's own rows of the targets it writes itself (``prepare.early_targets``: their keys
+    are in no other task), the targets at the same time."""
+    names = [t.config.name for t in job.sinks if t.config.name in rows]  # in the config's order
+    return at_once({name: (lambda n=name: [write_static(job, targets[n], rows[n], several=False)]) for name in names})
+
+
+def write_static(job: WindowJob, target: SinkTarget, table: pa.Table, several: bool,
+                 commit: Any = None) -> pa.RecordBatch:
+    """A static target's rows (each key's last change, per read task) written: reduced again when they
+    come from ``several`` read tasks or hold tombstones whose delete was not resolved."""
+    keys = row_keys(target)
+    if keys and (several or table.column("version").null_count):
+        table = latest_rows(table, keys)
+    return write_target(job, target, iter(table.to_batches()), SINK_TYPES[target.config.type].open(target),
+                        dead_letter_reporter(job), commit)
+
+
+def at_once(writes: dict[str, Callable[[], list[pa.RecordBatch]]]) -> list[pa.RecordBatch]:
+    """Each target's write (its stats rows, with its seconds) at the same time: MySQL and
+    Elasticsearch wait on different servers; every one finishes before the first error is raised."""
+    def timed(name: str) -> list[pa.RecordBatch]:
+        started = time.perf_counter()
+        rows = writes[name]()
+        seconds = (time.perf_counter() - started) / max(len(rows), 1)
+        out = []
+        for row in rows:
+            extra = json.loads(row.column("extra")[0].as_py())
+            extra[SECONDS_KEY] = seconds
+            out.append(row.set_column(row.schema.get_field_index("extra"), "extra", pa.array([json.dumps(extra)])))
+        return out
+
+    if len(writes) <= 1:
+        return [row for name in writes for row in timed(name)]
+    with ThreadPoolExecutor(max_workers=len(writes), thread_name_prefix="cdcflow-write") as pool:
+        futures = [pool.submit(timed, name) for name in writes]
+    return [row for future in futures for row in future.result()]

@@ -154,7 +154,8 @@ class ElasticsearchSink:
     def _send(self) -> list[FailedRecord]:
         items, self._pending, self._pending_bytes = self._pending, [], 0
         items = self._drop_tombstoned(items)
-        for index in {i.change.key[0] for i in items if i.kind == "index"}:
+        # a bulk delete creates a missing index too, with a dynamic mapping: so before deletes as well
+        for index in {i.change.key[0] for i in items if i.kind in ("index", "delete")}:
             self._ensure_index(index, self._mappings.get(index, self.cfg.mapping), self.cfg.settings)
         failed: list[FailedRecord] = []
         attempt = 0

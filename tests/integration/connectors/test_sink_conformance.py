@@ -18,6 +18,7 @@ from connectors.mysql.sink import MySqlSink
 from spark_jobs.sinks import SINK_TYPES
 from tests.helpers import es_client, es_docs, mysql_engine, unique
 from tests.sink_conformance import (
+    FIRST,
     MAPPING,
     NAMES,
     Change,
@@ -27,6 +28,7 @@ from tests.sink_conformance import (
     frame,
     from_document,
     table_config,
+    values,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.services("mysql", "elasticsearch")]
@@ -76,3 +78,16 @@ class TestRealSinks(SinkConformance):
         subject.close_all()
         if request.param == "mysql-set":
             assert any(isinstance(s, MySqlSink) and s.stats.extra.get("set_batches") for s in subject.opened)
+
+
+def test_an_index_whose_first_bulk_only_deletes_gets_its_mapping() -> None:
+    """A bulk delete creates a missing index itself, with a dynamic mapping: the sink creates the
+    index with its mapping first (a window whose first write task held only deletes left the
+    index dynamically mapped, and the documents after it typed by their first values)."""
+    subject = es_subject()
+    subject.apply([("delete", 20, 99, None, None, None, None, None)])
+    subject.apply([FIRST])
+    [(index, got)] = es_client().indices.get_mapping(index=subject.opened[0].cfg.index).items()  # type: ignore[attr-defined]
+    assert got["mappings"]["properties"]["amount"] == MAPPING["properties"]["amount"], index
+    assert subject.read() == {1: values(FIRST)}
+    subject.close_all()

@@ -192,6 +192,7 @@ def test_a_window_releases_its_checkpoints_on_the_server(config_dir: Path, monke
         return out
 
     monkeypatch.setattr(session.Checkpoints, "__call__", recording)
+    monkeypatch.setenv("CDCFLOW_WINDOW_PATH", "staged")  # rows handed on to write tasks: a checkpoint held
     tag = unique("screl")
     cfg = load_pipeline(write_pipeline(config_dir, tag, f"t.{tag}", tag))
     stream = cdcgen.orders_stream(200, 30, seed=8)

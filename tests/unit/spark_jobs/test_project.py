@@ -3,6 +3,7 @@ leaves for the driver and the write tasks, from decoded Debezium envelopes."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -27,9 +28,9 @@ ROUTED = MySqlSinkConfig(type="mysql", name="routed", table="{source.table}", pr
 
 
 def job(*sinks: Any, **extra: Any) -> WindowJob:
-    return WindowJob(pipeline="p", run_id="r", consumer_conf={}, producer_conf={}, ranges=(),
-                     sinks=tuple(SinkTarget(s, "url") for s in sinks), versioning="source_ts_ms", tolerance="all",
-                     dlq_topic="dlq", context_headers=True, **extra)
+    return WindowJob(**{"pipeline": "p", "run_id": "r", "consumer_conf": {}, "producer_conf": {}, "ranges": (),
+                        "sinks": tuple(SinkTarget(s, "url") for s in sinks), "versioning": "source_ts_ms",
+                        "tolerance": "all", "dlq_topic": "dlq", "context_headers": True, **extra})
 
 
 def split(j: WindowJob, records: list[tuple[bytes | None, bytes | None]]) -> dict[str, Any]:
@@ -191,3 +192,31 @@ def test_the_one_pass_envelope_decode_agrees_with_the_general_one(value: bytes, 
     general._plain = lambda *_a: None  # type: ignore[method-assign]
     batch = raw_batch([(K1, value)])
     assert fast.decode_batch(batch).to_pylist() == general.decode_batch(batch).to_pylist()
+
+
+def test_which_targets_the_read_tasks_write_themselves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """prepare.early_targets: static targets that need nothing the read finds, in windows of one topic
+    without the breaker or truncate: apply; each prepared before the read."""
+    from connectors.kafka.reader import ReadRange
+    from spark_jobs.sinks import SINK_TYPES
+
+    prepared: list[str] = []
+    monkeypatch.setitem(SINK_TYPES, "mysql", dataclasses.replace(
+        SINK_TYPES["mysql"], prepare=lambda t: prepared.append(t.config.name)))
+    one = tuple(ReadRange("t", p, 0, 10, None, 0.0, True) for p in range(3))
+    two = (*one, ReadRange("u", 0, 0, 10, None, 0.0, True))
+    mapped = ES.model_copy(update={"name": "mapped", "mapping": {"properties": {"id": {"type": "long"}}}})
+    dynamic = MySqlSinkConfig(type="mysql", name="dyn", table="t", create_table=True)
+
+    def early(*sinks: Any, **extra: Any) -> list[str]:
+        return sorted(prepare.early_targets(job(*sinks, **{"ranges": one, **extra})))
+
+    assert early(MYSQL, ES, mapped, ROUTED, dynamic) == ["docs", "mapped", "rows"]  # not routed, not from the records
+    assert prepared == ["rows"]
+    assert [prepare.mapped_by_records(SinkTarget(s, "url")) for s in (MYSQL, ES, mapped)] == [False, True, False]
+    assert early(MYSQL, offsets_sink="rows") == []  # exactly-once: its transaction commits the offsets, last
+    assert early(MYSQL, ranges=two) == []  # two topics: a key's changes may sit in two tasks
+    assert early(MYSQL, truncate="apply") == []
+    assert early(MYSQL, max_dead_letters=object()) == []  # the breaker decides for the window before any write
+    monkeypatch.setenv("CDCFLOW_WINDOW_PATH", "staged")
+    assert early(MYSQL) == []

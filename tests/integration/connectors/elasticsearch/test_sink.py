@@ -20,6 +20,7 @@ from tests.helpers import (
     BASE,
     ES_SINK,
     bootstrap,
+    es_client,
     es_docs,
     expected,
     expected_docs,
@@ -167,10 +168,10 @@ def test_elasticsearch_stopped_mid_window_then_restarted(config_dir: Path) -> No
                             stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 180
-        while (w := store.ledger.get_window(cfg.name, "stopped")) is None or w.status != "read":
-            assert proc.poll() is None and time.monotonic() < deadline, "window ended before the read finished"
-            time.sleep(0.2)
-        time.sleep(1.0)  # the bulk writes are under way
+        es = es_client()
+        while not es.indices.exists(index=index) or not es.count(index=index)["count"]:  # the bulk writes are under way
+            assert proc.poll() is None and time.monotonic() < deadline, "window ended before its first documents"
+            time.sleep(0.1)
         _services("stop", "elasticsearch")
         out, _ = proc.communicate(timeout=300)
         assert proc.returncode == 1, out[-3000:]

@@ -1,0 +1,122 @@
+"""The read tasks that write their targets themselves (spark_jobs/prepare.py::early_targets, issue 25)
+against the staged path (every write after the read, ``CDCFLOW_WINDOW_PATH=staged``): the same
+records, two tables and two indices read back, both against the values the source database held.
+
+The records are Debezium's MySQL connector's own (tests/fixtures/debezium/orders.py: the JsonConverter
+with schemas, per the pages that module names), on three partitions, each read by its own task,
+with a record no decoder reads among them.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdcflow import cdcgen, runner
+from cdcflow.config import load_pipeline
+from cdcflow.state import StateStore
+from spark_jobs import job as window_job
+from tests.fixtures import orders as o
+from tests.fixtures.debezium import orders as fx
+from tests.helpers import bootstrap, es_client, mysql_engine, read_topic, unique, write_pipeline
+
+pytestmark = [pytest.mark.integration, pytest.mark.services("kafka", "mysql", "elasticsearch", "spark")]
+
+COLUMNS = [{"name": "id", "type": "INT"}, {"name": "customer", "type": "VARCHAR(64)"},
+           {"name": "amount", "type": "DECIMAL(10,2)"}, {"name": "paid", "type": "TINYINT(1)"}]
+MAPPING = {"properties": {"id": {"type": "long"}, "customer": {"type": "keyword"}, "amount": {"type": "keyword"}}}
+BROKEN = b'{"schema": {"type": "struct"}, "payload": {"op": "c", "after": '  # cut short: no decoder reads it
+
+
+def _pipeline(config_dir: Path, name: str, topic: str, table: str, index: str) -> Any:
+    return load_pipeline(write_pipeline(
+        config_dir, name, topic, table,
+        errors={"tolerance": "all", "dlq_topic": f"{name}.dlq"},
+        sinks=[{"type": "mysql", "name": "m", "conn_id": "cdcflow_mysql", "table": table, "create_table": True,
+                "primary_key": ["id"], "columns": COLUMNS},
+               {"type": "elasticsearch", "name": "e", "conn_id": "cdcflow_elasticsearch", "index": index,
+                "id_fields": ["id"], "mapping": MAPPING}]))
+
+
+def _documents(index: str) -> list[tuple[Any, ...]]:
+    es = es_client()
+    es.indices.refresh(index=index)
+    hits = es.search(index=index, size=100, sort=[{"id": "asc"}])["hits"]["hits"]
+    return [(h["_source"]["id"], h["_source"]["customer"], h["_source"]["amount"]) for h in hits]
+
+
+def test_read_tasks_that_write_give_the_rows_of_the_staged_path_and_of_the_source(
+        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    tag = unique("early")
+    topic = f"{tag}.inventory.orders"
+    events = [cdcgen.Event(k, v) for k, v in fx.events()]
+    events.insert(4, cdcgen.Event(b'{"schema": null, "payload": {"id": 9}}', BROKEN))
+    cdcgen.produce(bootstrap(), topic, events, partitions=3)
+    monkeypatch.setattr(window_job, "RECORDS_PER_READ_TASK", 1)  # a task per partition, as in a big window
+
+    stats = {}
+    for path in ("early", "staged"):
+        if path == "staged":
+            monkeypatch.setenv("CDCFLOW_WINDOW_PATH", "staged")
+        cfg = _pipeline(config_dir, f"{tag}_{path}", topic, f"{tag}_{path}", f"{tag}-{path}")
+        stats[path] = runner.run_window(cfg, path, store=store, spark=spark)
+
+    want = [(i, r["customer"], r["amount"], r["paid"]) for i, r in sorted(o.FINAL.items())]
+    for path in ("early", "staged"):
+        with mysql_engine().connect() as conn:
+            got = [tuple(r) for r in conn.exec_driver_sql(
+                f"SELECT id, customer, amount, paid FROM `{tag}_{path}` ORDER BY id")]
+        assert got == want, path
+        assert [(i, c, Decimal(str(a))) for i, c, a in _documents(f"{tag}-{path}")] == [
+            (i, c, a) for i, c, a, _p in want], path
+        dead = read_topic(f"{tag}_{path}.dlq")
+        assert [m.value() for m in dead] == [BROKEN], path  # sent once, with its context
+        assert dict(dead[0].headers())["__connect.errors.topic"] == topic.encode()
+        assert stats[path]["records"] == len(events) and stats[path]["dead_lettered"] == 1, path
+    early, staged = stats["early"], stats["staged"]
+    assert "sinks" not in early["stages"] and "sinks" in staged["stages"]  # nothing was handed on to write later
+    assert {n: (s["upserted"], s["deleted"]) for n, s in early["sinks"].items()} == {
+        n: (s["upserted"], s["deleted"]) for n, s in staged["sinks"].items()}
+    assert early["dead_letters"] == staged["dead_letters"]
+
+    again = runner.run_window(_pipeline(config_dir, f"{tag}_early", topic, f"{tag}_early", f"{tag}-early"),
+                              "again", store=store, spark=spark)
+    assert again["records"] == 0  # the offsets moved past the window, the dead letter included
+
+
+@pytest.mark.parametrize("wrapped", [True, False], ids=["with-schemas", "schemas.enable=false"])
+def test_an_index_mapped_from_the_records_gets_the_mapping_of_the_staged_path(
+        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch, wrapped: bool) -> None:
+    """An index without a declared mapping: a read task whose records carry a schema hands its
+    documents on (the window maps the index from the schemas first); one whose records carry none
+    (the JsonConverter with schemas.enable=false: the payload alone) writes them itself."""
+    tag = unique("earlyes")
+    topic = f"{tag}.inventory.orders"
+    events = [cdcgen.Event(k, v if wrapped or v is None else json.dumps(json.loads(v)["payload"]).encode())
+              for k, v in fx.events()]
+    cdcgen.produce(bootstrap(), topic, events, partitions=3)
+    monkeypatch.setattr(window_job, "RECORDS_PER_READ_TASK", 1)
+
+    stats = {}
+    for path in ("early", "staged"):
+        if path == "staged":
+            monkeypatch.setenv("CDCFLOW_WINDOW_PATH", "staged")
+        cfg = load_pipeline(write_pipeline(
+            config_dir, f"{tag}_{path}", topic, "unused", sinks=[
+                {"type": "elasticsearch", "name": "e", "conn_id": "cdcflow_elasticsearch", "index": f"{tag}-{path}",
+                 "id_fields": ["id"]}]))
+        stats[path] = runner.run_window(cfg, path, store=store, spark=spark)
+
+    es = es_client()
+    mappings = [es.indices.get_mapping(index=f"{tag}-{p}")[f"{tag}-{p}"]["mappings"] for p in ("early", "staged")]
+    assert mappings[0] == mappings[1]
+    docs = _documents(f"{tag}-early")
+    assert docs == _documents(f"{tag}-staged")
+    assert [(i, c) for i, c, _a in docs] == [(i, r["customer"]) for i, r in sorted(o.FINAL.items())]
+    if wrapped:  # Decimal bytes read by their schema; without one they stay Connect's base64 text
+        assert [Decimal(str(a)) for _i, _c, a in docs] == [r["amount"] for _i, r in sorted(o.FINAL.items())]
+    assert ("sinks" in stats["early"]["stages"]) is wrapped  # handed on only when the records carry a schema
