@@ -101,7 +101,8 @@ def one(directory: Path, tables: int, es: bool = False) -> dict[str, Any]:
 
 def _inserts(table: str, first_id: int, n: int, later_s: int) -> list[cdcgen.Event]:
     """``n`` changes of the fixture's first row (ids from ``first_id``), for ``table``, at ``later_s``."""
-    key, value = _renamed(fx.events()[0], table)
+    first = _renamed(fx.events()[0], table)
+    key, value = first.key, first.value
     key_doc, doc = json.loads(key), json.loads(value)
     out = []
     for i in range(first_id, first_id + n):

@@ -1,7 +1,7 @@
 """What a read task hands on: Arrow IPC blobs in Spark rows, bucketed for the write tasks.
 
 The JVM holds a few large binary values, never the records: one packed row per blob (at most
-``BLOB_ROWS`` rows each) and one tally row per read task.
+``BLOB_ROWS`` rows and about ``BLOB_BYTES`` each) and one tally row per read task.
 """
 
 from __future__ import annotations
@@ -26,11 +26,17 @@ TALLY, BAD, ROWS, CHANGES = "tally", "bad", "rows", "changes"  # the kinds of pa
 BLOB_ROWS = 20_000  # rows per blob: a Spark row holds one blob, whatever the window's size
 
 
+BLOB_BYTES = 16 << 20  # and about this many bytes at most: wide records (a schema in every value) made
+# blobs of hundreds of MB, which the JVM copies several times on their way (50,000 records of a
+# 33-column table with schemas exhausted the long-lived Spark's 1.5 GB heap)
+
+
 def pack(table: pa.Table) -> Iterator[bytes]:
-    for start in range(0, max(table.num_rows, 1), BLOB_ROWS):
+    rows = max(1, min(BLOB_ROWS, BLOB_BYTES * table.num_rows // max(table.nbytes, 1)))
+    for start in range(0, max(table.num_rows, 1), rows):
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, table.schema) as writer:
-            writer.write_table(table.slice(start, BLOB_ROWS))
+            writer.write_table(table.slice(start, rows))
         yield sink.getvalue().to_pybytes()
 
 
