@@ -14,6 +14,8 @@
 # by PID file. Ports and credentials come from scripts/env.sh (override with CDCFLOW_* variables).
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
+# MariaDB and start-stop-daemon live in the system directories, which a minimal PATH (env -i, cron) lacks
+case ":$PATH:" in *:/usr/sbin:*) ;; *) export PATH="$PATH:/usr/sbin:/sbin" ;; esac
 SVC="$CDCFLOW_HOME/services"
 mkdir -p "$SVC"
 
