@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -22,6 +23,7 @@ from connectors.mysql.config import MySqlSinkConfig
 from spark_jobs import row_transforms
 from spark_jobs.blobs import BAD, CHANGES, ROWS, TALLY, bucketed, pack, packed
 from spark_jobs.dead_letters import first_per_record, send_first
+from spark_jobs.decode import key_source_fields
 from spark_jobs.job import MAX_EXAMPLES, TRUNCATE_TO_DLQ, WindowJob
 from spark_jobs.prepare import is_static, mapped_by_records
 from spark_jobs.read import reader
@@ -214,7 +216,8 @@ def read_task(job: WindowJob, tasks: int, early: dict[str, SinkTarget] | None = 
             return
         out = sort_out(job, decoded)
         reported = send_first(job, out.bad, out.info["examples"])  # before any of this task's writes
-        handed = [] if schemaless(decoded) else [name for name, t in early.items() if mapped_by_records(t)]
+        handed = [name for name, t in early.items() if not keyed_by_record_key(decoded, t.config)
+                  or (mapped_by_records(t) and not schemaless(decoded))]
         rows = {name: table for name, _kind, table, _cols in out.rows if name in early and name not in handed}
         written = [b.to_pylist()[0] for b in write_now(job, early, rows)] if rows else []
         for name, kind, table, columns in out.rows:
@@ -222,6 +225,35 @@ def read_task(job: WindowJob, tasks: int, early: dict[str, SinkTarget] | None = 
                 yield from bucketed(task, kind, name, table, columns, tasks)
         yield packed(task, TALLY, "", info={**out.info, "written": written, "reported": reported, "handed": handed})
     return run
+
+
+def keyed_by_record_key(decoded: pa.Table, cfg: MySqlSinkConfig | ElasticsearchSinkConfig) -> bool:
+    """Every change's Kafka key has the target key's fields. Debezium keys its records by the table's
+    primary key (or ``message.key.columns``), values taken from the row, so a target key's changes
+    then sit in one partition, one read task, and no other task writes that key at the same time.
+    Where not (a target keyed by other fields, a table without a primary key: null keys), the task
+    hands the rows on: written after every read task ended, all of a key's rows in one write task."""
+    if isinstance(cfg, ElasticsearchSinkConfig) and cfg.key_ignore:
+        return True  # every change is its own document
+    if isinstance(cfg, MySqlSinkConfig) and cfg.pk_mode == "record_key":
+        return True  # the table's key is the record key's fields
+    fields = tuple(sorted(key_source_fields(cfg)))
+    keys = decoded.filter(pc.is_null(decoded.column("error_stage"))).column("key")  # bad records go to the DLQ
+    if not fields or keys.null_count:
+        return False
+    for raw in pc.unique(keys).to_pylist():  # a key's changes share its bytes: each distinct key once
+        try:
+            key = _KEY.decode(raw)
+        except msgspec.DecodeError:
+            return False
+        if isinstance(key, dict) and isinstance(key.get("payload"), dict) and "schema" in key:
+            key = key["payload"]  # the JsonConverter's {schema, payload}
+        if not isinstance(key, dict) or tuple(sorted(key)) != fields:
+            return False
+    return True
+
+
+_KEY = msgspec.json.Decoder()
 
 
 def schemaless(decoded: pa.Table) -> bool:

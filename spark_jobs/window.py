@@ -15,13 +15,14 @@ to the write (issue 25); the JVM holds only a few large binary values:
    all in Arrow. What cannot be processed becomes a dead-letter row. Each task emits Arrow IPC blobs
    (spark_jobs/blobs.py) and one tally row: per partition its end, its record count and time range,
    the dead letters per stage, and the row schemas of the tables and indices made from the records.
-   **Early targets** (spark_jobs/prepare.py::early_targets: tables of declared columns and indices
-   of a declared mapping, in a window of one topic without the breaker or ``truncate: apply``) are
+   **Early targets** (spark_jobs/prepare.py::early_targets: tables of declared columns and indices,
+   in a window of one Debezium topic without the breaker or ``truncate: apply``) are
    prepared before the read and written by the read task itself, once it has sent its own dead
-   letters (or failed, past ``errors.tolerance: none``): their rows never reach the JVM, no
-   checkpoint, no shuffle, and one task's writes overlap the next task's read. A key's changes sit
-   in one partition (Debezium keys records by primary key), so in one task.
-2. When rows are handed on, the driver checkpoints that output (so no later stage re-reads Kafka),
+   letters (or failed, past ``errors.tolerance: none``): their rows never reach the JVM (no
+   checkpoint of them, no shuffle), and one task's writes overlap the next task's read. A key's changes sit
+   in one partition (Debezium keys records by primary key), so in one task; a task whose changes
+   of a target are not keyed by the target's key hands them on (spark_jobs/project.py).
+2. The driver checkpoints that output (so no later stage re-reads Kafka),
    writes the read range to the ledger, fails a window past ``errors.tolerance: none``, sends the
    dead letters (one task) and applies the breaker (``errors.max_dead_letters``), all before any
    handed-on sink is written (spark_jobs/dead_letters.py). It then creates or evolves the tables and
@@ -116,18 +117,14 @@ def run_partition_path(spark: SparkSession, job: WindowJob, on_read: OnRead,
 
     stages: dict[str, float] = {}
     early = prepare.early_targets(job)  # written by the read tasks themselves, prepared now
-    later = [t.config.name for t in job.sinks if t.config.name not in early]
-    maybe = [name for name, t in early.items() if prepare.mapped_by_records(t)]  # handed on, or not
     with timing.timed(stages, "read+decode"):
         # read → decode → project → last change per key (→ the early targets' writes), in the read
-        # tasks; checkpointed when rows may be handed on, so no later stage re-reads Kafka (a
-        # recomputation could see a different range, and would write the early targets again)
+        # tasks; checkpointed, so no later stage re-reads Kafka (a recomputation could see a
+        # different range, and would write the early targets again)
         tasks = read_tasks(job.ranges)
         ranges = spark.range(0, tasks, 1, tasks).select(F.col("id").cast("int").alias("idx"))
-        frame = ranges.mapInArrow(read_task(job, tasks, early), PACKED_SCHEMA)
-        packed = checkpoint(frame) if later or maybe else None
-        tallies = [json.loads(r.info) for r in (packed if packed is not None else frame).where(
-            F.col("kind") == TALLY).select("info").collect()]
+        packed = checkpoint(ranges.mapInArrow(read_task(job, tasks, early), PACKED_SCHEMA))
+        tallies = [json.loads(r.info) for r in packed.where(F.col("kind") == TALLY).select("info").collect()]
         tally = merge_tallies(tallies)
         # the read range is in the ledger before anything is applied (but the early targets' writes)
         result = read_result(ends_of(job, tally), tally, on_read, stages)
@@ -149,7 +146,7 @@ def run_partition_path(spark: SparkSession, job: WindowJob, on_read: OnRead,
                 r.reported for r in packed.where(F.col("kind") == BAD).coalesce(1).mapInArrow(
                     reporter(job, blob_rows), REPORT_SCHEMA).collect()))
     breaker(job, result)  # before any staged sink is written: a poison burst applies nothing
-    if packed is None or not staged.sinks:
+    if not staged.sinks:
         return result
 
     with result.timed("sinks"):

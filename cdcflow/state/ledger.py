@@ -121,11 +121,17 @@ class Ledger:
         return {(t, p): int(n or 0) for t, p, n in rows}
 
     def uncommitted_overlapping(self, pipeline: str, window: WindowPlan, limit: int = 20) -> list[str]:
-        """The newest runs (up to ``limit``) of the pipeline, other than ``window``'s, that were
-        attempted, never committed, and planned records ``window`` reads too. One query: it runs
-        before every window."""
+        """The newest runs (up to ``limit``) of the pipeline, other than ``window``'s, that may have
+        sent dead letters for records ``window`` reads: attempted and never committed, or committed
+        after a retry (an attempt whose read tasks sent dead letters and wrote, then failed before the
+        ledger held its read's ends, may have read further than the retry that committed:
+        spark_jobs/prepare.py::early_targets), and planned records ``window`` reads too. One query: it
+        runs before every window."""
         w = windows_table.c
-        other_end = sa.func.coalesce(w.end_offset, w.start_offset + w.max_records)  # read, else planned
+        committed = runs_table.c.status == "committed"
+        planned_end = w.start_offset + w.max_records
+        furthest = sa.case((w.end_offset > planned_end, w.end_offset), else_=planned_end)  # portable GREATEST
+        other_end = sa.case((committed, furthest), else_=sa.func.coalesce(w.end_offset, planned_end))  # read, else planned
         overlaps = []
         for p in window.partitions:
             a, b = p.start, p.end if p.end is not None else p.start + max(p.max_records, 0)
@@ -138,6 +144,7 @@ class Ledger:
                 sa.select(runs_table.c.run_id).join(windows_table, (w.pipeline == runs_table.c.pipeline)
                                                     & (w.run_id == runs_table.c.run_id))
                 .where((runs_table.c.pipeline == pipeline) & (runs_table.c.run_id != window.run_id)
-                       & (runs_table.c.status != "committed") & (runs_table.c.attempt >= 1) & sa.or_(*overlaps))
+                       & sa.or_(~committed & (runs_table.c.attempt >= 1), committed & (runs_table.c.attempt >= 2))
+                       & sa.or_(*overlaps))
                 .group_by(runs_table.c.run_id).order_by(sa.func.max(runs_table.c.created_at).desc())
                 .limit(limit)).scalars())

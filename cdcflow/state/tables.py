@@ -103,7 +103,7 @@ schema_changes_table = sa.Table(
     "cdcflow_schema_changes",
     metadata,
     sa.Column("pipeline", sa.String(200), primary_key=True),
-    sa.Column("change_key", sa.String(700), primary_key=True),
+    sa.Column("change_key", sa.String(500), primary_key=True),  # (200 + 500) x 4 bytes: under InnoDB's 3072-byte key (utf8mb4)
     sa.Column("change", sa.Text, nullable=False),  # JSON: table, column, change, old, new, ddl
     sa.Column("decision", sa.String(16), nullable=False),  # pending | approved | rejected
     sa.Column("run_id", sa.String(250), nullable=False),  # the window that met it

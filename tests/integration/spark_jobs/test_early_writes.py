@@ -120,3 +120,30 @@ def test_an_index_mapped_from_the_records_gets_the_mapping_of_the_staged_path(
     if wrapped:  # Decimal bytes read by their schema; without one they stay Connect's base64 text
         assert [Decimal(str(a)) for _i, _c, a in docs] == [r["amount"] for _i, r in sorted(o.FINAL.items())]
     assert ("sinks" in stats["early"]["stages"]) is wrapped  # handed on only when the records carry a schema
+
+
+def test_a_task_hands_on_the_rows_of_a_target_not_keyed_by_the_record_key(
+        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Record keys with a field the table's key lacks (here a region): the same table key could sit
+    in two partitions, so two read tasks could write it at once; each task hands its rows on, and
+    the write tasks, after every read task, give the source's values."""
+    tag = unique("earlykey")
+    topic = f"{tag}.inventory.orders"
+
+    def wider(key: bytes) -> bytes:
+        doc = json.loads(key)
+        doc["payload"]["region"] = "eu"
+        doc["schema"]["fields"].append({"field": "region", "type": "string", "optional": False})
+        return json.dumps(doc).encode()
+
+    cdcgen.produce(bootstrap(), topic, [cdcgen.Event(wider(k), v) for k, v in fx.events()], partitions=3)
+    monkeypatch.setattr(window_job, "RECORDS_PER_READ_TASK", 1)
+    cfg = load_pipeline(write_pipeline(
+        config_dir, tag, topic, tag, sinks=[{"type": "mysql", "name": "m", "conn_id": "cdcflow_mysql", "table": tag,
+                                             "create_table": True, "primary_key": ["id"], "columns": COLUMNS}]))
+    stats = runner.run_window(cfg, "wider", store=store, spark=spark)
+
+    with mysql_engine().connect() as conn:
+        got = [tuple(r) for r in conn.exec_driver_sql(f"SELECT id, customer, amount, paid FROM `{tag}` ORDER BY id")]
+    assert got == [(i, r["customer"], r["amount"], r["paid"]) for i, r in sorted(o.FINAL.items())]
+    assert "sinks" in stats["stages"] and stats["dead_lettered"] == 0  # handed on, written by the write tasks

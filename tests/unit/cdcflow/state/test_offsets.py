@@ -110,6 +110,23 @@ def test_the_uncommitted_runs_over_a_windows_records(tmp_path: Path) -> None:
     store.close()
 
 
+def test_a_run_committed_after_a_retry_counts_up_to_what_it_planned(tmp_path: Path) -> None:
+    """An attempt whose read tasks sent dead letters, then failed before the ledger held its read's
+    ends, may have read further than the retry that committed: the next window reads back the
+    dead letters of the run's whole planned range."""
+    store = StateStore(f"sqlite:///{tmp_path / 'offsets.db'}")
+    for run, attempts in (("retried", 2), ("once", 1)):
+        store.offsets.plan("p", run, "stored", [PartitionWindow("t", 0 if run == "retried" else 1, 100, 50)])
+        for _ in range(attempts):
+            store.ledger.begin_attempt("p", run)
+        store.offsets.record_read("p", run, {("t", 0 if run == "retried" else 1): (120, 20)})  # read 100..120 of 150
+        store.offsets.commit("p", run)
+    window = store.offsets.plan("p", "next", "stored", [PartitionWindow("t", 0, 120, 100),
+                                                        PartitionWindow("t", 1, 120, 100)])
+    assert store.ledger.uncommitted_overlapping("p", window) == ["retried"]
+    store.close()
+
+
 class _SinkConn:
     """Just enough of a connection for connectors.mysql.offsets.write: the stored rows, and the
     statements that would change them."""

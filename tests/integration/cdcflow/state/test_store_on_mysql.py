@@ -1,0 +1,34 @@
+"""The state store on MySQL (MariaDB here), as docker-compose.yaml runs it (CDCFLOW_OFFSET_STORE_URL
+on the mysql service): its tables are created, and a window is planned, read, committed and found."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from cdcflow.connections import get_connection
+from cdcflow.state import PartitionWindow, StateStore
+
+pytestmark = [pytest.mark.integration, pytest.mark.services("mysql")]
+
+
+def test_the_state_store_creates_its_tables_and_commits_on_mysql() -> None:
+    """Every table's key fits InnoDB's 3,072 bytes in utf8mb4 (cdcflow_schema_changes' did not)."""
+    store = StateStore(get_connection("cdcflow_mysql").sqlalchemy_url())
+    pipeline = f"p_{uuid.uuid4().hex[:8]}"
+    try:
+        for run, attempts in (("retried", 2), ("next", 0)):
+            window = store.offsets.plan(pipeline, run, "stored", [PartitionWindow("t", 0, 100 if attempts else 120, 50)])
+            for _ in range(attempts):
+                store.ledger.begin_attempt(pipeline, run)
+            if attempts:
+                store.offsets.record_read(pipeline, run, {("t", 0): (120, 20)})
+                store.offsets.commit(pipeline, run)
+        assert store.offsets.load(pipeline) == {("t", 0): 120}
+        assert store.ledger.uncommitted_overlapping(pipeline, window) == ["retried"]  # it planned up to 150
+        key = "orders.note: add LONGTEXT " + "x" * 470  # change keys up to 500 characters
+        store.operator.record_schema_pending(pipeline, "next", {key: {"key": key, "table": "orders"}})
+        assert [c["key"] for c in store.operator.schema_changes(pipeline)] == [key]
+    finally:
+        store.close()
