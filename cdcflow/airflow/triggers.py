@@ -90,7 +90,10 @@ def _probe(pipeline: str) -> _Probe:
 
     cfg = find_pipeline(pipeline)
     store = store_for(cfg)
-    waiting = sum(clients.backlog(cfg, store).values())
+    # the newest window first, then the backlog: a window seen ended has its offsets stored already
+    # (read the other way round, a commit in between showed the burst it had just applied as waiting,
+    # and the trigger started a second run for it)
     newest = store.ledger.last_window(cfg.name)
+    waiting = sum(clients.backlog(cfg, store).values())
     return _Probe(waiting, store.operator.get_state(cfg.name) == "stopped",
                   newest[0].run_id if newest else None, newest[0].status if newest else None)
