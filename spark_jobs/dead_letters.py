@@ -54,8 +54,7 @@ def send_first(job: WindowJob, bad: pa.Table, examples: list[str]) -> int:
     if not bad.num_rows:
         return 0
     if job.tolerance == "none":
-        raise ToleranceExceeded(f"errors.tolerance is 'none' and {bad.num_rows} record(s) cannot be processed: "
-                                f"{'; '.join(examples)}")
+        raise tolerance_exceeded(bad.num_rows, "; ".join(examples))
     return list(reporter(job)(iter(bad.to_batches())))[0].column("reported")[0].as_py()
 
 
@@ -71,12 +70,15 @@ def send_dead_letters(job: WindowJob, result: WindowResult, tally: Tally, exampl
     if not bad_count:
         return
     if job.tolerance == "none":
-        raise ToleranceExceeded(f"errors.tolerance is 'none' and {bad_count} record(s) cannot be processed: "
-                                f"{examples()}")
+        raise tolerance_exceeded(bad_count, examples())
     result.dead_lettered += report()
     for stage, count in bad_by_stage.items():
         key = (stage, "cdcflow.errors.RecordError")
         result.dead_letters[key] = result.dead_letters.get(key, 0) + count
+
+
+def tolerance_exceeded(count: int, examples: str) -> ToleranceExceeded:
+    return ToleranceExceeded(f"errors.tolerance is 'none' and {count} record(s) cannot be processed: {examples}")
 
 
 def breaker(job: WindowJob, result: WindowResult) -> None:

@@ -216,8 +216,10 @@ def read_task(job: WindowJob, tasks: int, early: dict[str, SinkTarget] | None = 
             return
         out = sort_out(job, decoded)
         reported = send_first(job, out.bad, out.info["examples"])  # before any of this task's writes
-        handed = [name for name, t in early.items() if not keyed_by_record_key(decoded, t.config)
-                  or (mapped_by_records(t) and not schemaless(decoded))]
+        shapes = record_key_fields(decoded)  # once for the task, whatever the number of targets
+        plain = any(mapped_by_records(t) for t in early.values()) and schemaless(decoded)
+        handed = [name for name, t in early.items() if not keyed_by_record_key(t.config, shapes)
+                  or (mapped_by_records(t) and not plain)]
         rows = {name: table for name, _kind, table, _cols in out.rows if name in early and name not in handed}
         written = [b.to_pylist()[0] for b in write_now(job, early, rows)] if rows else []
         for name, kind, table, columns in out.rows:
@@ -227,30 +229,40 @@ def read_task(job: WindowJob, tasks: int, early: dict[str, SinkTarget] | None = 
     return run
 
 
-def keyed_by_record_key(decoded: pa.Table, cfg: MySqlSinkConfig | ElasticsearchSinkConfig) -> bool:
-    """Every change's Kafka key has the target key's fields. Debezium keys its records by the table's
-    primary key (or ``message.key.columns``), values taken from the row, so a target key's changes
-    then sit in one partition, one read task, and no other task writes that key at the same time.
-    Where not (a target keyed by other fields, a table without a primary key: null keys), the task
-    hands the rows on: written after every read task ended, all of a key's rows in one write task."""
+def record_key_fields(decoded: pa.Table) -> set[tuple[str, ...]] | None:
+    """The field names of a task's record keys, one tuple per distinct shape (the JsonConverter's
+    {schema, payload} taken off); None where a key is null or not a JSON object. Each distinct key is
+    parsed once (a key's changes share its bytes); the records that cannot be read go to the DLQ."""
+    keys = decoded.filter(pc.is_null(decoded.column("error_stage"))).column("key")
+    if keys.null_count:
+        return None
+    shapes = set()
+    for raw in pc.unique(keys).to_pylist():
+        try:
+            key = _KEY.decode(raw)
+        except msgspec.DecodeError:
+            return None
+        if isinstance(key, dict) and isinstance(key.get("payload"), dict) and "schema" in key:
+            key = key["payload"]
+        if not isinstance(key, dict):
+            return None
+        shapes.add(tuple(sorted(key)))
+    return shapes
+
+
+def keyed_by_record_key(cfg: MySqlSinkConfig | ElasticsearchSinkConfig, shapes: set[tuple[str, ...]] | None) -> bool:
+    """Every change's Kafka key has the target key's fields (``shapes``: :func:`record_key_fields`).
+    Debezium keys its records by the table's primary key (or ``message.key.columns``), values taken
+    from the row, so a target key's changes then sit in one partition, one read task, and no other
+    task writes that key at the same time. Where not (a target keyed by other fields, a table without
+    a primary key: null keys), the task hands the rows on: written after every read task ended, all
+    of a key's rows in one write task."""
     if isinstance(cfg, ElasticsearchSinkConfig) and cfg.key_ignore:
         return True  # every change is its own document
     if isinstance(cfg, MySqlSinkConfig) and cfg.pk_mode == "record_key":
         return True  # the table's key is the record key's fields
     fields = tuple(sorted(key_source_fields(cfg)))
-    keys = decoded.filter(pc.is_null(decoded.column("error_stage"))).column("key")  # bad records go to the DLQ
-    if not fields or keys.null_count:
-        return False
-    for raw in pc.unique(keys).to_pylist():  # a key's changes share its bytes: each distinct key once
-        try:
-            key = _KEY.decode(raw)
-        except msgspec.DecodeError:
-            return False
-        if isinstance(key, dict) and isinstance(key.get("payload"), dict) and "schema" in key:
-            key = key["payload"]  # the JsonConverter's {schema, payload}
-        if not isinstance(key, dict) or tuple(sorted(key)) != fields:
-            return False
-    return True
+    return bool(fields) and shapes is not None and shapes <= {fields}
 
 
 _KEY = msgspec.json.Decoder()

@@ -54,6 +54,8 @@ import pyarrow.compute as pc
 
 from connectors import images
 from connectors.changes import VERSION_SHIFT
+from connectors.debezium.schema_columns import mysql_type
+from connectors.debezium.types import FieldSchema
 from connectors.errors import ConfigError
 from connectors.mysql.config import MySqlSinkConfig
 from spark_jobs import transform_config as cfgs
@@ -162,8 +164,6 @@ def _made_or_retyped(cfg: Any) -> tuple[str | None, ...]:
 
 
 # -- the row schema (the MySQL table created from the records: connectors/debezium/schema_columns.py) --
-CAST_COLUMNS = {"int8": "TINYINT", "int16": "SMALLINT", "int32": "INT", "int64": "BIGINT", "float32": "FLOAT",
-                "float64": "DOUBLE", "boolean": "TINYINT(1)"}
 TIME_COLUMNS = {"unix": "BIGINT", "Timestamp": "DATETIME(6)", "Date": "DATE", "Time": "LONGTEXT", "string": "LONGTEXT"}
 
 
@@ -191,7 +191,7 @@ def described(chain: Any, text: str) -> str:
         elif isinstance(cfg, cfgs.Cast):
             for field, kind in cfg.spec.items():
                 if field in columns:
-                    typed(field, CAST_COLUMNS.get(kind, "VARCHAR(255)" if field in key else "LONGTEXT"))
+                    typed(field, mysql_type(FieldSchema(kind), field in key))  # as a record of that type
         elif isinstance(cfg, cfgs.TimestampConverter) and cfg.field in columns:
             typed(cfg.field, TIME_COLUMNS[cfg.target_type])
         elif isinstance(cfg, cfgs.InsertField):

@@ -130,8 +130,8 @@ class Ledger:
         w = windows_table.c
         committed = runs_table.c.status == "committed"
         planned_end = w.start_offset + w.max_records
-        furthest = sa.case((w.end_offset > planned_end, w.end_offset), else_=planned_end)  # portable GREATEST
-        other_end = sa.case((committed, furthest), else_=sa.func.coalesce(w.end_offset, planned_end))  # read, else planned
+        # a committed run: what it planned (a read never passes its budget); else what it read, or planned
+        other_end = sa.case((committed, planned_end), else_=sa.func.coalesce(w.end_offset, planned_end))
         overlaps = []
         for p in window.partitions:
             a, b = p.start, p.end if p.end is not None else p.start + max(p.max_records, 0)

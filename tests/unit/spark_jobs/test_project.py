@@ -229,7 +229,7 @@ def test_a_read_task_writes_a_target_itself_only_when_its_key_is_the_record_key(
     task, all of a key's rows in one task."""
     def keyed(cfg: Any, records: list[tuple[bytes | None, bytes | None]]) -> bool:
         decoded = pa.Table.from_batches([Decoder("source_ts_ms").decode_batch(raw_batch(records))])
-        return project.keyed_by_record_key(decoded, cfg)
+        return project.keyed_by_record_key(cfg, project.record_key_fields(decoded))
 
     changes = [(K1, envelope("c", None, {"id": 1, "amount": "1.00"}, 10)),
                (K2, envelope("u", {"id": 2}, {"id": 2, "amount": "2.00"}, 11)),
