@@ -221,12 +221,34 @@ def read_task(job: WindowJob, tasks: int, early: dict[str, SinkTarget] | None = 
         handed = [name for name, t in early.items() if not keyed_by_record_key(t.config, shapes)
                   or (mapped_by_records(t) and not plain)]
         rows = {name: table for name, _kind, table, _cols in out.rows if name in early and name not in handed}
-        written = [b.to_pylist()[0] for b in write_now(job, early, rows)] if rows else []
+        later = {name: deletes for name, deletes in ((n, mysql_deletes(early[n], t)) for n, t in rows.items())
+                 if deletes is not None}
+        for name, deletes in later.items():
+            rows[name] = rows[name].filter(pc.invert(deletes))
+            handed.append(name)
+        written = [b.to_pylist()[0] for b in write_now(job, early, {n: t for n, t in rows.items() if t.num_rows})]
         for name, kind, table, columns in out.rows:
-            if name not in rows:
+            if name in later:
+                yield from bucketed(task, kind, name, table.filter(later[name]), columns, tasks)
+            elif name not in rows:
                 yield from bucketed(task, kind, name, table, columns, tasks)
         yield packed(task, TALLY, "", info={**out.info, "written": written, "reported": reported, "handed": handed})
     return run
+
+
+def mysql_deletes(target: SinkTarget, rows: pa.Table) -> pa.Array | None:
+    """Which of a MySQL table's rows are deletes, which its read task hands on to be written after
+    every read task ended (None: none, or not a table). A key's changes may sit in two partitions
+    after all (the key's bytes changed: the key converter's schemas turned on or off, a key schema
+    changed, partitions added), so in two tasks: a delete written by one and an older upsert by the
+    other at the same time would bring the deleted row back (the upsert's task read the tombstones
+    when it opened). Upserts of one key from two tasks are safe (the version guard keeps the newer);
+    a delete written once every upsert is in removes the older ones. Elasticsearch needs none of
+    this: it keeps a deleted document's version (``index.gc_deletes``) and refuses the older index."""
+    if not isinstance(target.config, MySqlSinkConfig):
+        return None
+    deletes = pc.fill_null(pc.equal(rows.column("change_op"), "delete"), False).combine_chunks()
+    return deletes if pc.any(deletes).as_py() else None
 
 
 def record_key_fields(decoded: pa.Table) -> set[tuple[str, ...]] | None:

@@ -21,7 +21,9 @@ to the write (issue 25); the JVM holds only a few large binary values:
    letters (or failed, past ``errors.tolerance: none``): their rows never reach the JVM (no
    checkpoint of them, no shuffle), and one task's writes overlap the next task's read. A key's changes sit
    in one partition (Debezium keys records by primary key), so in one task; a task whose changes
-   of a target are not keyed by the target's key hands them on (spark_jobs/project.py).
+   of a target are not keyed by the target's key hands them on (spark_jobs/project.py), and a
+   table's deletes are always handed on (a key whose bytes changed sits in two partitions: a
+   delete must not be written beside another task's older upsert, ``project.mysql_deletes``).
 2. The driver checkpoints that output (so no later stage re-reads Kafka),
    writes the read range to the ledger, fails a window past ``errors.tolerance: none``, sends the
    dead letters (one task) and applies the breaker (``errors.max_dead_letters``), all before any
@@ -150,7 +152,7 @@ def run_partition_path(spark: SparkSession, job: WindowJob, on_read: OnRead,
         return result
 
     with result.timed("sinks"):
-        targets = prepare.make_ready(staged, tallies, result)  # tables and indices created or evolved; truncate: apply
+        targets = prepare.make_ready(staged, tallies, result, prepared=early)  # tables and indices created or evolved; truncate: apply
         commit = job.offset_commit(result.ends)
         _write(staged, packed, tasks, targets, result, skip_offsets_sink=commit is not None)
         breaker(job, result)  # with the rows the sinks rejected, before the exactly-once sink

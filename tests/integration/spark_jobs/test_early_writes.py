@@ -78,7 +78,7 @@ def test_read_tasks_that_write_give_the_rows_of_the_staged_path_and_of_the_sourc
         assert dict(dead[0].headers())["__connect.errors.topic"] == topic.encode()
         assert stats[path]["records"] == len(events) and stats[path]["dead_lettered"] == 1, path
     early, staged = stats["early"], stats["staged"]
-    assert "sinks" not in early["stages"] and "sinks" in staged["stages"]  # nothing was handed on to write later
+    assert "sinks" in early["stages"]  # the table's deletes, handed on (project.mysql_deletes)
     assert {n: (s["upserted"], s["deleted"]) for n, s in early["sinks"].items()} == {
         n: (s["upserted"], s["deleted"]) for n, s in staged["sinks"].items()}
     assert early["dead_letters"] == staged["dead_letters"]
@@ -147,3 +147,63 @@ def test_a_task_hands_on_the_rows_of_a_target_not_keyed_by_the_record_key(
         got = [tuple(r) for r in conn.exec_driver_sql(f"SELECT id, customer, amount, paid FROM `{tag}` ORDER BY id")]
     assert got == [(i, r["customer"], r["amount"], r["paid"]) for i, r in sorted(o.FINAL.items())]
     assert "sinks" in stats["stages"] and stats["dead_lettered"] == 0  # handed on, written by the write tasks
+
+
+
+def _moved(payload_id: int, record: bytes) -> bytes:
+    """Order 4's create record (Debezium's own, fixtures) for another order id: filler."""
+    doc = json.loads(record)
+    doc["payload"]["after"]["id"] = payload_id
+    return json.dumps(doc).encode()
+
+
+def test_a_key_whose_bytes_changed_stays_deleted_when_its_changes_sit_in_two_partitions(
+        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Order 1's key converter turned ``schemas.enable`` off before its delete: the key's bytes
+    changed, so its partition did. Its create and update sit in partition 0 behind 2,000 other
+    orders, written a row per transaction (``apply: rows``, ``batch_size: 1``); its delete and
+    tombstone in partition 1 behind 10,000 records of one order, read by another task at the same
+    time. That task's delete must not be undone by the older upsert the first task writes after it
+    (its sink read the tombstones when it opened): the read tasks hand a table's deletes on
+    (spark_jobs/project.py::mysql_deletes). The index keeps it deleted by Elasticsearch's versions."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    tag = unique("earlymoved")
+    topic = f"{tag}.inventory.orders"
+    admin = AdminClient({"bootstrap.servers": bootstrap()})  # kept: the future needs its client
+    admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1)])[topic].result(15)
+    by_id: dict[int, list[tuple[bytes, bytes | None]]] = {}
+    for k, v in fx.events():
+        by_id.setdefault(json.loads(k)["payload"]["id"], []).append((k, v))
+    create4 = by_id[4][0]
+    filler = [(create4[0].replace(b'{"id":4}', b'{"id":%d}' % i), _moved(i, create4[1])) for i in range(1000, 3000)]
+    assert len({k for k, _v in filler}) == len(filler)
+    plain = json.dumps({"id": 1}).encode()  # the key with schemas.enable=false
+    partitions = {0: filler + by_id[1][:2],  # create, update
+                  1: [create4] * 10_000 + [(plain, v) for _k, v in by_id[1][2:]],  # delete, tombstone
+                  2: [e for i in (2, 3, 4) for e in by_id[i]]}
+    producer = Producer({"bootstrap.servers": bootstrap(), "acks": "all"})
+    for partition, records in partitions.items():
+        for k, v in records:
+            producer.produce(topic, value=v, key=k, partition=partition)
+    assert producer.flush(30) == 0
+    monkeypatch.setattr(window_job, "RECORDS_PER_READ_TASK", 1)
+    cfg = load_pipeline(write_pipeline(
+        config_dir, tag, topic, tag, errors={"tolerance": "all", "dlq_topic": f"{tag}.dlq"},
+        sinks=[{"type": "mysql", "name": "m", "conn_id": "cdcflow_mysql", "table": tag, "create_table": True,
+                "primary_key": ["id"], "columns": COLUMNS, "apply": "rows", "batch_size": 1},
+               {"type": "elasticsearch", "name": "e", "conn_id": "cdcflow_elasticsearch", "index": tag,
+                "id_fields": ["id"], "mapping": MAPPING}]))
+
+    stats = runner.run_window(cfg, "moved", store=store, spark=spark)
+
+    filled = [(i, "plain", Decimal("-12345.67"), 1) for i in range(1000, 3000)]
+    want = [(i, r["customer"], r["amount"], r["paid"]) for i, r in sorted(o.FINAL.items())] + filled
+    with mysql_engine().connect() as conn:
+        got = [tuple(r) for r in conn.exec_driver_sql(f"SELECT id, customer, amount, paid FROM `{tag}` ORDER BY id")]
+    assert got == want  # order 1 deleted, as in the source
+    es = es_client()
+    es.indices.refresh(index=tag)
+    assert not es.exists(index=tag, id="1") and es.count(index=tag)["count"] == len(want)
+    assert stats["records"] == sum(len(r) for r in partitions.values()) and stats["dead_lettered"] == 0

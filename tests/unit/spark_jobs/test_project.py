@@ -241,3 +241,23 @@ def test_a_read_task_writes_a_target_itself_only_when_its_key_is_the_record_key(
     assert not keyed(MYSQL, [(b'{"id": 1, "shard": 7}', envelope("c", None, {"id": 1}, 10))])  # a wider key
     wrapped = json.dumps({"schema": {"type": "struct"}, "payload": {"id": 1}}).encode()
     assert keyed(MYSQL, [(wrapped, envelope("c", None, {"id": 1}, 10))])  # the JsonConverter's wrapper
+
+
+def test_a_read_task_hands_a_tables_deletes_on_and_writes_its_upserts() -> None:
+    """project.mysql_deletes: a key's changes may sit in two partitions after all (its bytes changed:
+    the key converter's schemas turned on, partitions added), so a read task writes a table's upserts
+    itself and hands its deletes on, to be written once every read task's upserts are in (a delete
+    written beside another task's older upsert of the key would let that upsert bring the row back).
+    An index needs none of this: Elasticsearch refuses an index older than the delete it keeps."""
+    records = [(K1, envelope("c", None, {"id": 1, "amount": "1.00"}, 10)),
+               (K2, envelope("c", None, {"id": 2, "amount": "2.00"}, 11)),
+               (K2, envelope("d", {"id": 2, "amount": "2.00"}, None, 12)), (K2, None)]  # a delete, its tombstone
+    j = job(MYSQL, ES)
+    decoded = pa.Table.from_batches([Decoder("source_ts_ms").decode_batch(raw_batch(records))])
+    rows = {name: table for name, _kind, table, _cols in project.sort_out(j, decoded).rows}
+    table, index = (SinkTarget(c, "url") for c in (MYSQL, ES))
+    deletes = project.mysql_deletes(table, rows["rows"])
+    assert deletes is not None
+    assert rows["rows"].filter(deletes).select(["change_op", "c_0"]).to_pylist() == [{"change_op": "delete", "c_0": "2"}]
+    assert project.mysql_deletes(index, rows["docs"]) is None  # written in the task, deletes included
+    assert project.mysql_deletes(table, rows["rows"].filter(deletes.is_null())) is None  # upserts only: nothing to hand on
