@@ -21,6 +21,7 @@ PACKED_SCHEMA = "task int, bucket int, kind string, target string, blob binary, 
 
 
 TALLY, BAD, ROWS, CHANGES = "tally", "bad", "rows", "changes"  # the kinds of packed row
+DELETES = "deletes"  # a table's deletes from a read task that wrote its upserts: the driver writes them last
 
 
 BLOB_ROWS = 20_000  # rows per blob: a Spark row holds one blob, whatever the window's size

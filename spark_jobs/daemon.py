@@ -55,6 +55,9 @@ def preload(modules: tuple[str, ...] = PRELOADED) -> list[str]:
 
 if __name__ == "__main__":
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    # the workers' Arrow memory from jemalloc (spark_jobs/session.py::DEFAULT_CONF says why); set here,
+    # before pyarrow's first allocation, as spark.executorEnv does not reach a local server's workers
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
     preload()
     from pyspark.daemon import manager
 

@@ -63,12 +63,12 @@ def early_targets(job: WindowJob) -> dict[str, SinkTarget]:
     checkpoint of their rows, no shuffle, and a task's writes overlap the next task's read): static
     targets that need nothing from the read (MySQL tables of declared columns; indices, of which a
     task hands on the documents whose records carry a schema when the index's mapping comes from the
-    records: :func:`mapped_by_records`), but the exactly-once sink. Only in windows where a task's
-    writes cannot race another's and nothing must be decided for the whole window before the first
-    write: Debezium's records of one topic (Debezium keys records by primary key, so a key's changes
-    sit in one partition, one task; a task hands on the rows of a target whose key is not the record
-    key: ``project.keyed_by_record_key``), no ``errors.max_dead_letters`` (the breaker), no
-    ``truncate: apply``. ``CDCFLOW_WINDOW_PATH=staged`` turns it off."""
+    records: :func:`mapped_by_records`), but the exactly-once sink. Only in windows where nothing
+    must be decided for the whole window before the first write: no ``errors.max_dead_letters`` (the
+    breaker), no ``truncate: apply``; and of Debezium's records of one topic, the case measured and
+    tested. Two tasks may still write one key (a key's changes in two partitions): their upserts
+    keep the newer, and a table's deletes are written by the driver after them
+    (``project.mysql_deletes``). ``CDCFLOW_WINDOW_PATH=staged`` turns it off."""
     if (os.environ.get("CDCFLOW_WINDOW_PATH") == "staged" or job.max_dead_letters is not None
             or job.truncate == "apply" or len({r.topic for r in job.ranges}) != 1
             or job.source_format != "debezium"):

@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -21,9 +20,8 @@ from connectors.changes import TRUNCATE
 from connectors.elasticsearch.config import ElasticsearchSinkConfig
 from connectors.mysql.config import MySqlSinkConfig
 from spark_jobs import row_transforms
-from spark_jobs.blobs import BAD, CHANGES, ROWS, TALLY, bucketed, pack, packed
+from spark_jobs.blobs import BAD, CHANGES, DELETES, ROWS, TALLY, bucketed, pack, packed
 from spark_jobs.dead_letters import first_per_record, send_first
-from spark_jobs.decode import key_source_fields
 from spark_jobs.job import MAX_EXAMPLES, TRUNCATE_TO_DLQ, WindowJob
 from spark_jobs.prepare import is_static, mapped_by_records
 from spark_jobs.read import reader
@@ -216,78 +214,39 @@ def read_task(job: WindowJob, tasks: int, early: dict[str, SinkTarget] | None = 
             return
         out = sort_out(job, decoded)
         reported = send_first(job, out.bad, out.info["examples"])  # before any of this task's writes
-        shapes = record_key_fields(decoded)  # once for the task, whatever the number of targets
         plain = any(mapped_by_records(t) for t in early.values()) and schemaless(decoded)
-        handed = [name for name, t in early.items() if not keyed_by_record_key(t.config, shapes)
-                  or (mapped_by_records(t) and not plain)]
+        handed = [name for name, t in early.items() if mapped_by_records(t) and not plain]
         rows = {name: table for name, _kind, table, _cols in out.rows if name in early and name not in handed}
         later = {name: deletes for name, deletes in ((n, mysql_deletes(early[n], t)) for n, t in rows.items())
                  if deletes is not None}
         for name, deletes in later.items():
+            yield from (packed(task, DELETES, name, blob) for blob in pack(rows[name].filter(deletes)))
             rows[name] = rows[name].filter(pc.invert(deletes))
-            handed.append(name)
         written = [b.to_pylist()[0] for b in write_now(job, early, {n: t for n, t in rows.items() if t.num_rows})]
         for name, kind, table, columns in out.rows:
-            if name in later:
-                yield from bucketed(task, kind, name, table.filter(later[name]), columns, tasks)
-            elif name not in rows:
+            if name not in rows:
                 yield from bucketed(task, kind, name, table, columns, tasks)
         yield packed(task, TALLY, "", info={**out.info, "written": written, "reported": reported, "handed": handed})
     return run
 
 
 def mysql_deletes(target: SinkTarget, rows: pa.Table) -> pa.Array | None:
-    """Which of a MySQL table's rows are deletes, which its read task hands on to be written after
-    every read task ended (None: none, or not a table). A key's changes may sit in two partitions
-    after all (the key's bytes changed: the key converter's schemas turned on or off, a key schema
-    changed, partitions added), so in two tasks: a delete written by one and an older upsert by the
-    other at the same time would bring the deleted row back (the upsert's task read the tombstones
-    when it opened). Upserts of one key from two tasks are safe (the version guard keeps the newer);
-    a delete written once every upsert is in removes the older ones. Elasticsearch needs none of
-    this: it keeps a deleted document's version (``index.gc_deletes``) and refuses the older index."""
+    """Which of a MySQL table's rows are deletes (None: none, or not a table), which its read task
+    hands to the driver, to be written after every read task ended (spark_jobs/window.py).
+
+    A read task writes its other rows itself, though a key's changes may sit in two partitions, so
+    in two tasks at once: records keyed by other fields than the table's key, null keys (a table
+    without a primary key), or a key whose bytes changed (the key converter's schemas turned on or
+    off, a key schema changed, partitions added). Two tasks' upserts of one key keep the newer (the
+    version guard; the tombstones a task's sink read when it opened are all there are while the
+    read tasks run). But a delete written by one task and an older upsert by another at the same
+    time would bring the deleted row back; a delete written once every upsert is in removes the
+    older ones. Elasticsearch needs none of this: it keeps a deleted document's version
+    (``index.gc_deletes``, and the sink's tombstone documents) and refuses an older index of it."""
     if not isinstance(target.config, MySqlSinkConfig):
         return None
     deletes = pc.fill_null(pc.equal(rows.column("change_op"), "delete"), False).combine_chunks()
     return deletes if pc.any(deletes).as_py() else None
-
-
-def record_key_fields(decoded: pa.Table) -> set[tuple[str, ...]] | None:
-    """The field names of a task's record keys, one tuple per distinct shape (the JsonConverter's
-    {schema, payload} taken off); None where a key is null or not a JSON object. Each distinct key is
-    parsed once (a key's changes share its bytes); the records that cannot be read go to the DLQ."""
-    keys = decoded.filter(pc.is_null(decoded.column("error_stage"))).column("key")
-    if keys.null_count:
-        return None
-    shapes = set()
-    for raw in pc.unique(keys).to_pylist():
-        try:
-            key = _KEY.decode(raw)
-        except msgspec.DecodeError:
-            return None
-        if isinstance(key, dict) and isinstance(key.get("payload"), dict) and "schema" in key:
-            key = key["payload"]
-        if not isinstance(key, dict):
-            return None
-        shapes.add(tuple(sorted(key)))
-    return shapes
-
-
-def keyed_by_record_key(cfg: MySqlSinkConfig | ElasticsearchSinkConfig, shapes: set[tuple[str, ...]] | None) -> bool:
-    """Every change's Kafka key has the target key's fields (``shapes``: :func:`record_key_fields`).
-    Debezium keys its records by the table's primary key (or ``message.key.columns``), values taken
-    from the row, so a target key's changes then sit in one partition, one read task, and no other
-    task writes that key at the same time. Where not (a target keyed by other fields, a table without
-    a primary key: null keys), the task hands the rows on: written after every read task ended, all
-    of a key's rows in one write task."""
-    if isinstance(cfg, ElasticsearchSinkConfig) and cfg.key_ignore:
-        return True  # every change is its own document
-    if isinstance(cfg, MySqlSinkConfig) and cfg.pk_mode == "record_key":
-        return True  # the table's key is the record key's fields
-    fields = tuple(sorted(key_source_fields(cfg)))
-    return bool(fields) and shapes is not None and shapes <= {fields}
-
-
-_KEY = msgspec.json.Decoder()
 
 
 def schemaless(decoded: pa.Table) -> bool:
@@ -331,7 +290,8 @@ def sort_out(job: WindowJob, decoded: pa.Table) -> Sorted:
         bad_parts.append(_bad_rows(failed, failed.column("error_stage"), failed.column("error_message"),
                                    f"converter:{job.value_converter}"))
     op = pc.fill_null(decoded.column("change_op"), "")
-    valid = decoded.filter(pc.and_(pc.invert(errored), pc.and_(pc.not_equal(op, ""), pc.not_equal(op, TRUNCATE))))
+    keep = pc.and_(pc.invert(errored), pc.and_(pc.not_equal(op, ""), pc.not_equal(op, TRUNCATE)))
+    valid = decoded if pc.all(keep).as_py() else decoded.filter(keep)  # mostly all: no copy of the values
     truncates = truncates_of(job, decoded.filter(pc.and_(pc.invert(errored), pc.equal(op, TRUNCATE))))
     schemas: dict[str, list[list[Any]]] = {}
     rows: list[tuple[str, str, pa.Table, list[str] | None]] = []

@@ -42,6 +42,12 @@ DEFAULT_CONF = {
     # compiler's code does that as fast, and C2's compiling cost 0.25-0.4 CPU-s of every 250k-record
     # window (docs/benchmarks.md, issue 25). scripts/services.sh starts the long-lived Spark the same way.
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+    # The Python workers' Arrow memory from jemalloc, not pyarrow's default mimalloc: a read task copies
+    # fresh buffers (its records' values, 30 MB per 80k records) and, on this machine's VM, mimalloc's
+    # newly mapped pages cost more than the copy; jemalloc reuses its pages. The read tasks of a
+    # 250k-record window took 2.25 s with mimalloc, 1.91 s with jemalloc (docs/benchmarks.md, issue 25).
+    # The long-lived server's workers get it from their daemon (spark_jobs/daemon.py).
+    "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL": "jemalloc",
 }
 
 

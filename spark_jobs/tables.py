@@ -289,6 +289,8 @@ def latest_rows(projected: pa.Table, key_columns: list[str], keep_unresolved: bo
     versions[order] = filled
     known = np.empty(n, dtype=bool)
     known[order] = filled_ok
-    out = projected.take(pa.array(take))
+    # one chunk per column first: Arrow's take over a binary column of many chunks (the raw values,
+    # a chunk per read batch) cost 5-100 ms per read task, against ~2 ms to combine and 3 to take
+    out = projected.combine_chunks().take(pa.array(take))
     return out.set_column(out.schema.get_field_index("version"), "version",
                           pa.array(versions[take], pa.int64(), mask=~known[take]))

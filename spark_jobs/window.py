@@ -19,11 +19,10 @@ to the write (issue 25); the JVM holds only a few large binary values:
    in a window of one Debezium topic without the breaker or ``truncate: apply``) are
    prepared before the read and written by the read task itself, once it has sent its own dead
    letters (or failed, past ``errors.tolerance: none``): their rows never reach the JVM (no
-   checkpoint of them, no shuffle), and one task's writes overlap the next task's read. A key's changes sit
-   in one partition (Debezium keys records by primary key), so in one task; a task whose changes
-   of a target are not keyed by the target's key hands them on (spark_jobs/project.py), and a
-   table's deletes are always handed on (a key whose bytes changed sits in two partitions: a
-   delete must not be written beside another task's older upsert, ``project.mysql_deletes``).
+   checkpoint of them, no shuffle), and one task's writes overlap the next task's read. A table's
+   deletes come to the driver with the tally, which writes them once every read task ended: a key
+   whose changes sit in two partitions is written by two tasks, whose upserts keep the newer, but a
+   delete must not be written beside another task's older upsert (``project.mysql_deletes``).
 2. The driver checkpoints that output (so no later stage re-reads Kafka),
    writes the read range to the ledger, fails a window past ``errors.tolerance: none``, sends the
    dead letters (one task) and applies the breaker (``errors.max_dead_letters``), all before any
@@ -58,7 +57,7 @@ from connectors import timing
 from connectors.base import SinkStats
 from connectors.errors import CdcflowError, WindowFailed
 from spark_jobs import prepare, spark_path
-from spark_jobs.blobs import BAD, CHANGES, PACKED_SCHEMA, ROWS, TALLY
+from spark_jobs.blobs import BAD, CHANGES, DELETES, PACKED_SCHEMA, ROWS, TALLY, unpack
 from spark_jobs.dead_letters import blob_rows, breaker, reporter, send_dead_letters
 from spark_jobs.deadline import Deadline
 from spark_jobs.job import (
@@ -79,10 +78,12 @@ from spark_jobs.job import (
 )
 from spark_jobs.project import read_task
 from spark_jobs.session import Checkpoints, out_of_memory, server_lost, spark_unavailable
-from spark_jobs.write import commit_without_rows, write_task
+from spark_jobs.write import at_once, commit_without_rows, write_static, write_task
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from spark_jobs.sinks import SinkTarget
 
 OnRead = Callable[[dict[tuple[str, int], tuple[int, int]]], None]  # the read range into the ledger
 
@@ -126,7 +127,8 @@ def run_partition_path(spark: SparkSession, job: WindowJob, on_read: OnRead,
         tasks = read_tasks(job.ranges)
         ranges = spark.range(0, tasks, 1, tasks).select(F.col("id").cast("int").alias("idx"))
         packed = checkpoint(ranges.mapInArrow(read_task(job, tasks, early), PACKED_SCHEMA))
-        tallies = [json.loads(r.info) for r in packed.where(F.col("kind") == TALLY).select("info").collect()]
+        collected = packed.where(F.col("kind").isin(TALLY, DELETES)).select("kind", "target", "blob", "info").collect()
+        tallies = [json.loads(r.info) for r in collected if r.kind == TALLY]
         tally = merge_tallies(tallies)
         # the read range is in the ledger before anything is applied (but the early targets' writes)
         result = read_result(ends_of(job, tally), tally, on_read, stages)
@@ -148,6 +150,13 @@ def run_partition_path(spark: SparkSession, job: WindowJob, on_read: OnRead,
                 r.reported for r in packed.where(F.col("kind") == BAD).coalesce(1).mapInArrow(
                     reporter(job, blob_rows), REPORT_SCHEMA).collect()))
     breaker(job, result)  # before any staged sink is written: a poison burst applies nothing
+    deletes: dict[str, list[bytes]] = {}
+    for r in collected:
+        if r.kind == DELETES:
+            deletes.setdefault(r.target, []).append(r.blob)
+    if deletes:
+        with result.timed("deletes"):
+            _write_deletes(job, early, deletes, result)
     if not staged.sinks:
         return result
 
@@ -175,6 +184,17 @@ def _write(job: WindowJob, packed: DataFrame, tasks: int, targets: prepare.Targe
     if tasks > 1:  # every key's (and table's) rows of every read task in one write task (blobs.bucketed)
         frame = frame.repartition(tasks, "bucket")
     _count_writes(result, frame.mapInArrow(write_task(job, targets), WRITE_SCHEMA).collect())
+
+
+def _write_deletes(job: WindowJob, early: dict[str, SinkTarget], deletes: dict[str, list[bytes]],
+                   result: WindowResult) -> None:
+    """The deletes of the tables the read tasks wrote (``project.mysql_deletes``), written here, on
+    the driver, once every read task's upserts are in. They came with the tallies: a row per key a
+    read task deleted (its last change), key and version, too few for a Spark stage of their own."""
+    writes = {name: (lambda n=name, b=blobs: [write_static(job, early[n], unpack(b), several=True)])
+              for name, blobs in deletes.items()}
+    for row in at_once(writes):
+        count_written(result, row.column("sink")[0].as_py(), SimpleNamespace(**row.to_pylist()[0]))
 
 
 def _write_offsets_sink(job: WindowJob, packed: DataFrame, targets: prepare.Targets, commit: Any,

@@ -78,7 +78,8 @@ def test_read_tasks_that_write_give_the_rows_of_the_staged_path_and_of_the_sourc
         assert dict(dead[0].headers())["__connect.errors.topic"] == topic.encode()
         assert stats[path]["records"] == len(events) and stats[path]["dead_lettered"] == 1, path
     early, staged = stats["early"], stats["staged"]
-    assert "sinks" in early["stages"]  # the table's deletes, handed on (project.mysql_deletes)
+    # nothing handed on to write tasks; the table's deletes written by the driver (project.mysql_deletes)
+    assert "sinks" not in early["stages"] and "deletes" in early["stages"] and "sinks" in staged["stages"]
     assert {n: (s["upserted"], s["deleted"]) for n, s in early["sinks"].items()} == {
         n: (s["upserted"], s["deleted"]) for n, s in staged["sinks"].items()}
     assert early["dead_letters"] == staged["dead_letters"]
@@ -122,11 +123,11 @@ def test_an_index_mapped_from_the_records_gets_the_mapping_of_the_staged_path(
     assert ("sinks" in stats["early"]["stages"]) is wrapped  # handed on only when the records carry a schema
 
 
-def test_a_task_hands_on_the_rows_of_a_target_not_keyed_by_the_record_key(
+def test_a_table_not_keyed_by_the_record_key_gets_the_sources_values(
         config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Record keys with a field the table's key lacks (here a region): the same table key could sit
-    in two partitions, so two read tasks could write it at once; each task hands its rows on, and
-    the write tasks, after every read task, give the source's values."""
+    """Record keys with a field the table's key lacks (here a region): the same table key may sit in
+    two partitions, so two read tasks may write it at once. Their upserts keep the newer, and the
+    deletes, written by the driver after every read task, remove the older ones."""
     tag = unique("earlykey")
     topic = f"{tag}.inventory.orders"
 
@@ -146,7 +147,7 @@ def test_a_task_hands_on_the_rows_of_a_target_not_keyed_by_the_record_key(
     with mysql_engine().connect() as conn:
         got = [tuple(r) for r in conn.exec_driver_sql(f"SELECT id, customer, amount, paid FROM `{tag}` ORDER BY id")]
     assert got == [(i, r["customer"], r["amount"], r["paid"]) for i, r in sorted(o.FINAL.items())]
-    assert "sinks" in stats["stages"] and stats["dead_lettered"] == 0  # handed on, written by the write tasks
+    assert "sinks" not in stats["stages"] and "deletes" in stats["stages"] and stats["dead_lettered"] == 0
 
 
 
@@ -164,8 +165,8 @@ def test_a_key_whose_bytes_changed_stays_deleted_when_its_changes_sit_in_two_par
     orders, written a row per transaction (``apply: rows``, ``batch_size: 1``); its delete and
     tombstone in partition 1 behind 10,000 records of one order, read by another task at the same
     time. That task's delete must not be undone by the older upsert the first task writes after it
-    (its sink read the tombstones when it opened): the read tasks hand a table's deletes on
-    (spark_jobs/project.py::mysql_deletes). The index keeps it deleted by Elasticsearch's versions."""
+    (its sink read the tombstones when it opened): the read tasks hand a table's deletes to the
+    driver, which writes them last (spark_jobs/project.py::mysql_deletes). The index keeps it deleted by Elasticsearch's versions."""
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 

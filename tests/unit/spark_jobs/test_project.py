@@ -223,26 +223,6 @@ def test_which_targets_the_read_tasks_write_themselves(monkeypatch: pytest.Monke
     assert early(MYSQL) == []
 
 
-def test_a_read_task_writes_a_target_itself_only_when_its_key_is_the_record_key() -> None:
-    """project.keyed_by_record_key: the record keys have the target key's fields, so a key's changes
-    sit in one partition (one task); else the task hands the rows on, to be written after every read
-    task, all of a key's rows in one task."""
-    def keyed(cfg: Any, records: list[tuple[bytes | None, bytes | None]]) -> bool:
-        decoded = pa.Table.from_batches([Decoder("source_ts_ms").decode_batch(raw_batch(records))])
-        return project.keyed_by_record_key(cfg, project.record_key_fields(decoded))
-
-    changes = [(K1, envelope("c", None, {"id": 1, "amount": "1.00"}, 10)),
-               (K2, envelope("u", {"id": 2}, {"id": 2, "amount": "2.00"}, 11)),
-               (K2, envelope("d", {"id": 2, "amount": "2.00"}, None, 12)), (K2, None),  # a delete, its tombstone
-               (b'{"id": 3}', b"not json")]  # a dead letter: not looked at
-    by_amount = MYSQL.model_copy(update={"primary_key": ["amount"]})
-    assert [keyed(c, changes) for c in (MYSQL, ES, by_amount)] == [True, True, False]
-    assert not keyed(MYSQL, [(None, envelope("c", None, {"id": 1}, 10))])  # no key: any partition
-    assert not keyed(MYSQL, [(b'{"id": 1, "shard": 7}', envelope("c", None, {"id": 1}, 10))])  # a wider key
-    wrapped = json.dumps({"schema": {"type": "struct"}, "payload": {"id": 1}}).encode()
-    assert keyed(MYSQL, [(wrapped, envelope("c", None, {"id": 1}, 10))])  # the JsonConverter's wrapper
-
-
 def test_a_read_task_hands_a_tables_deletes_on_and_writes_its_upserts() -> None:
     """project.mysql_deletes: a key's changes may sit in two partitions after all (its bytes changed:
     the key converter's schemas turned on, partitions added), so a read task writes a table's upserts
