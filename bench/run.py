@@ -136,6 +136,9 @@ class PeakRss:
         trees.update({name: _descendants(pid) for name, pid in service_pids().items()})
         groups = {name: sum(_rss_kb(p) for p in pids) for name, pids in trees.items()}
         groups["total"] = sum(groups.values())
+        for pid in trees[HARNESS]:  # the harness's own peak by role, for where memory goes
+            role = f"{_role(pid)} (peak of its own)"
+            groups[role] = groups.get(role, 0) + _rss_kb(pid)
         for k, v in groups.items():
             self.peak[k] = max(self.peak.get(k, 0), v)
         for name, pids in trees.items():
