@@ -41,7 +41,10 @@ DEFAULT_CONF = {
     # The JVM only schedules tasks and moves Arrow bytes between the Python workers: the client
     # compiler's code does that as fast, and C2's compiling cost 0.25-0.4 CPU-s of every 250k-record
     # window (docs/benchmarks.md, issue 25). scripts/services.sh starts the long-lived Spark the same way.
-    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+    # In a process of its own (in-process sessions) the serial collector: G1 grew the heap with every
+    # window, 442 -> 552 MiB from 4 to 12 windows of 250k, against 410 -> 445 MiB (docs/benchmarks.md).
+    # The long-lived server keeps G1: its heap serves every pipeline, and pauses there delay them all.
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
     # The Python workers' Arrow memory from jemalloc, not pyarrow's default mimalloc: a read task copies
     # fresh buffers (its records' values, 30 MB per 80k records) and, on this machine's VM, mimalloc's
     # newly mapped pages cost more than the copy; jemalloc reuses its pages. The read tasks of a
