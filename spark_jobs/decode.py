@@ -32,7 +32,7 @@ def change_decoder(job: WindowJob) -> Any:
     named = ((row_transforms.names_before(job.transforms, c.source_field), c.type, c.encoding) for tg in job.sinks
              if isinstance(tg.config, MySqlSinkConfig) for c in tg.config.columns)  # after the chain's renames
     hints = hints_from_columns((name, kind, encoding) for name, kind, encoding in named if name is not None)
-    key_fields = frozenset(f for tg in job.sinks for f in key_source_fields(tg.config))
+    key_fields = frozenset(f for tg in job.sinks for f in _key_fields(tg.config))
     decoder = format_decoder(job.source_format, job.versioning, hints, need_json, key_fields, _used_fields(job))
     if job.column_wise_min is not None and hasattr(decoder, "column_wise_min"):
         decoder.column_wise_min = job.column_wise_min
@@ -58,7 +58,7 @@ def _used_fields(job: WindowJob) -> frozenset[str] | None:
     return frozenset(fields)
 
 
-def key_source_fields(cfg: MySqlSinkConfig | ElasticsearchSinkConfig) -> list[str]:
+def _key_fields(cfg: MySqlSinkConfig | ElasticsearchSinkConfig) -> list[str]:
     """The source fields a sink keys its rows by (an update that changes them moves the row)."""
     if isinstance(cfg, MySqlSinkConfig):
         fields = {c.name: c.source_field for c in cfg.columns}

@@ -8,7 +8,7 @@ from those schemas, and ``truncate: apply``'s TRUNCATEs run.
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -112,12 +112,10 @@ def schemas_seen(tallies: list[dict[str, Any]], sink: str) -> dict[Any, list[str
     return described
 
 
-def make_ready(job: WindowJob, tallies: list[dict[str, Any]], result: WindowResult,
-               prepared: Collection[str] = ()) -> Targets:
-    """The targets ready for the write tasks (:func:`ready_targets`; ``prepared``: the early targets,
-    prepared before the read), the schema changes and ``truncate: apply``'s TRUNCATEs run and
-    recorded in ``result``."""
-    ready = ready_targets(job, tallies, prepared)
+def make_ready(job: WindowJob, tallies: list[dict[str, Any]], result: WindowResult) -> Targets:
+    """The targets ready for the write tasks (:func:`ready_targets`), the schema changes and ``truncate:
+    apply``'s TRUNCATEs run and recorded in ``result``."""
+    ready = ready_targets(job, tallies)
     result.schema_changes += ready.schema_changes
     if job.truncate == "apply":
         result.truncates_ignored = 0
@@ -125,19 +123,15 @@ def make_ready(job: WindowJob, tallies: list[dict[str, Any]], result: WindowResu
     return ready
 
 
-def ready_targets(job: WindowJob, tallies: list[dict[str, Any]], prepared: Collection[str] = ()) -> Targets:
-    """On the driver, before any write: the static targets' tables created or evolved (but those
-    ``prepared`` already, of which nothing depends on the read), each dynamic sink's tables derived
-    from the row schemas the read tasks saw and created, and each Elasticsearch index without a
-    declared mapping given one from those schemas."""
+def ready_targets(job: WindowJob, tallies: list[dict[str, Any]]) -> Targets:
+    """On the driver, before any write: the static targets' tables created or evolved, each dynamic
+    sink's tables derived from the row schemas the read tasks saw and created, and each Elasticsearch
+    index without a declared mapping given one from those schemas."""
     static: dict[str, SinkTarget] = {}
     groups: dict[str, TableGroup] = {}
     changes: list[dict[str, Any]] = []
     for target in job.sinks:
         cfg = target.config
-        if is_static(target) and cfg.name in prepared and not mapped_by_records(target):
-            static[cfg.name] = target
-            continue
         if is_static(target):
             if isinstance(cfg, ElasticsearchSinkConfig) and cfg.mapping is None:
                 target = replace(target, mappings=tuple(es_mappings(cfg, schemas_seen(tallies, cfg.name))))

@@ -161,7 +161,7 @@ def run_partition_path(spark: SparkSession, job: WindowJob, on_read: OnRead,
         return result
 
     with result.timed("sinks"):
-        targets = prepare.make_ready(staged, tallies, result, prepared=early)  # tables and indices created or evolved; truncate: apply
+        targets = prepare.make_ready(staged, tallies, result)  # tables and indices created or evolved; truncate: apply
         commit = job.offset_commit(result.ends)
         _write(staged, packed, tasks, targets, result, skip_offsets_sink=commit is not None)
         breaker(job, result)  # with the rows the sinks rejected, before the exactly-once sink
@@ -190,7 +190,8 @@ def _write_deletes(job: WindowJob, early: dict[str, SinkTarget], deletes: dict[s
                    result: WindowResult) -> None:
     """The deletes of the tables the read tasks wrote (``project.mysql_deletes``), written here, on
     the driver, once every read task's upserts are in. They came with the tallies: a row per key a
-    read task deleted (its last change), key and version, too few for a Spark stage of their own."""
+    read task deleted (its last change, with its record for a dead letter), too few for a Spark stage
+    of their own."""
     writes = {name: (lambda n=name, b=blobs: [write_static(job, early[n], unpack(b), several=True)])
               for name, blobs in deletes.items()}
     for row in at_once(writes):
