@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from elasticsearch import ApiError
 
 from cdcflow import cdcgen, runner
 from cdcflow.config import PipelineConfig, load_pipeline
@@ -158,6 +159,19 @@ def _services(*args: str) -> None:
     subprocess.run([str(ROOT / "scripts/services.sh"), *args], check=True, capture_output=True, timeout=180)
 
 
+def _documents_so_far(es: Any, index: str) -> int:
+    """The index's document count; 0 while it does not exist yet or its primary shard is not started
+    (a count on a just-created index answers 503 until then)."""
+    if not es.indices.exists(index=index):
+        return 0
+    try:
+        return int(es.options(max_retries=0).count(index=index)["count"])
+    except ApiError as error:
+        if error.meta.status == 503:
+            return 0
+        raise
+
+
 def test_elasticsearch_stopped_mid_window_then_restarted(config_dir: Path) -> None:
     cfg, index = _pipeline(config_dir, bulk_max_actions=20, max_retries=3, retry_backoff=0.2)
     stream = cdcgen.orders_stream(30_000, 15_000, seed=25, broken=False)
@@ -169,7 +183,7 @@ def test_elasticsearch_stopped_mid_window_then_restarted(config_dir: Path) -> No
     try:
         deadline = time.monotonic() + 180
         es = es_client()
-        while not es.indices.exists(index=index) or not es.count(index=index)["count"]:  # the bulk writes are under way
+        while not _documents_so_far(es, index):  # wait until the bulk writes are under way
             assert proc.poll() is None and time.monotonic() < deadline, "window ended before its first documents"
             time.sleep(0.1)
         _services("stop", "elasticsearch")
