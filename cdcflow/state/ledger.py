@@ -120,7 +120,7 @@ class Ledger:
                 .group_by(windows_table.c.topic, windows_table.c.partition)).all()
         return {(t, p): int(n or 0) for t, p, n in rows}
 
-    def uncommitted_overlapping(self, pipeline: str, window: WindowPlan, limit: int = 20) -> list[str]:
+    def runs_that_may_have_sent_dead_letters(self, pipeline: str, window: WindowPlan, limit: int = 20) -> list[str]:
         """The newest runs (up to ``limit``) of the pipeline, other than ``window``'s, that may have
         sent dead letters for records ``window`` reads: attempted and never committed, or committed
         after a retry (an attempt whose read tasks sent dead letters and wrote, then failed before the

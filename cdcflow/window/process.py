@@ -74,7 +74,8 @@ def _sent_before(cfg: PipelineConfig, window: WindowPlan, store: StateStore,
     committed (a run whose retries ran out, a window killed before its commit and then left)."""
     if not cfg.errors.dlq_topic or cfg.errors.tolerance != "all":
         return frozenset()
-    runs = ([window.run_id] if window.attempt >= 1 else []) + store.ledger.uncommitted_overlapping(cfg.name, window)
+    earlier = store.ledger.runs_that_may_have_sent_dead_letters(cfg.name, window)
+    runs = ([window.run_id] if window.attempt >= 1 else []) + earlier
     if not runs:
         return frozenset()
     from connectors.kafka.dlq import sent_dead_letters  # noqa: PLC0415

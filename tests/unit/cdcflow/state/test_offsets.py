@@ -104,9 +104,9 @@ def test_the_uncommitted_runs_over_a_windows_records(tmp_path: Path) -> None:
     store.offsets.record_read("p", "done", {("t", 0): (150, 50)})
     store.offsets.commit("p", "done")
     window = store.offsets.plan("p", "next", "stored", [PartitionWindow("t", 0, 120, 100)])
-    assert store.ledger.uncommitted_overlapping("p", window) == ["left"]
+    assert store.ledger.runs_that_may_have_sent_dead_letters("p", window) == ["left"]
     later = store.offsets.plan("p", "later", "stored", [PartitionWindow("t", 0, 130, 100)])
-    assert store.ledger.uncommitted_overlapping("p", later) == []  # 'left' read up to 130 only
+    assert store.ledger.runs_that_may_have_sent_dead_letters("p", later) == []  # 'left' read to 130 only
     store.close()
 
 
@@ -123,7 +123,7 @@ def test_a_run_committed_after_a_retry_counts_up_to_what_it_planned(tmp_path: Pa
         store.offsets.commit("p", run)
     window = store.offsets.plan("p", "next", "stored", [PartitionWindow("t", 0, 120, 100),
                                                         PartitionWindow("t", 1, 120, 100)])
-    assert store.ledger.uncommitted_overlapping("p", window) == ["retried"]
+    assert store.ledger.runs_that_may_have_sent_dead_letters("p", window) == ["retried"]
     store.close()
 
 
