@@ -63,6 +63,26 @@ def _line(proc: subprocess.Popen[str], want: str, timeout: float = 180) -> None:
     raise AssertionError(f"no {want!r} from the server process in {timeout}s")
 
 
+def _descendants(pid: int) -> list[str]:
+    """The command lines of every process under ``pid``."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        try:
+            out.append((Path("/proc") / str(child) / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except OSError:
+            continue
+        todo.extend(children.get(child, []))
+    return out
+
+
 def test_a_server_whose_context_stopped_fails_the_window_clearly_and_is_restarted(config_dir: Path,
                                                                                  tmp_path: Path) -> None:
     port = free_port()
@@ -108,6 +128,9 @@ def test_a_server_whose_context_stopped_fails_the_window_clearly_and_is_restarte
 
         restarted = _services("start", env)  # stops the context-less server, starts a real one on its port
         assert "not healthy" in restarted and "spark is up" in restarted and "supervisor started" in restarted
+        # warmed before any window: the shared session's Python worker daemon already runs under the server
+        assert "shared session is warm" in restarted, restarted
+        assert any("spark_jobs.daemon" in c for c in _descendants(int((home / "connect.pid").read_text())))
         server.wait(timeout=60)
         assert probe(remote) is None
         assert runner.run_window(cfg, "run-2", {}, store)["records"] == 50  # the retry, on the new server
