@@ -287,7 +287,7 @@ start_spark_locked() {
   wait_until 120 spark "$SPARK_LOG" "$SPARK_PID" spark_healthy
   say "spark is up: $CDCFLOW_SPARK_REMOTE"
   # the first window on a new server would start the shared session's Python workers (3.3-3.9 s, not 1.7)
-  say "$(PYTHONPATH="$CDCFLOW_ROOT" "$CDCFLOW_VENV/bin/python" -m spark_jobs.health "$CDCFLOW_SPARK_REMOTE" --warm 2>&1 | tail -1)"
+  say "$(PYTHONPATH="$CDCFLOW_ROOT" "$CDCFLOW_VENV/bin/python" -m spark_jobs.warm "$CDCFLOW_SPARK_REMOTE" 2>&1 | tail -1)"
   start_spark_supervisor
 }
 

@@ -5,7 +5,6 @@ and answers every request with an opaque error (``SparkEnv.get() is null``). Onl
 
     python -m spark_jobs.health [sc://host:port]          exit 0 when healthy, else 1 and why
     python -m spark_jobs.health --supervise PIDFILE ...    restart a dead or context-less server
-    python -m spark_jobs.health --warm [sc://host:port]    start the shared session's Python workers
 
 The probe runs on a session of its own, released after the query, so probes leave nothing behind
 on the server. ``--supervise`` is what ``scripts/services.sh`` runs beside the server it starts.
@@ -19,10 +18,8 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 # What a Spark Connect server without a live SparkContext answers (the server's log says why)
 DEAD_CONTEXT_SIGNS = ("SparkEnv.get() is null", "Application error processing RPC", "SparkContext was shut down",
@@ -104,30 +101,6 @@ def probe(remote: str) -> str | None:
                 spark.stop()  # releases the probe's session on the server
             except Exception:  # noqa: BLE001, S110 - the answer is already known
                 pass
-
-
-def _one_row_per_task(batches: Iterator[Any]) -> Iterator[Any]:
-    import pyarrow as pa  # noqa: PLC0415
-
-    for batch in batches:
-        yield pa.RecordBatch.from_pydict({"rows": [batch.num_rows]})
-
-
-def warm(remote: str, tasks: int = 2) -> float:
-    """Start the Python side of the server's shared session, as a window's first tasks would: the
-    session (spark_jobs/session.py::session_name), its Python worker daemon and two workers,
-    and the server's Arrow path. Run by ``scripts/services.sh`` once a new server is up: the first
-    fresh-process window on a new server took 3.3-3.9 s, 1.7 s after this (docs/benchmarks.md).
-    Returns the seconds it took."""
-    from spark_jobs.config import SparkConfig  # noqa: PLC0415
-    from spark_jobs.session import connect_spark  # noqa: PLC0415
-
-    started = time.perf_counter()
-    spark = connect_spark(SparkConfig(mode="connect", remote=remote))
-    rows = spark.range(0, tasks, 1, tasks).mapInArrow(_one_row_per_task, "rows long").collect()
-    if sum(r.rows for r in rows) != tasks:
-        raise RuntimeError(f"the warm-up job counted {rows} rows, expected {tasks}")
-    return time.perf_counter() - started
 
 
 def _alive(pidfile: Path) -> bool:
@@ -212,18 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--restart", default="scripts/services.sh start spark", help="the command that restarts it")
     parser.add_argument("--every", type=float, default=5.0, help="seconds between process checks")
     parser.add_argument("--probe-every", type=float, default=30.0, help="seconds between probes")
-    parser.add_argument("--warm", action="store_true", help="start the shared session's Python workers (exit 0 "
-                        "whatever happens: a window starts them itself)")
     args = parser.parse_args(argv)
-    if args.warm:
-        try:
-            print(f"spark's shared session is warm: its Python workers started in {warm(args.remote):.1f} s")
-        except Exception as exc:  # noqa: BLE001 - the server is healthy; its first window starts them itself
-            from spark_jobs.session import first_line  # noqa: PLC0415
-
-            print(f"spark's shared session was not warmed ({first_line(exc)}); its first window starts its "
-                  "Python workers itself")
-        return 0
     if args.supervise:
         supervise(args.remote, Path(args.supervise), shlex.split(args.restart), args.every, args.probe_every,
                   args.server_log)

@@ -92,8 +92,8 @@ def test_the_worker_daemon_preloads_every_module_it_names() -> None:
 def test_a_warm_up_that_cannot_reach_the_server_says_so_and_does_not_fail_the_start(capsys: Any) -> None:
     """``scripts/services.sh start spark`` warms the shared session once the server is healthy; a
     warm-up that fails leaves the start as it is (the first window starts the workers itself)."""
-    from spark_jobs.health import main
+    from spark_jobs.warm import main
 
-    assert main(["sc://127.0.0.1:1", "--warm"]) == 0
+    assert main(["sc://127.0.0.1:1"]) == 0
     out = capsys.readouterr().out
     assert "was not warmed" in out and "127.0.0.1:1 is unreachable" in out, out
