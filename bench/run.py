@@ -63,7 +63,8 @@ def _rss_kb(pid: int) -> int:
     return 0
 
 
-def _descendants(root: int) -> list[int]:
+def descendants(root: int) -> list[int]:
+    """``root`` and every process under it (also bench/soak.py and tests/integration/spark_jobs/test_health.py)."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -132,8 +133,8 @@ class PeakRss:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _sample(self, first: bool = False) -> None:
-        trees = {HARNESS: _descendants(os.getpid())}
-        trees.update({name: _descendants(pid) for name, pid in service_pids().items()})
+        trees = {HARNESS: descendants(os.getpid())}
+        trees.update({name: descendants(pid) for name, pid in service_pids().items()})
         groups = {name: sum(_rss_kb(p) for p in pids) for name, pids in trees.items()}
         groups["total"] = sum(groups.values())
         for pid in trees[HARNESS]:  # the harness's own peak by role, for where memory goes

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.run import descendants
 from cdcflow import cdcgen, runner
 from cdcflow.config import PipelineConfig, load_pipeline
 from tests.helpers import bootstrap, unique, write_pipeline
@@ -51,22 +52,6 @@ def _rss_mib(pid: int) -> float:
     return 0.0
 
 
-def _descendants(root: int) -> list[int]:
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    found, frontier = [], [root]
-    while frontier:
-        children = [p for p, pp in parents.items() if pp in frontier]
-        found += children
-        frontier = children
-    return found
-
-
 def sample() -> dict[str, Any]:
     pid = server_pid()
     if pid is None:
@@ -80,7 +65,7 @@ def sample() -> dict[str, Any]:
         heap = round(int(used.group(1)) / 1024, 1) if used else None
     except (OSError, subprocess.SubprocessError):
         pass
-    workers = [p for p in _descendants(pid) if "pyspark" in Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")]
+    workers = [p for p in descendants(pid)[1:] if "pyspark" in Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")]
     return {"server_pid": pid, "heap_after_gc_mib": heap, "server_rss_mib": round(_rss_mib(pid), 1),
             "python_workers": len(workers), "python_workers_rss_mib": round(sum(_rss_mib(p) for p in workers), 1)}
 

@@ -12,14 +12,13 @@ leaves the start as it is: the first window starts the workers itself.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Iterator
 from typing import Any
 
 from spark_jobs.config import SparkConfig
-from spark_jobs.session import DEFAULT_REMOTE, connect_spark, first_line
+from spark_jobs.session import connect_spark, first_line
 
 
 def _one_row_per_task(batches: Iterator[Any]) -> Iterator[Any]:
@@ -29,9 +28,10 @@ def _one_row_per_task(batches: Iterator[Any]) -> Iterator[Any]:
         yield pa.RecordBatch.from_pydict({"rows": [batch.num_rows]})
 
 
-def warm(remote: str, tasks: int = 2) -> float:
-    """Run a ``tasks``-task Arrow job on the shared session at ``remote``, as a window's read tasks
-    would; the seconds it took."""
+def warm(remote: str | None = None, tasks: int = 2) -> float:
+    """Run a ``tasks``-task Arrow job on the shared session at ``remote`` (None: where a window's
+    session goes, ``spark_jobs.session.resolve_remote``), as a window's read tasks would; the seconds
+    it took."""
     started = time.perf_counter()
     spark = connect_spark(SparkConfig(mode="connect", remote=remote))
     rows = spark.range(0, tasks, 1, tasks).mapInArrow(_one_row_per_task, "rows long").collect()
@@ -42,7 +42,7 @@ def warm(remote: str, tasks: int = 2) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    remote = args[0] if args else os.environ.get("CDCFLOW_SPARK_REMOTE", DEFAULT_REMOTE)
+    remote = args[0] if args else None
     try:
         print(f"spark's shared session is warm: its Python workers started in {warm(remote):.1f} s")
     except Exception as exc:  # noqa: BLE001 - the server is healthy; its first window starts them itself

@@ -22,6 +22,7 @@ from cdcflow.config import load_pipeline
 from cdcflow.errors import SparkUnavailable
 from cdcflow.window import clients
 from spark_jobs.health import probe
+from bench.run import descendants
 from tests.airflow_server import free_port
 from tests.helpers import bootstrap, expected, table_rows, unique, write_pipeline
 
@@ -63,24 +64,15 @@ def _line(proc: subprocess.Popen[str], want: str, timeout: float = 180) -> None:
     raise AssertionError(f"no {want!r} from the server process in {timeout}s")
 
 
-def _descendants(pid: int) -> list[str]:
-    """The command lines of every process under ``pid``."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+def _under(pid: int) -> list[str]:
+    """The command lines of every process under ``pid`` (those still running)."""
+    lines = []
+    for child in descendants(pid)[1:]:
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+            lines.append((Path("/proc") / str(child) / "cmdline").read_bytes().replace(b"\0", b" ").decode())
         except OSError:
             continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    out, todo = [], list(children.get(pid, []))
-    while todo:
-        child = todo.pop()
-        try:
-            out.append((Path("/proc") / str(child) / "cmdline").read_bytes().replace(b"\0", b" ").decode())
-        except OSError:
-            continue
-        todo.extend(children.get(child, []))
-    return out
+    return lines
 
 
 def test_a_server_whose_context_stopped_fails_the_window_clearly_and_is_restarted(config_dir: Path,
@@ -130,7 +122,7 @@ def test_a_server_whose_context_stopped_fails_the_window_clearly_and_is_restarte
         assert "not healthy" in restarted and "spark is up" in restarted and "supervisor started" in restarted
         # warmed before any window: the shared session's Python worker daemon already runs under the server
         assert "shared session is warm" in restarted, restarted
-        assert any("spark_jobs.daemon" in c for c in _descendants(int((home / "connect.pid").read_text())))
+        assert any("spark_jobs.daemon" in c for c in _under(int((home / "connect.pid").read_text())))
         server.wait(timeout=60)
         assert probe(remote) is None
         assert runner.run_window(cfg, "run-2", {}, store)["records"] == 50  # the retry, on the new server
