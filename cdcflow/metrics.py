@@ -1,12 +1,14 @@
-"""Prometheus metrics for every pipeline, derived at scrape time from the offset store and the window
-ledger (plus a fresh log-end sample when the newest is older than ``monitor.sample_interval``).
+"""Prometheus metrics for every pipeline: counters from the state store's cumulative totals, gauges
+from the ledger, the offset store and a fresh log-end sample (taken when the newest is older than
+``monitor.sample_interval``).
 
-Why derived, not counted in the task processes: every window runs in a short-lived Airflow task
-process, so in-process counters would die with it, and prometheus_client's multi-process mode needs a
-shared directory on every worker. The ledger already holds each window's outcome and statistics, in
-the same database as the offsets, so counters read from it survive any process and agree with the
-page and the API. A counter only goes down if ledger rows are deleted (Prometheus's rate() treats
-that as a reset).
+Why not counted in the task processes: every window runs in a short-lived Airflow task process, so
+in-process counters would die with it, and prometheus_client's multi-process mode needs a shared
+directory on every worker. Why not summed from the ledger at scrape time, as they were: retention
+prunes the ledger, and a counter that goes down is a restart to Prometheus. So each committed window
+adds to cdcflow/state/totals.py once, in the transaction of its commit; the totals are never pruned,
+and every counter here is monotonic across scrapes, prunes and api-server restarts. What can change
+(a window's status) is a gauge. Each metric's meaning: docs/operating.md, "Metrics".
 """
 
 from __future__ import annotations
@@ -21,64 +23,69 @@ from prometheus_client.registry import Collector
 
 from cdcflow import control
 from cdcflow.lag import STATUS_CODE
+from cdcflow.state import totals
 
 log = logging.getLogger("cdcflow.metrics")
-DURATION_BUCKETS = (0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
+DURATION_BUCKETS = totals.DURATION_BUCKETS
 PARTITION_STATUSES = ("OK", "WARN", "STOP", "STALL", "REWIND")
-
-
-def _histogram(name: str, doc: str, labels: list[str], series: dict[tuple[str, ...], list[float]]) -> HistogramMetricFamily:
-    fam = HistogramMetricFamily(name, doc, labels=labels)
-    for key, values in sorted(series.items()):
-        buckets = [(str(b), float(sum(1 for v in values if v <= b))) for b in DURATION_BUCKETS]
-        buckets.append(("+Inf", float(len(values))))
-        fam.add_metric(list(key), buckets, sum(values))
-    return fam
 
 
 class _Families:
     """The metric families of one scrape, empty until filled."""
 
     def __init__(self) -> None:
-        self.read = CounterMetricFamily("cdcflow_records_read", "Records read by windows that were applied",
-                                   labels=["pipeline", "topic", "partition"])
-        self.written = CounterMetricFamily("cdcflow_sink_records", "Changes applied per sink and outcome "
-                                      "(upserted, deleted, stale = skipped as older, failed = to the DLQ)",
-                                      labels=["pipeline", "sink", "outcome"])
-        self.dead = CounterMetricFamily("cdcflow_dead_letters", "Records sent to the dead-letter topic",
-                                   labels=["pipeline", "stage", "error_class"])
-        self.windows = CounterMetricFamily("cdcflow_windows", "Windows by their latest outcome "
-                                      "(committed, failed, applied, read, planned)", labels=["pipeline", "outcome"])
+        self.read = CounterMetricFamily(totals.RECORDS_READ, "Records read by committed windows (each window "
+                                        "counted once, when it commits)", labels=["pipeline", "topic", "partition"])
+        self.written = CounterMetricFamily(totals.SINK_RECORDS, "Changes per sink and outcome of committed windows: "
+                                           "upserted, deleted, stale (older than what the target holds: skipped), "
+                                           "unchanged (equal to what it holds), failed (to the DLQ)",
+                                           labels=["pipeline", "sink", "outcome"])
+        self.dead = CounterMetricFamily(totals.DEAD_LETTERS, "Records committed windows sent to the dead-letter "
+                                        "topic", labels=["pipeline", "stage", "error_class"])
+        self.windows = CounterMetricFamily(totals.WINDOWS, "Windows committed, each counted once (outcome is always "
+                                           "committed; failed attempts: cdcflow_window_attempts_failed_total, "
+                                           "windows in flight: cdcflow_ledger_windows)", labels=["pipeline", "outcome"])
+        self.failed = CounterMetricFamily(totals.ATTEMPTS_FAILED, "Window attempts that failed (a window can fail "
+                                          "several times before it commits)", labels=["pipeline"])
+        self.duration = HistogramMetricFamily(totals.DURATION, "Wall time of committed windows (their processing: "
+                                              "read to applied)", labels=["pipeline"])
+        self.stage_seconds = HistogramMetricFamily(totals.STAGE_SECONDS, "Wall time per stage of committed windows "
+                                                   "(read, decode, project, dlq, sink:<name>)",
+                                                   labels=["pipeline", "stage"])
+        self.ledger = GaugeMetricFamily("cdcflow_ledger_windows", "Windows the ledger holds now, by status (planned, "
+                                        "read, applied: in flight; failed: its last attempt failed; retention "
+                                        "removes old ones)", labels=["pipeline", "status"])
         self.committed = GaugeMetricFamily("cdcflow_committed_offset", "Stored (next) offset",
-                                      labels=["pipeline", "topic", "partition"])
+                                           labels=["pipeline", "topic", "partition"])
         self.log_end = GaugeMetricFamily("cdcflow_log_end_offset", "Log end offset, read to the partition's end",
-                                    labels=["pipeline", "topic", "partition"])
+                                         labels=["pipeline", "topic", "partition"])
         self.lag = GaugeMetricFamily("cdcflow_lag_records", "Log end offset minus stored offset",
-                                labels=["pipeline", "topic", "partition"])
+                                     labels=["pipeline", "topic", "partition"])
         self.pstatus = GaugeMetricFamily("cdcflow_partition_lag_status", "Burrow-style partition status (1 = current)",
-                                    labels=["pipeline", "topic", "partition", "status"])
+                                         labels=["pipeline", "topic", "partition", "status"])
         self.pcode = GaugeMetricFamily("cdcflow_partition_lag_status_code",
-                                  "Burrow's status code: 1 OK, 2 WARN, 4 STOP, 5 STALL, 6 REWIND",
-                                  labels=["pipeline", "topic", "partition"])
-        self.gcode = GaugeMetricFamily("cdcflow_pipeline_lag_status_code", "Burrow's group status: 1 OK, 2 WARN, 3 ERR, "
-                                  "0 NOTFOUND", labels=["pipeline"])
-        self.total = GaugeMetricFamily("cdcflow_pipeline_lag_records", "Total lag of the pipeline", labels=["pipeline"])
+                                       "Burrow's status code: 1 OK, 2 WARN, 4 STOP, 5 STALL, 6 REWIND",
+                                       labels=["pipeline", "topic", "partition"])
+        self.gcode = GaugeMetricFamily("cdcflow_pipeline_lag_status_code", "Burrow's group status: 1 OK, 2 WARN, "
+                                       "3 ERR, 0 NOTFOUND", labels=["pipeline"])
+        self.total = GaugeMetricFamily("cdcflow_pipeline_lag_records", "Total lag of the pipeline",
+                                       labels=["pipeline"])
         self.last_ok = GaugeMetricFamily("cdcflow_last_successful_window_timestamp_seconds",
-                                    "When the newest committed window committed (Unix time)", labels=["pipeline"])
+                                         "When the newest committed window committed (Unix time)", labels=["pipeline"])
         self.since_ok = GaugeMetricFamily("cdcflow_seconds_since_last_successful_window",
-                                     "Seconds since the newest committed window committed", labels=["pipeline"])
+                                          "Seconds since the newest committed window committed", labels=["pipeline"])
         self.state = GaugeMetricFamily("cdcflow_pipeline_state", "Pipeline state (1 = current)",
-                                  labels=["pipeline", "state"])
-        self.last_failed = GaugeMetricFamily("cdcflow_last_window_failed", "1 when the newest window failed (offsets "
-                                        "did not move; Airflow retries), whatever the pipeline's state",
-                                        labels=["pipeline"])
+                                       labels=["pipeline", "state"])
+        self.last_failed = GaugeMetricFamily("cdcflow_last_window_failed", "1 when the newest window failed "
+                                             "(offsets did not move; Airflow retries), whatever the pipeline's state",
+                                             labels=["pipeline"])
         self.up = GaugeMetricFamily("cdcflow_monitor_up", "1 when the pipeline's lag could be evaluated now, 0 when "
-                               "the broker or the store failed (see the api-server log)", labels=["pipeline"])
+                                    "the broker or the store failed (see the api-server log)", labels=["pipeline"])
 
     def all(self) -> tuple[Any, ...]:
-        return (self.read, self.written, self.dead, self.windows, self.committed, self.log_end, self.lag,
-                self.pstatus, self.pcode, self.gcode, self.total, self.last_ok, self.since_ok, self.state,
-                self.last_failed, self.up)
+        return (self.read, self.written, self.dead, self.windows, self.failed, self.duration, self.stage_seconds,
+                self.ledger, self.committed, self.log_end, self.lag, self.pstatus, self.pcode, self.gcode,
+                self.total, self.last_ok, self.since_ok, self.state, self.last_failed, self.up)
 
 
 class PipelineCollector(Collector):
@@ -86,18 +93,17 @@ class PipelineCollector(Collector):
         self.service = service or control.Control()
 
     def collect(self) -> Iterator[Any]:
-        """One pass over every pipeline: its windows from the ledger, its state and lag from the service."""
+        """One pass over every pipeline: its counters from the totals, its windows from the ledger, its
+        state and lag from the service."""
         now = datetime.now(UTC).replace(tzinfo=None)
         f = _Families()
-        durations: dict[tuple[str, ...], list[float]] = {}
-        stages: dict[tuple[str, ...], list[float]] = {}
         for p in control.pipelines():
             if p.config is None:
                 f.state.add_metric([p.name, "CONFIG_ERROR"], 1)
                 continue
             name = p.name
             try:
-                _windows(f, name, control.store_for(p.config), now, durations, stages)
+                _windows(f, name, control.store_for(p.config), now)
                 f.state.add_metric([name, self.service.status(name).state], 1)
                 evaluated = self.service.lag(name)
             except Exception as exc:  # one pipeline's broken broker or store must not hide the others
@@ -107,49 +113,51 @@ class PipelineCollector(Collector):
             f.up.add_metric([name], 1)
             _lag(f, name, evaluated)
         yield from (*f.all(), spark_up(control.pipelines()))
-        yield _histogram("cdcflow_window_duration_seconds", "Wall time of applied windows", ["pipeline"], durations)
-        yield _histogram("cdcflow_window_stage_seconds", "Wall time per stage of applied windows "
-                         "(read, decode, project, dlq, sink:<name>)", ["pipeline", "stage"], stages)
 
 
-def _windows(f: _Families, name: str, store: Any, now: datetime, durations: dict[tuple[str, ...], list[float]],
-             stages: dict[tuple[str, ...], list[float]]) -> None:
-    """A pipeline's counters from the ledger: records read, windows by outcome, sink changes, dead
-    letters, the newest committed window; its applied windows' durations and stage times."""
-    for (t, part), n in sorted(store.ledger.records_read(name).items()):
-        f.read.add_metric([name, t, str(part)], n)
-    outcomes: dict[str, int] = {}
-    sinks: dict[tuple[str, str], int] = {}
-    dls: dict[tuple[str, str], int] = {}
-    newest_ok: datetime | None = None
-    summary = store.ledger.windows_summary(name)
-    f.last_failed.add_metric([name], 1 if summary and summary[-1][1] == "failed" else 0)
-    for _run, status, _origin, stats, at in summary:
-        outcomes[status] = outcomes.get(status, 0) + 1
-        if status not in ("applied", "committed"):
-            continue
-        if status == "committed":
-            newest_ok = at if newest_ok is None or at > newest_ok else newest_ok
-        for sink, s in (stats.get("sinks") or {}).items():
-            for outcome in ("upserted", "deleted", "stale", "failed"):
-                sinks[(sink, outcome)] = sinks.get((sink, outcome), 0) + int(s.get(outcome, 0))
-        for d in stats.get("dead_letters") or []:
-            key = (d["stage"], d["error_class"])
-            dls[key] = dls.get(key, 0) + int(d["count"])
-        if stats.get("seconds") is not None:
-            durations.setdefault((name,), []).append(float(stats["seconds"]))
-        for stage, secs in (stats.get("stages") or {}).items():
-            stages.setdefault((name, stage), []).append(float(secs))
-    for outcome in ("planned", "read", "applied", "committed", "failed"):
-        f.windows.add_metric([name, outcome], outcomes.get(outcome, 0))
-    for (sink, outcome), n in sorted(sinks.items()):
-        f.written.add_metric([name, sink, outcome], n)
-    for (stage, cls), n in sorted(dls.items()):
-        f.dead.add_metric([name, stage, cls], n)
-    if newest_ok is not None:
-        ts = newest_ok.replace(tzinfo=UTC).timestamp()
-        f.last_ok.add_metric([name], ts)
-        f.since_ok.add_metric([name], max(0.0, now.replace(tzinfo=UTC).timestamp() - ts))
+def _histogram(fam: HistogramMetricFamily, name: str, rows: dict[str, list[tuple[dict[str, str], float]]],
+               pipeline: str, *labels: str) -> None:
+    """A histogram's series from its totals: per label set, the observations of each bucket (stored
+    per bucket, not cumulative: state/totals.py) added up into Prometheus's cumulative buckets."""
+    counts: dict[tuple[str, ...], dict[float, float]] = {}
+    for row_labels, n in rows.get(f"{name}_bucket", []):
+        per = counts.setdefault(tuple(row_labels[k] for k in labels), {})
+        le = float(row_labels["le"])
+        per[le] = per.get(le, 0.0) + n
+    sums = {tuple(row_labels[k] for k in labels): v for row_labels, v in rows.get(f"{name}_sum", [])}
+    for key, per in sorted(counts.items()):
+        buckets = [(str(b), sum(n for le, n in per.items() if le <= b)) for b in totals.DURATION_BUCKETS]
+        buckets.append(("+Inf", sum(per.values())))
+        fam.add_metric([pipeline, *key], buckets, sums.get(key, 0.0))
+
+
+def _windows(f: _Families, name: str, store: Any, now: datetime) -> None:
+    """A pipeline's counters from its totals (records read, windows committed, failed attempts, sink
+    changes, dead letters, durations and stage times); from the ledger, its windows by status now
+    and whether the newest failed."""
+    rows = store.totals.read(name)
+
+    def values(metric: str, *labels: str) -> list[tuple[list[str], float]]:
+        return [([name, *(row_labels[k] for k in labels)], v) for row_labels, v in rows.get(metric, [])]
+
+    for family, metric, labels in ((f.read, totals.RECORDS_READ, ("topic", "partition")),
+                                   (f.written, totals.SINK_RECORDS, ("sink", "outcome")),
+                                   (f.dead, totals.DEAD_LETTERS, ("stage", "error_class"))):
+        for label_values, v in values(metric, *labels):
+            family.add_metric(label_values, v)
+    committed = values(totals.WINDOWS, "outcome")
+    f.windows.add_metric([name, "committed"], sum(v for _l, v in committed))
+    f.failed.add_metric([name], sum(v for _l, v in values(totals.ATTEMPTS_FAILED)))
+    _histogram(f.duration, totals.DURATION, rows, name)
+    _histogram(f.stage_seconds, totals.STAGE_SECONDS, rows, name, "stage")
+    counts = store.ledger.status_counts(name)
+    for status in ("planned", "read", "applied", "committed", "failed"):
+        f.ledger.add_metric([name, status], counts.get(status, 0))
+    f.last_failed.add_metric([name], 1 if store.ledger.newest_status(name) == "failed" else 0)
+    newest_ok = [v for _l, v in values(totals.LAST_COMMITTED)]
+    if newest_ok:
+        f.last_ok.add_metric([name], newest_ok[0])
+        f.since_ok.add_metric([name], max(0.0, now.replace(tzinfo=UTC).timestamp() - newest_ok[0]))
 
 
 def _lag(f: _Families, name: str, evaluated: Any) -> None:

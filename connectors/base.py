@@ -115,20 +115,48 @@ class Change:
                             error_class, message, trace, extra_headers)
 
 
+def newest_per_key(changes: Sequence[Change]) -> tuple[list[Change], int]:
+    """The newest change of each key (of equal versions, the later one), in their order, and how many
+    others there were. A window gives a sink one change per key; a caller that gives several in one
+    write gets them reduced, the others counted as stale, the same in every sink."""
+    best: dict[tuple[Any, ...], Change] = {}
+    for change in changes:
+        held = best.get(change.key)
+        if held is None or change.version >= held.version:
+            best[change.key] = change
+    if len(best) == len(changes):
+        return list(changes), 0
+    kept = {id(c) for c in best.values()}
+    return [c for c in changes if id(c) in kept], len(changes) - len(best)
+
+
 @dataclass
 class SinkStats:
+    """What a sink did, as its server reports it. Every change it was given is counted once:
+
+    * ``upserted``: a row or document inserted, or changed (MySQL's affected rows, Elasticsearch's
+      ``created`` / ``updated``);
+    * ``deleted``: a row or document that was there and is gone;
+    * ``stale``: older than what the target holds (a newer row, or the key's tombstone): skipped;
+    * ``unchanged``: what the target holds already (the same version and values; a delete of a key
+      the target does not hold): a replay of an applied window is all stale or unchanged;
+    * ``failed``: rejected for its data (to the DLQ).
+    """
+
     upserted: int = 0
     deleted: int = 0
-    stale: int = 0  # changes older than what the sink holds: skipped, by design
+    stale: int = 0
     failed: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
     # per target that changed (a table, an index): [upserted, deleted]; the window's asset events
     changed: dict[str, list[int]] = field(default_factory=dict)
+    unchanged: int = 0
 
     def add(self, other: SinkStats) -> None:
         self.upserted += other.upserted
         self.deleted += other.deleted
         self.stale += other.stale
+        self.unchanged += other.unchanged
         self.failed += other.failed
         for key, value in other.extra.items():
             self.extra[key] = self.extra.get(key, 0) + value

@@ -7,10 +7,12 @@ with nothing to connect to.
   the MySQL sink). ``close`` without ``flush`` drops what was not flushed: only what ``flush``
   confirmed may be committed.
 * Per key, the newest version wins: an upsert replaces a row whose version is not newer (an equal
-  version re-applies, so a replayed window changes nothing), else it is stale. A delete removes a row
-  whose version is not newer and leaves a tombstone (the key and its version; a delete of a key never
-  seen is a success), so an upsert not newer than the key's tombstone is stale: a replay never goes
-  back and never resurrects a deleted row. The store outlives the sink, as a table does, so a sink
+  version re-applies: unchanged when its values are the same, as in a replayed window, upserted when
+  they differ, as in a range re-applied after a transform was fixed), else it is stale. A delete
+  removes a row whose version is not newer and leaves a tombstone (the key and its version; a delete
+  of a key not held is a success, and unchanged), so an upsert not newer than the key's tombstone is
+  stale: a replay never goes back and never resurrects a deleted row. The counts are the real sinks'
+  (:class:`connectors.base.SinkStats`). The store outlives the sink, as a table does, so a sink
   opened later on the same store (the next window, a replay) keeps to it.
 * A change ``reject`` refuses (its data, as MySQL refuses a value) is returned as a failed record.
 * Tombstones are pruned by age (:class:`connectors.base.PrunableSink`).
@@ -28,7 +30,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from connectors.base import Change, FailedRecord, Header, SinkStats
+from connectors.base import Change, FailedRecord, Header, SinkStats, newest_per_key
 
 Key = tuple[Any, ...]
 
@@ -80,7 +82,9 @@ class MemorySink:
 
     def flush(self) -> list[FailedRecord]:
         assert self._open, "open() first"
-        batch, self._buffer = self._buffer, []
+        batch, superseded = newest_per_key(self._buffer)
+        self._buffer = []
+        self.stats.stale += superseded
         failed: list[FailedRecord] = []
         for change in batch:
             why = self.reject(change)
@@ -113,6 +117,9 @@ class MemorySink:
         if (row is not None and row.version > change.version) or (tomb is not None and tomb[0] >= change.version):
             self.stats.stale += 1
             return
+        if row is not None and row.version == change.version and row.values == change.values:
+            self.stats.unchanged += 1
+            return
         rows[change.key] = Row(dict(change.values), change.version)
         self.stats.upserted += 1
         self.stats.count(self.table, upserted=1)
@@ -125,7 +132,13 @@ class MemorySink:
         if row is not None and row.version > change.version:  # a newer row stays
             self.stats.stale += 1
             return
-        rows.pop(change.key, None)
+        if row is None:  # nothing to delete: older than the key's tombstone, or not held at all
+            if newest > change.version:
+                self.stats.stale += 1
+            else:
+                self.stats.unchanged += 1
+            return
+        rows.pop(change.key)
         self.stats.deleted += 1
         self.stats.count(self.table, deleted=1)
 

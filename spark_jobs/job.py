@@ -26,7 +26,7 @@ REPORT_SCHEMA = "reported long"
 DLQ_CLASS_KEY = "dlq:"  # sink dead letters by error class ride in the writer's extra stats
 
 
-WRITE_SCHEMA = "sink string, upserted long, deleted long, stale long, failed long, extra string"
+WRITE_SCHEMA = "sink string, upserted long, deleted long, stale long, unchanged long, failed long, extra string"
 
 
 SINK_OFFSETS_KEY = "sink_offsets"  # the offset sink's commit result, in its writer's extra stats
@@ -192,7 +192,7 @@ def count_written(result: WindowResult, sink: str, row: Any) -> None:
         stage = f"sink:{sink}"
         timing.add(result.stages, stage, float(extra.pop(SECONDS_KEY)))
     changed = extra.pop(CHANGED_KEY, {})
-    stats.add(SinkStats(row.upserted, row.deleted, row.stale, row.failed, extra, changed))
+    stats.add(SinkStats(row.upserted, row.deleted, row.stale, row.failed, extra, changed, row.unchanged))
     result.dead_lettered += row.failed
 
 

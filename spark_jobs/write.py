@@ -153,7 +153,7 @@ def write_target(job: WindowJob, target: SinkTarget, batches: Iterator[pa.Record
             handle(refused)
             unfit += len(refused)
             handle(write_arrow(batch) if write_arrow is not None else sink.write(kind.to_changes(batch, cfg)))
-            if sink.stats.upserted + sink.stats.deleted + sink.stats.stale:
+            if sink.stats.upserted + sink.stats.deleted + sink.stats.stale + sink.stats.unchanged:
                 faults.checkpoint("between_sink_batches", job.faults)
         handle(sink.flush())
         if dlq is not None:
@@ -171,7 +171,7 @@ def write_target(job: WindowJob, target: SinkTarget, batches: Iterator[pa.Record
     if s.changed:
         extra[CHANGED_KEY] = s.changed
     return pa.RecordBatch.from_pydict({"sink": [cfg.name], "upserted": [s.upserted], "deleted": [s.deleted],
-                                       "stale": [s.stale], "failed": [s.failed],
+                                       "stale": [s.stale], "unchanged": [s.unchanged], "failed": [s.failed],
                                        "extra": [json.dumps({**s.extra, **extra, **{f"{DLQ_CLASS_KEY}{c}": n
                                                                                      for c, n in classes.items()}})]})
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
@@ -35,6 +35,20 @@ MAPPING = {"properties": {"id": {"type": "long"}, "name": {"type": "keyword"}, "
                           "day": {"type": "date"}, "at": {"type": "date_nanos"}, "note": {"type": "text"}}}
 
 Change = tuple[Any, ...]  # (op, version, id, name, amount, day, at, note)
+
+
+class Counts(NamedTuple):
+    """What a sink counted (connectors.base.SinkStats): every change exactly once."""
+
+    upserted: int = 0
+    deleted: int = 0
+    stale: int = 0
+    unchanged: int = 0
+
+
+def counts(sink: Sink) -> Counts:
+    s = sink.stats
+    return Counts(s.upserted, s.deleted, s.stale, s.unchanged)
 
 
 def table_config(table: str, **extra: Any) -> MySqlSinkConfig:
@@ -98,15 +112,19 @@ class Subject:
         self.opened.append(sink)
         return sink
 
-    def apply(self, rows: list[Change], sink: Sink | None = None) -> None:
-        """``rows`` written and flushed by ``sink`` (else by a new one, closed after), none rejected."""
+    def apply(self, rows: list[Change], sink: Sink | None = None) -> Counts:
+        """``rows`` written and flushed by ``sink`` (else by a new one, closed after), none rejected;
+        returns what the sink counted of them (:data:`Counts`)."""
         own = sink is None
         sink = sink or self.open()
+        before = counts(sink)
         try:
             assert self.feed(sink, rows) + sink.flush() == []
         finally:
             if own:
                 sink.close()
+        after = counts(sink)
+        return Counts(*(a - b for a, b in zip(after, before, strict=True)))
 
     def close_all(self) -> None:
         for sink in self.opened:
@@ -124,50 +142,86 @@ NULLS = ("upsert", 12, 3, None, None, None, None, None)  # every nullable column
 
 
 class SinkConformance:
-    """The contract every sink keeps (connectors/base.py). Subclasses give a ``subject`` fixture."""
+    """The contract every sink keeps (connectors/base.py). Subclasses give a ``subject`` fixture.
+    Each write's counts are asserted exactly: they are what the sink's server reports (issue 40)."""
 
     def test_upserts_read_back_with_their_values(self, subject: Subject) -> None:
-        subject.apply([FIRST, SECOND, NULLS])
+        assert subject.apply([FIRST, SECOND, NULLS]) == Counts(upserted=3)
         assert subject.read() == {1: values(FIRST), 2: values(SECOND), 3: values(NULLS)}
 
     def test_a_newer_upsert_replaces_every_column(self, subject: Subject) -> None:
-        subject.apply([FIRST, SECOND])
+        assert subject.apply([FIRST, SECOND]) == Counts(upserted=2)
         newer = ("upsert", 20, 1, "renamed", Decimal("1.5000"), date(2025, 1, 2), None, None)
-        subject.apply([newer])
+        assert subject.apply([newer]) == Counts(upserted=1)
         assert subject.read() == {1: values(newer), 2: values(SECOND)}
 
     def test_a_delete_removes_the_row_and_a_delete_of_an_unknown_key_is_a_success(self, subject: Subject) -> None:
         subject.apply([FIRST, SECOND])
-        subject.apply([("delete", 20, 1, None, None, None, None, None),
-                       ("delete", 20, 99, None, None, None, None, None)])
+        deletes = [("delete", 20, 1, None, None, None, None, None), ("delete", 20, 99, None, None, None, None, None)]
+        assert subject.apply(deletes) == Counts(deleted=1, unchanged=1)  # key 99 was not there: no deletion
         assert subject.read() == {2: values(SECOND)}
+        assert subject.apply(deletes) == Counts(unchanged=2)  # the same deletes again
 
     def test_an_older_version_never_overwrites_a_newer_one(self, subject: Subject) -> None:
-        subject.apply([FIRST])
-        subject.apply([("upsert", 5, 1, "older", Decimal(1), None, None, None)])  # a replay of an older window
+        assert subject.apply([FIRST]) == Counts(upserted=1)
+        older = ("upsert", 5, 1, "older", Decimal(1), None, None, None)  # a replay of an older window
+        assert subject.apply([older]) == Counts(stale=1)
         assert subject.read() == {1: values(FIRST)}
-        subject.apply([FIRST])  # the same version again: a replay of the same window changes nothing
+        assert subject.apply([FIRST]) == Counts(unchanged=1)  # the same version again: a replay of the same window
         assert subject.read() == {1: values(FIRST)}
+
+    def test_an_equal_version_with_other_values_is_a_change(self, subject: Subject) -> None:
+        """A range re-applied after a transform was fixed: the same versions, other values."""
+        subject.apply([FIRST, SECOND])
+        fixed = (*FIRST[:3], "fixed by a transform", *FIRST[4:])
+        assert subject.apply([fixed, SECOND]) == Counts(upserted=1, unchanged=1)
+        assert subject.read() == {1: values(fixed), 2: values(SECOND)}
 
     def test_an_older_delete_leaves_a_newer_row(self, subject: Subject) -> None:
         subject.apply([FIRST])
-        subject.apply([("delete", 5, 1, None, None, None, None, None)])
+        assert subject.apply([("delete", 5, 1, None, None, None, None, None)]) == Counts(stale=1)
         assert subject.read() == {1: values(FIRST)}
 
     def test_a_replay_never_resurrects_a_deleted_row(self, subject: Subject) -> None:
         subject.apply([FIRST, SECOND])
-        subject.apply([("delete", 30, 1, None, None, None, None, None)])
-        subject.apply([FIRST, ("upsert", 30, 1, "same version as the delete", None, None, None, None)])
+        assert subject.apply([("delete", 30, 1, None, None, None, None, None)]) == Counts(deleted=1)
+        same = ("upsert", 30, 1, "same version as the delete", None, None, None, None)
+        assert subject.apply([FIRST]) == Counts(stale=1)
+        assert subject.apply([same]) == Counts(stale=1)
         assert subject.read() == {2: values(SECOND)}
         later = ("upsert", 31, 1, "inserted again, later", Decimal("2.0000"), None, None, None)
-        subject.apply([later])
+        assert subject.apply([later]) == Counts(upserted=1)
         assert subject.read() == {1: values(later), 2: values(SECOND)}
+        # the delete replayed after the row came back: older than the row
+        assert subject.apply([("delete", 30, 1, None, None, None, None, None)]) == Counts(stale=1)
+        assert subject.read() == {1: values(later), 2: values(SECOND)}
+
+    def test_a_full_replay_changes_nothing_and_counts_no_change(self, subject: Subject) -> None:
+        """Every window of a topic applied, then all of them again, in order: 0 upserted, 0 deleted,
+        each change stale (the target holds a newer state of its key) or unchanged (the same)."""
+        windows = [
+            [FIRST, SECOND, NULLS],
+            [("upsert", 20, 1, "second version", Decimal("2.0000"), None, None, None),
+             ("delete", 21, 2, None, None, None, None, None)],
+            [("delete", 22, 3, None, None, None, None, None),
+             ("upsert", 23, 4, "four", None, None, None, None)],
+            [("upsert", 24, 2, "two again", None, None, None, None)],
+        ]
+        applied = [subject.apply(w) for w in windows]
+        assert applied == [Counts(upserted=3), Counts(upserted=1, deleted=1), Counts(upserted=1, deleted=1),
+                           Counts(upserted=1)]
+        state = subject.read()
+        replayed = [subject.apply(w) for w in windows]
+        assert replayed == [Counts(stale=3), Counts(unchanged=1, stale=1), Counts(unchanged=2),
+                            Counts(unchanged=1)]
+        assert subject.read() == state
 
     def test_several_changes_of_one_key_in_one_batch_keep_the_newest(self, subject: Subject) -> None:
         v1 = ("upsert", 1, 1, "one", None, None, None, None)
         v3 = ("upsert", 3, 1, "three", Decimal("3.0000"), date(2024, 3, 3), AT, "last")
         v2 = ("upsert", 2, 1, "two", None, None, None, None)
-        subject.apply([v1, v3, v2, SECOND])
+        # reduced to the newest per key; the others are stale (connectors.base.newest_per_key)
+        assert subject.apply([v1, v3, v2, SECOND]) == Counts(upserted=2, stale=2)
         assert subject.read() == {1: values(v3), 2: values(SECOND)}
 
     def test_a_flushed_write_outlives_its_sink_and_flush_and_close_repeat(self, subject: Subject) -> None:
@@ -179,6 +233,6 @@ class SinkConformance:
         assert subject.read() == {1: values(FIRST)}
         again = subject.open()  # a later window on the same target
         assert again.flush() == []
-        subject.apply([SECOND], again)
+        assert subject.apply([SECOND], again) == Counts(upserted=1)
         again.close()
         assert subject.read() == {1: values(FIRST), 2: values(SECOND)}

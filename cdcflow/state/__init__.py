@@ -8,7 +8,9 @@ job; :class:`StateStore` opens the one engine they share:
 * ``leases`` (state/leases.py): one writer per pipeline;
 * ``operator`` (state/operator.py): STOPPED or running, schema-change decisions, redrives;
 * ``lag`` (state/lag_history.py): lag over time per partition;
-* ``chores`` (state/chores.py): periodic chores and retention.
+* ``chores`` (state/chores.py): periodic chores and retention;
+* ``totals`` (state/totals.py): cumulative totals of the metrics, added to when a window commits and
+  never pruned.
 
 The tables themselves are in state/tables.py.
 """
@@ -24,12 +26,13 @@ from cdcflow.state.offsets import SqlOffsetStore
 from cdcflow.state.operator import OperatorState, PipelineState, Redrive
 from cdcflow.state.protocol import OffsetStore
 from cdcflow.state.tables import LagSource, default_store_url, open_engine
+from cdcflow.state.totals import Totals
 from cdcflow.state.windows import CommitResult, Origin, PartitionWindow, TopicPartition, WindowPlan, WindowStatus
 
 __all__ = [
     "Chores", "CommitResult", "LagEntry", "LagHistory", "LagSource", "Leases", "Ledger", "MemoryOffsetStore",
     "OffsetStore", "OperatorState", "Origin", "PartitionWindow", "PipelineState", "Redrive", "SqlOffsetStore",
-    "StateStore", "TopicPartition", "WindowPlan", "WindowStatus", "default_store_url",
+    "StateStore", "TopicPartition", "Totals", "WindowPlan", "WindowStatus", "default_store_url",
 ]
 
 
@@ -45,6 +48,8 @@ class StateStore:
         self.operator = OperatorState(self.engine)
         self.lag = LagHistory(self.engine)
         self.chores = Chores(self.engine)
+        self.totals = Totals(self.engine)
+        self.totals.seed_from_ledger()  # once per database: a ledger older than the totals
 
     def close(self) -> None:
         self.engine.dispose()

@@ -1,5 +1,6 @@
 """Periodic chores of a pipeline's state: when each last ran (so that it runs at most every so
-often, whichever process commits), and retention, which forgets old ledger windows and lag samples."""
+often, whichever process commits), and retention, which forgets old ledger windows and lag samples.
+Retention never touches the metrics' totals (state/totals.py): Prometheus counters must not go down."""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """The window ledger: every window a pipeline planned, its attempts, status and stats, and the
 queries over that history (the page, metrics, the dead letters an unfinished run sent already).
+The metrics' counters are not summed from it (retention prunes it): a window's commit
+(state/offsets.py) and each failed attempt add to cdcflow/state/totals.py in the transaction that
+records them in the ledger.
 
 A window's plan, its read ends and its commit are written by the offset store
 (cdcflow/state/offsets.py), since they decide which records a window covers; the ledger keeps the
@@ -16,7 +19,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from cdcflow.state.tables import now, runs_table, windows_table
-from cdcflow.state.windows import Origin, PartitionWindow, TopicPartition, WindowPlan, WindowStatus
+from cdcflow.state.totals import count_failed_attempt
+from cdcflow.state.windows import Origin, PartitionWindow, WindowPlan, WindowStatus
 
 
 def read_window(conn: sa.Connection, pipeline: str, run_id: str) -> WindowPlan | None:
@@ -66,8 +70,11 @@ class Ledger:
 
     def mark(self, pipeline: str, run_id: str, status: WindowStatus, message: str | None = None,
              stats: Mapping[str, Any] | None = None) -> None:
+        """Set the window's status; a failed attempt is counted in the same transaction (state/totals.py)."""
         with self.engine.begin() as conn:
             set_status(conn, pipeline, run_id, status, message, stats)
+            if status == "failed":
+                count_failed_attempt(conn, pipeline)
 
     def last_window(self, pipeline: str) -> tuple[WindowPlan, datetime] | None:
         """The newest window of the ledger and when it last changed."""
@@ -100,25 +107,18 @@ class Ledger:
             return list(conn.execute(sa.select(runs_table.c.run_id).where(
                 (runs_table.c.pipeline == pipeline) & (runs_table.c.origin == origin))).scalars())
 
-    def windows_summary(self, pipeline: str) -> list[tuple[str, str, str, dict[str, Any], datetime]]:
-        """(run_id, status, origin, stats, updated_at) of every window in the ledger, oldest first."""
+    def status_counts(self, pipeline: str) -> dict[str, int]:
+        """How many windows the ledger holds now in each status (retention removes old ones)."""
         with self.engine.connect() as conn:
-            rows = conn.execute(sa.select(runs_table.c.run_id, runs_table.c.status, runs_table.c.origin,
-                                          runs_table.c.stats, runs_table.c.updated_at)
-                                .where(runs_table.c.pipeline == pipeline).order_by(runs_table.c.created_at)).all()
-        return [(r.run_id, r.status, r.origin, json.loads(r.stats or "{}"), r.updated_at) for r in rows]
+            rows = conn.execute(sa.select(runs_table.c.status, sa.func.count()).where(runs_table.c.pipeline == pipeline)
+                                .group_by(runs_table.c.status)).all()
+        return {status: int(n) for status, n in rows}
 
-    def records_read(self, pipeline: str) -> dict[TopicPartition, int]:
-        """Records read per partition by windows that were applied or committed (a failed window's
-        records are counted when its retry succeeds)."""
+    def newest_status(self, pipeline: str) -> str | None:
+        """The status of the newest window (by when it was planned), None without any."""
         with self.engine.connect() as conn:
-            rows = conn.execute(
-                sa.select(windows_table.c.topic, windows_table.c.partition, sa.func.sum(windows_table.c.records))
-                .join(runs_table, (runs_table.c.pipeline == windows_table.c.pipeline)
-                      & (runs_table.c.run_id == windows_table.c.run_id))
-                .where((windows_table.c.pipeline == pipeline) & runs_table.c.status.in_(("applied", "committed")))
-                .group_by(windows_table.c.topic, windows_table.c.partition)).all()
-        return {(t, p): int(n or 0) for t, p, n in rows}
+            return conn.execute(sa.select(runs_table.c.status).where(runs_table.c.pipeline == pipeline)
+                                .order_by(runs_table.c.created_at.desc()).limit(1)).scalar()
 
     def runs_that_may_have_sent_dead_letters(self, pipeline: str, window: WindowPlan, limit: int = 20) -> list[str]:
         """The newest runs (up to ``limit``) of the pipeline, other than ``window``'s, that may have

@@ -27,6 +27,7 @@ from cdcflow.errors import WindowFailed
 from cdcflow.state.lag_history import LagRow, add_lag
 from cdcflow.state.ledger import read_window, set_status
 from cdcflow.state.tables import lag_table, naive_utc, now, offsets_table, runs_table, windows_table
+from cdcflow.state.totals import count_committed
 from cdcflow.state.windows import CommitResult, Origin, PartitionWindow, TopicPartition, WindowPlan
 from connectors import faults
 from connectors.offset_rule import commit_outcome
@@ -118,7 +119,8 @@ class SqlOffsetStore:
             set_status(conn, pipeline, run_id, "read", None)
 
     def commit(self, pipeline: str, run_id: str) -> CommitResult:
-        """Move the stored offsets to the window's ends, in one transaction, compare-and-set."""
+        """Move the stored offsets to the window's ends, in one transaction, compare-and-set; the same
+        transaction marks the window committed and adds it to the metrics' totals (once per run)."""
         with self.engine.connect() as conn:
             plan = read_window(conn, pipeline, run_id)
         plan = committable(plan, pipeline, run_id)
@@ -129,6 +131,7 @@ class SqlOffsetStore:
                 left[p.tp] = kept_reason(plan)
             with self.engine.begin() as conn:
                 set_status(conn, pipeline, run_id, "committed", None)
+                count_committed(conn, pipeline, run_id)
             return CommitResult(advanced, left)
         with self.engine.begin() as conn:
             stored_rows = conn.execute(
@@ -149,6 +152,7 @@ class SqlOffsetStore:
             add_lag(conn, pipeline, self._commit_lag(conn, pipeline, run_id, advanced))
             faults.checkpoint("during_commit")
             set_status(conn, pipeline, run_id, "committed", None)
+            count_committed(conn, pipeline, run_id)  # the metrics' totals, once per run (state/totals.py)
         return CommitResult(advanced, left)
 
     @staticmethod

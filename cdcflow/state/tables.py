@@ -45,6 +45,8 @@ runs_table = sa.Table(
     # the time range [start, end) of a backfill / time-range window, or of an aligned scheduled window
     sa.Column("interval_start", sa.DateTime, nullable=True),
     sa.Column("interval_end", sa.DateTime, nullable=True),
+    # when the window was added to cdcflow_totals (at its first commit): a repeated commit adds nothing
+    sa.Column("counted_at", sa.DateTime, nullable=True),
 )
 
 windows_table = sa.Table(
@@ -72,7 +74,8 @@ chores_table = sa.Table(
 )
 
 # Columns added after a table was first released: created on older databases at start-up.
-_ADDED_COLUMNS = {"cdcflow_runs": ("interval_start", "interval_end"), "cdcflow_windows": ("stop_offset",)}
+_ADDED_COLUMNS = {"cdcflow_runs": ("interval_start", "interval_end", "counted_at"),
+                  "cdcflow_windows": ("stop_offset",)}
 
 # Who writes a pipeline's sinks now (one window at a time, live or backfill); expires unless renewed,
 # so a killed task does not block the pipeline for longer than the lease.
@@ -150,6 +153,21 @@ lag_table = sa.Table(
     sa.Index("ix_cdcflow_lag_pipeline_tp", "pipeline", "topic", "partition", "id"),
 )
 LagSource = Literal["plan", "commit", "reset", "sample"]
+
+# Cumulative totals per pipeline, the Prometheus counters of /cdcflow/metrics (cdcflow/state/totals.py):
+# they only grow, and retention never deletes them. One row per metric and label set; ``labels`` is
+# the JSON object of the labels besides the pipeline, ``labels_key`` its SHA-1 (a key of any length
+# fits InnoDB's 3,072 bytes).
+totals_table = sa.Table(
+    "cdcflow_totals",
+    metadata,
+    sa.Column("pipeline", sa.String(200), primary_key=True),
+    sa.Column("name", sa.String(100), primary_key=True),
+    sa.Column("labels_key", sa.String(40), primary_key=True),
+    sa.Column("labels", sa.Text, nullable=False),
+    sa.Column("value", sa.Double, nullable=False),
+    sa.Column("updated_at", sa.DateTime, nullable=False),
+)
 
 
 def now() -> datetime:

@@ -2,7 +2,10 @@
 
 * Documents are indexed with external versioning (``version_type=external_gte``) from the change's
   version, so re-applying a window changes nothing and an older change never replaces a newer one
-  (Elasticsearch answers 409, counted as ``stale``).
+  (Elasticsearch answers 409, counted as ``stale``). Before each bulk request one mget reads the
+  versions of its documents (and their tombstones): a change the index has passed is not sent
+  (``stale``), nor one it holds already, with the same version and source (``unchanged``); an
+  equal version with another source (a range re-applied after a transform was fixed) is re-indexed.
 * Deletes use the same versioning and also write a tombstone document (index, id, version) to
   ``cdcflow-tombstones``. Elasticsearch forgets a deleted document's version after
   ``index.gc_deletes`` (60 s by default); the tombstone index does not, and an index action whose
@@ -12,7 +15,9 @@
 * Transport errors, 429 and 5xx are retried with exponential backoff (the request, or the items
   that got them); after the retries the window fails as an infrastructure error, nothing goes to the
   DLQ. Per-document 4xx errors (mapping, parsing) follow ``behavior_on_malformed_documents``; with
-  ``fail`` they are returned as failed records (DLQ with tolerance all, else the window fails).
+  ``fail`` they are returned as failed records (DLQ with tolerance all, else the window fails). A
+  rejected delete or tombstone is always a failed record: skipped, it would let a replay bring the
+  document back.
 * ``truncate: apply`` (:meth:`ElasticsearchSink.truncate`): a TRUNCATE of the source table at version
   V raises the index's TRUNCATE mark (a document of ``cdcflow-tombstones`` whose external version is
   V) and deletes the index's documents older than V by versioned deletes, so a newer document
@@ -29,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from connectors.base import Change, FailedRecord, SinkStats
+from connectors.base import Change, FailedRecord, SinkStats, newest_per_key
 from connectors.elasticsearch.config import ElasticsearchSinkConfig
 from connectors.errors import ConfigError, SinkUnavailable
 
@@ -42,7 +47,7 @@ RETRY_STATUS = frozenset({429, 502, 503, 504})
 # whether it was found and its version. Elasticsearch writes less and the client parses less (a
 # 1,000-action bulk's full answer is ~250 KB of JSON: index, id, version, seq_no, shards per item).
 BULK_ANSWER = ["items.*.status", "items.*.error"]
-MGET_ANSWER = ["docs._id", "docs.found", "docs._version"]
+MGET_ANSWER = ["docs._index", "docs._id", "docs.found", "docs._version"]  # _index, _id: no doc is left empty
 TRUNCATE_ID = "\x00truncate"  # the TRUNCATE mark's tombstone id (a document id never starts with NUL)
 SCAN_PAGE = 1_000
 
@@ -112,6 +117,8 @@ class ElasticsearchSink:
 
     def write(self, changes: Sequence[Change]) -> list[FailedRecord]:
         failed: list[FailedRecord] = []
+        changes, superseded = newest_per_key(changes)
+        self.stats.stale += superseded
         for change in changes:
             for item in self._items(change):
                 if self._pending and (len(self._pending) >= self.cfg.bulk_max_actions
@@ -153,7 +160,7 @@ class ElasticsearchSink:
     # -- sending -----------------------------------------------------------------------------------
     def _send(self) -> list[FailedRecord]:
         items, self._pending, self._pending_bytes = self._pending, [], 0
-        items = self._drop_tombstoned(items)
+        items = self._drop_held(items)
         # a bulk delete creates a missing index too, with a dynamic mapping: so before deletes as well
         for index in {i.change.key[0] for i in items if i.kind in ("index", "delete")}:
             self._ensure_index(index, self._mappings.get(index, self.cfg.mapping), self.cfg.settings)
@@ -178,8 +185,7 @@ class ElasticsearchSink:
                 elif status == 409:
                     self.stats.stale += item.kind != "tombstone"  # a newer version is already there
                 elif status == 404 and item.kind == "delete":
-                    self.stats.deleted += 1  # deleting a missing document is a success
-                    self.stats.count(item.change.key[0], deleted=1)
+                    self.stats.unchanged += 1  # deleting a missing document is a success, and no change
                 elif status in RETRY_STATUS or status >= 500:
                     retry.append(item)
                     last_error = outcome.get("error") or {"status": status}
@@ -203,6 +209,10 @@ class ElasticsearchSink:
         index, doc_id = item.change.key
         message = f"Elasticsearch rejected document {doc_id!r} for index {index!r}: {etype}: {reason}"
         behavior = self.cfg.behavior_on_malformed_documents
+        if item.kind != "index":  # a delete, or its tombstone: dropped, a later replay could bring the document back
+            message = (f"Elasticsearch rejected the {item.kind} of document {doc_id!r} of index {index!r}: {etype}: "
+                       f"{reason} (a delete is never skipped, whatever behavior_on_malformed_documents says)")
+            behavior = "fail"
         if behavior == "ignore":
             self.stats.extra["ignored"] = self.stats.extra.get("ignored", 0) + 1
             return []
@@ -215,9 +225,13 @@ class ElasticsearchSink:
                                    extra_headers=(("__cdcflow.errors.es.type", etype.encode()),
                                                   ("__cdcflow.errors.es.reason", reason.encode())))]
 
-    def _drop_tombstoned(self, items: list[_Item]) -> list[_Item]:
-        """Skip index actions not newer than their document's tombstone (no resurrection), or than
-        their index's TRUNCATE mark: one mget for both."""
+    def _drop_held(self, items: list[_Item]) -> list[_Item]:
+        """Skip the index actions whose change the index already holds or has passed, counted: stale
+        when not newer than their document's tombstone (no resurrection), their index's TRUNCATE mark
+        or the document's version; unchanged when the document has their version and the same
+        source. One mget for all of it (a second, of the sources, only for equal versions: replays).
+        An equal version whose document differs (a range re-applied after a transform was fixed) is
+        sent: ``external_gte`` replaces it."""
         if self.cfg.key_ignore:
             return items
         indexed = [i for i in items if i.kind == "index"]
@@ -225,19 +239,37 @@ class ElasticsearchSink:
             return items
         tombs = [tombstone_id(*i.change.key) for i in indexed]
         marks = {index: tombstone_id(index, TRUNCATE_ID) for index in {i.change.key[0] for i in indexed}}
-        found = self._call("reading tombstones", lambda: self._client.mget(
-            index=TOMBSTONES, ids=list({*tombs, *marks.values()}), source=False, filter_path=MGET_ANSWER))
-        dead = {d["_id"]: d["_version"] for d in found["docs"] if d.get("found")}
+        dead_ids = list({*tombs, *marks.values()})
+        docs = [{"_index": TOMBSTONES, "_id": t} for t in dead_ids] + [
+            {"_index": i.change.key[0], "_id": i.change.key[1]} for i in indexed]
+        found = self._call("reading tombstones and document versions", lambda: self._client.mget(
+            docs=docs, source=False, filter_path=MGET_ANSWER))["docs"]
+        dead = {t: d["_version"] for t, d in zip(dead_ids, found[:len(dead_ids)], strict=True) if d.get("found")}
+        held = [d.get("_version") if d.get("found") else None for d in found[len(dead_ids):]]
         floor = {index: dead.get(mark, -1) for index, mark in marks.items()}
-        stale = {id(i) for i, tomb in zip(indexed, tombs, strict=True)
-                 if max(dead.get(tomb, -1), floor[i.change.key[0]]) >= i.change.version}
-        self.stats.stale += len(stale)
-        return [i for i in items if id(i) not in stale] if stale else items
+        skip: set[int] = set()
+        equal: list[_Item] = []
+        for item, tomb, version in zip(indexed, tombs, held, strict=True):
+            v = item.change.version
+            if max(dead.get(tomb, -1), floor[item.change.key[0]]) >= v or (version is not None and version > v):
+                self.stats.stale += 1
+                skip.add(id(item))
+            elif version == v:
+                equal.append(item)
+        if equal:
+            sources = self._call("reading the documents a replay would re-index", lambda: self._client.mget(
+                docs=[{"_index": i.change.key[0], "_id": i.change.key[1]} for i in equal],
+                filter_path=["docs._id", "docs._source"]))["docs"]
+            for item, doc in zip(equal, sources, strict=True):
+                if doc.get("_source") == json.loads(item.lines.split(b"\n", 1)[1]):
+                    self.stats.unchanged += 1
+                    skip.add(id(item))
+        return [i for i in items if id(i) not in skip] if skip else items
 
     def truncate(self, marks: Mapping[str, int]) -> dict[str, int]:
         """``truncate: apply``, per index: a TRUNCATE of its source table at a version. The index's
         TRUNCATE mark is raised to it first (so the window's older changes, and any replayed later,
-        are skipped: :meth:`_drop_tombstoned`), then each document older than it is deleted with
+        are skipped: :meth:`_drop_held`), then each document older than it is deleted with
         that version (``external_gte`` of version - 1: Elasticsearch refuses the delete of a newer
         document, written by a later window a replay runs after, with a 409). Elasticsearch's
         delete-by-query cannot compare external versions; this scan does, and is idempotent, so a

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 import sqlalchemy as sa
 
 from connectors import timing
-from connectors.base import ArrowRecords, Change, SinkStats
+from connectors.base import ArrowRecords, Change, SinkStats, newest_per_key
 from connectors.mysql import bulk
 from connectors.mysql.config import MySqlSinkConfig
 from connectors.mysql.sql import (
@@ -57,23 +57,75 @@ def lap(stats: SinkStats, key: str, since: float) -> float:
 # -- the row path ------------------------------------------------------------------------------------
 def apply_rows(conn: sa.Connection, sql: Statements, batch: list[Change], newest_tombstone: int | None) -> SinkStats:
     """``batch`` on ``conn``'s transaction; ``newest_tombstone``: the table's newest when the sink
-    opened (no upsert newer than it can be blocked by a tombstone: no lookup)."""
+    opened (no upsert newer than it can be blocked by a tombstone: no lookup). Counted as MySQL
+    reports it (:func:`count_upserts`), with the versions the table held before (one lookup)."""
+    batch, superseded = newest_per_key(batch)
     upserts = [c for c in batch if c.op == "upsert"]
     deletes = [c for c in batch if c.op == "delete"]
-    stats = SinkStats()
+    stats = SinkStats(stale=superseded)
     if upserts:
         live = _without_tombstoned(conn, sql.cfg.table, upserts, newest_tombstone)
         stats.stale += len(upserts) - len(live)
         if live:
-            conn.exec_driver_sql(sql.upsert_sql, [
-                (*(c.values.get(col) for col in sql.columns), c.version) for c in live])
-            stats.upserted += len(live)
+            held = _held(conn, sql, live)
+            affected = conn.exec_driver_sql(sql.upsert_sql, [
+                (*(c.values.get(col) for col in sql.columns), c.version) for c in live]).rowcount
+            count_upserts(stats, len(live), sum(v is not None and v > c.version for v, c in zip(held, live, strict=True)),
+                          sum(v is not None for v in held), affected)
     if deletes:
-        conn.exec_driver_sql(sql.delete_sql, [(*c.key, c.version) for c in deletes])
+        gone = conn.exec_driver_sql(sql.delete_sql, [(*c.key, c.version) for c in deletes]).rowcount
+        # after the deletes, before their tombstones: a row still there is newer than its delete
+        held, tombs = _held(conn, sql, deletes), _tombstoned(conn, sql, deletes)
+        kept = sum((v is not None and v > c.version) or (v is None and t is not None and t > c.version)
+                   for v, t, c in zip(held, tombs, deletes, strict=True))
         conn.exec_driver_sql(sql.tombstone_sql, [
             (sql.cfg.table, *key_hash(c.key), c.version) for c in deletes])
-        stats.deleted += len(deletes)
+        count_deletes(stats, len(deletes), gone, kept)
     return stats
+
+
+LOOKUP_CHUNK = 500  # keys per lookup statement (a scalar subquery each)
+
+
+def _held(conn: sa.Connection, sql: Statements, changes: list[Change]) -> list[int | None]:
+    """The version the table holds of each change's key (None: no row), in order. Each key is
+    compared by MySQL itself (its column's type and collation), in a scalar subquery of its own."""
+    out: list[int | None] = []
+    for i in range(0, len(changes), LOOKUP_CHUNK):
+        part = changes[i:i + LOOKUP_CHUNK]
+        out += conn.exec_driver_sql(sql.held_sql(len(part)), tuple(k for c in part for k in c.key)).one()
+    return out
+
+
+def _tombstoned(conn: sa.Connection, sql: Statements, changes: list[Change]) -> list[int | None]:
+    """The version of each change's key's tombstone (None: none), in order."""
+    out: list[int | None] = []
+    for i in range(0, len(changes), LOOKUP_CHUNK):
+        part = changes[i:i + LOOKUP_CHUNK]
+        out += conn.exec_driver_sql(sql.tombstone_versions_sql(len(part)), tuple(key_hash(c.key)[0] for c in part)).one()
+    return out
+
+
+def count_upserts(stats: SinkStats, live: int, newer: int, present: int, affected: int) -> None:
+    """``live`` upserts (none blocked by a tombstone), of which ``present`` met a row of their key,
+    ``newer`` of those a newer one; ``affected``: MySQL's affected rows of their ``INSERT … ON
+    DUPLICATE KEY UPDATE`` (1 per insert, 2 per changed row, 0 per row left as it was; the sink's
+    connections do not ask for found rows). An upsert of an equal version whose values differ (a
+    range re-applied after a transform was fixed) changed its row: upserted."""
+    inserted = live - present
+    changed = max(0, (affected - inserted) // 2)
+    stats.upserted += inserted + changed
+    stats.stale += newer
+    stats.unchanged += max(0, live - inserted - changed - newer)
+
+
+def count_deletes(stats: SinkStats, deletes: int, gone: int, kept: int) -> None:
+    """``gone``: MySQL's affected rows of the deletes; ``kept``: the deletes that met a newer row, or
+    a tombstone newer than themselves (older than what the table holds); the others met no row:
+    nothing to delete, unchanged."""
+    stats.deleted += gone
+    stats.stale += kept
+    stats.unchanged += max(0, deletes - gone - kept)
 
 
 def _without_tombstoned(conn: sa.Connection, table: str, upserts: list[Change],
@@ -95,9 +147,10 @@ def apply_set(conn: sa.Connection, sql: Statements, table: pa.Table, newest_tomb
     """``table`` (the window's sink frame) on ``conn``'s transaction: load the upserts and the deletes
     into temporary tables, in INSERTs of at most ``payload_bytes`` each, then apply each set with one
     statement."""
+    table, superseded = newest_rows(table, [f"c_{sql.columns.index(k)}" for k in sql.cfg.primary_key])
     ops = table.column("change_op")
     upserts, deletes = table.filter(pc.equal(ops, "upsert")), table.filter(pc.equal(ops, "delete"))
-    stats = SinkStats()
+    stats = SinkStats(stale=superseded)
     cursor = conn.connection.cursor()  # the DBAPI cursor: statements without % formatting
     cursor.execute(sql.drop_stages_sql)  # left by a batch that failed earlier on this connection (one window transaction)
     if upserts.num_rows:
@@ -106,6 +159,28 @@ def apply_set(conn: sa.Connection, sql: Statements, table: pa.Table, newest_tomb
         _delete_set(cursor, sql, deletes, payload_bytes, stats)
     cursor.execute(sql.drop_stages_sql)
     return stats
+
+
+def newest_rows(table: pa.Table, keys: list[str]) -> tuple[pa.Table, int]:
+    """:func:`connectors.base.newest_per_key` of a sink frame (``keys``: its key columns): the frame
+    as it is when no key repeats (a window's frame; checked by a hash group-by), else reduced."""
+    n = table.num_rows
+    if n < 2:
+        return table, 0
+    try:
+        if table.select(keys).group_by(keys).aggregate([]).num_rows == n:
+            return table, 0
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):  # a key type Arrow cannot group
+        pass
+    versions = table.column("version").to_pylist()
+    best: dict[tuple[Any, ...], int] = {}
+    for i, key in enumerate(zip(*(table.column(k).to_pylist() for k in keys), strict=True)):
+        held = best.get(key)
+        if held is None or versions[i] >= versions[held]:
+            best[key] = i
+    if len(best) == n:
+        return table, 0
+    return table.take(pa.array(sorted(best.values()), pa.int64())), n - len(best)
 
 
 def _upsert_set(cursor: Any, sql: Statements, upserts: pa.Table, newest_tombstone: int | None,
@@ -119,13 +194,15 @@ def _upsert_set(cursor: Any, sql: Statements, upserts: pa.Table, newest_tombston
     load(cursor, UPSERT_STAGE, [*sql.columns, VERSION_COLUMN] + ([HASH_COLUMN] if guarded else []), columns,
          payload_bytes)
     started = lap(stats, "load_s", started)
+    tombstoned = 0
     if guarded:
         cursor.execute(sql.set_stale_sql)
-        stats.stale += cursor.fetchone()[0]
-        cursor.execute(sql.set_upsert_live_sql)
-    else:
-        cursor.execute(sql.set_upsert_sql)
-    stats.upserted += upserts.num_rows - stats.stale
+        tombstoned = int(cursor.fetchone()[0])
+    cursor.execute(sql.set_held_sql(guarded))  # what the table holds of these keys, before
+    newer, present = cursor.fetchone()
+    cursor.execute(sql.set_upsert_live_sql if guarded else sql.set_upsert_sql)
+    stats.stale += tombstoned
+    count_upserts(stats, upserts.num_rows - tombstoned, int(newer or 0), int(present), cursor.rowcount)
     lap(stats, "upsert_s", started)
 
 
@@ -139,9 +216,12 @@ def _delete_set(cursor: Any, sql: Statements, deletes: pa.Table, payload_bytes: 
             pa.array([j for _h, j in hashed], pa.string())], payload_bytes)
     started = time.perf_counter()
     cursor.execute(sql.set_delete_sql)
+    gone = cursor.rowcount
+    cursor.execute(sql.set_kept_sql)  # before the tombstones: those newer than the deletes are older ones'
+    kept = int(cursor.fetchone()[0] or 0)
     cursor.execute(sql.set_tombstone_sql)
     lap(stats, "delete_s", started)
-    stats.deleted += deletes.num_rows
+    count_deletes(stats, deletes.num_rows, gone, kept)
 
 
 def key_parts(table: pa.Table, sql: Statements) -> list[pa.ChunkedArray]:

@@ -36,8 +36,12 @@ def writer_engine(url: str, shared: bool = False) -> sa.Engine:
     connection costs a few milliseconds; a table of a routed sink may have one change)."""
     pool: dict[str, Any] = {"pool_size": 1, "max_overflow": 1} if shared else {
         "poolclass": NullPool}
+    # client_flag without FOUND_ROWS (SQLAlchemy's MySQL dialects ask for it): an INSERT … ON DUPLICATE
+    # KEY UPDATE that leaves a row as it was then counts 0 affected rows, not 1, which is how the
+    # sink tells an unchanged row from an inserted one (connectors/mysql/apply.py::count_upserts)
     return sa.create_engine(url, isolation_level="READ COMMITTED",
-                            connect_args={**CONNECT_ARGS, "init_command": SESSION_SQL}, **pool)
+                            connect_args={**CONNECT_ARGS, "init_command": SESSION_SQL,
+                                          "client_flag": pymysql.constants.CLIENT.MULTI_RESULTS}, **pool)
 
 
 def reader_engine(url: str) -> sa.Engine:

@@ -133,6 +133,19 @@ class Statements:
             f"INSERT INTO {tb} (table_name, key_hash, key_json, version) "
             f"SELECT {name}, UNHEX(d.{h}), d.{quote(KEY_JSON_COLUMN)}, d.{v} FROM {sd} d "
             f"ON DUPLICATE KEY UPDATE version = GREATEST({tb}.version, VALUES(version))")
+        # what the table holds of the staged keys, before the upsert: (newer than the change, present);
+        # ``guarded``: of the upserts no tombstone blocks (set_stale_sql counts those)
+        held = (f"SELECT COALESCE(SUM({tv} > s.{v}), 0), COUNT(*) FROM {su} s JOIN {t} ON "
+                + " AND ".join(f"{t}.{quote(k)} = s.{quote(k)}" for k in cfg.primary_key))
+        self._set_held = {False: held, True: (
+            f"{held} LEFT JOIN {tb} tb ON tb.table_name = {name} AND tb.key_hash = UNHEX(s.{h}) "
+            f"WHERE tb.version IS NULL OR s.{v} > tb.version")}
+        # after the delete, before the tombstones: the deletes older than what the table holds (a row
+        # still there is newer than its delete; an absent row's tombstone newer than the delete)
+        self.set_kept_sql = (
+            f"SELECT COUNT(*) FROM {sd} d LEFT JOIN {t} ON {on} "
+            f"LEFT JOIN {tb} tb ON tb.table_name = {name} AND tb.key_hash = UNHEX(d.{h}) "
+            f"WHERE {tv} > d.{v} OR ({tv} IS NULL AND tb.version > d.{v})")
         keylist = ", ".join(quote(k) for k in cfg.primary_key)
         # staging tables with the target's column types (and NOT NULLs): a value MySQL would reject
         # in the target is rejected by the load, in strict mode, as on the row path
@@ -142,6 +155,21 @@ class Statements:
         self.stage_delete_sql = (f"CREATE TEMPORARY TABLE {sd} ({h} CHAR(40) NULL DEFAULT NULL, "
                                  f"{quote(KEY_JSON_COLUMN)} TEXT NULL DEFAULT NULL) SELECT {keylist}, {v} FROM {t} WHERE 1 = 0")
         self.drop_stages_sql = f"DROP TEMPORARY TABLE IF EXISTS {su}, {sd}"
+
+    def set_held_sql(self, guarded: bool) -> str:
+        return self._set_held[guarded]
+
+    def held_sql(self, n: int) -> str:
+        """The version held of each of ``n`` keys (parameters: their parts, key after key): one row,
+        a scalar subquery per key (NULL: no row)."""
+        t, v = quote(self.cfg.table), quote(VERSION_COLUMN)
+        where = " AND ".join(f"{quote(k)} = %s" for k in self.cfg.primary_key)
+        return "SELECT " + ", ".join([f"(SELECT {v} FROM {t} WHERE {where})"] * n)
+
+    def tombstone_versions_sql(self, n: int) -> str:
+        """The tombstone version of each of ``n`` keys (parameters: their hashes): one row (NULL: none)."""
+        one = f"(SELECT version FROM {quote(TOMBSTONES)} WHERE table_name = {literal(self.cfg.table).replace('%', '%%')} AND key_hash = %s)"
+        return "SELECT " + ", ".join([one] * n)
 
     def guard(self, table: str = "") -> str:
         """The version guard of an upsert: every column replaced only when the incoming version is at

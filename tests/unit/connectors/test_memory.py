@@ -50,9 +50,10 @@ def test_a_window_through_memory_and_an_older_replay_changes_nothing() -> None:
     # the values as the projection gives them to MySQL: exact texts
     assert store.table("orders") == {("1",): {"id": "1", "name": "a2", "amount": "1.75"},
                                      ("3",): {"id": "3", "name": "c", "amount": None}}
-    assert (first.stats.upserted, first.stats.deleted) == (2, 1)
+    # key 2 was inserted and deleted in the window: its last change, a delete, found no row (unchanged)
+    assert (first.stats.upserted, first.stats.deleted, first.stats.unchanged) == (2, 0, 1)
     before = store.table("orders")
     replay = window(source, store, 0, 3)  # an older window: the first three records again
     assert store.table("orders") == before
-    # key 2's insert is older than its delete (stale); key 1's update is the one stored (applied again, the same)
-    assert (replay.stats.stale, replay.stats.upserted) == (1, 1)
+    # key 2's insert is older than its delete (stale); key 1's update is the one stored (the same: unchanged)
+    assert (replay.stats.stale, replay.stats.upserted, replay.stats.unchanged) == (1, 0, 1)

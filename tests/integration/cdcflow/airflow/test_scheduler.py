@@ -275,6 +275,25 @@ def test_a_window_that_changed_a_table_emits_its_asset_event_after_the_commit_an
     time.sleep(6)  # three scheduler heartbeats: a run queued by an event would exist by now
     assert len(airflow.request("GET", f"/api/v2/dags/{downstream}/dagRuns").body["dag_runs"]) == 1
 
+    # a replay of everything the table holds (issue 40), as an operator triggers it through the REST
+    # API: it reads every record again, changes nothing, emits no event and starts nothing
+    replay = {"dag_run_id": "replay", "logical_date": None,
+              "conf": {"start_offsets": {topic: {"0": 0, "1": 0, "2": 0}}}}
+    r = airflow.request("POST", f"/api/v2/dags/{cfg.name}/dagRuns", replay)
+    assert r.status == 200, r.text
+    assert [x["state"] for x in _wait_for_runs(airflow, cfg.name, ["replay"])] == ["success"], airflow.log_tail()
+    replayed = store.ledger.get_window(cfg.name, "replay")
+    assert replayed.total_records == len(stream.events)
+    sink = replayed.stats["sinks"][cfg.sinks[0].name]
+    first = window.stats["sinks"][cfg.sinks[0].name]
+    assert (sink["upserted"], sink["deleted"]) == (0, 0)
+    assert sink["stale"] + sink["unchanged"] == sum(first[k] for k in ("upserted", "deleted", "stale", "unchanged"))
+    assert table_rows(table) == rows
+    after = airflow.request("GET", f"/api/v2/assets/events?source_dag_id={cfg.name}").body["asset_events"]
+    assert [e["source_run_id"] for e in after] == ["full"]
+    time.sleep(6)
+    assert len(airflow.request("GET", f"/api/v2/dags/{downstream}/dagRuns").body["dag_runs"]) == 1
+
 
 def test_on_data_starts_a_window_when_records_wait_and_batches_a_trickle_until_max_wait(
         airflow: AirflowServer) -> None:

@@ -1,5 +1,6 @@
 """The state store on MySQL (MariaDB here), as docker-compose.yaml runs it (CDCFLOW_OFFSET_STORE_URL
-on the mysql service): its tables are created, and a window is planned, read, committed and found."""
+on the mysql service): its tables are created, and a window is planned, read, committed and found, and
+counted once in the metrics' totals."""
 
 from __future__ import annotations
 
@@ -31,5 +32,18 @@ def test_the_state_store_creates_its_tables_and_commits_on_mysql() -> None:
         key = "orders.note: add LONGTEXT " + "x" * 470  # change keys up to 500 characters
         store.operator.record_schema_pending(pipeline, "next", {key: {"key": key, "table": "orders"}})
         assert [c["key"] for c in store.operator.schema_changes(pipeline)] == [key]
+        # the metrics' totals (cdcflow/state/totals.py): a failed attempt, then the window committed, twice
+        store.ledger.mark(pipeline, "next", "failed", "attempt 1: SinkUnavailable: down")
+        store.offsets.record_read(pipeline, "next", {("t", 0): (130, 10)})
+        store.ledger.mark(pipeline, "next", "applied", None, {"sinks": {"m": {"upserted": 7, "unchanged": 3}}})
+        store.offsets.commit(pipeline, "next")
+        store.offsets.commit(pipeline, "next")
+        totals = store.totals.read(pipeline)
+        assert totals["cdcflow_windows"] == [({"outcome": "committed"}, 2.0)]
+        assert totals["cdcflow_window_attempts_failed"] == [({}, 1.0)]
+        assert totals["cdcflow_records_read"] == [({"partition": "0", "topic": "t"}, 30.0)]
+        assert {d["outcome"]: v for d, v in totals["cdcflow_sink_records"]} == {
+            "upserted": 7, "deleted": 0, "stale": 0, "unchanged": 3, "failed": 0}
+        assert len(totals["cdcflow_last_committed_at"]) == 1
     finally:
         store.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import subprocess
 import sys
@@ -12,11 +13,15 @@ from typing import Any
 import pytest
 from elasticsearch import ApiError
 
-from cdcflow import cdcgen, runner
+from cdcflow import assets, cdcgen, runner
 from cdcflow.config import PipelineConfig, load_pipeline
 from cdcflow.errors import SinkUnavailable
 from cdcflow.state import StateStore
 from cdcflow.window import clients
+from cdcflow.connections import get_connection
+from connectors.base import Change, SourceRef
+from connectors.elasticsearch.config import ElasticsearchSinkConfig
+from connectors.elasticsearch.sink import ElasticsearchSink
 from tests.helpers import (
     BASE,
     ES_SINK,
@@ -135,6 +140,84 @@ def test_replaying_an_older_window_changes_nothing_in_either_sink(config_dir: Pa
         assert stats["records"] == n
         assert table_rows(cfg.sinks[0].table) == rows
         assert es_docs(index) == docs  # same sources and the same _version: nothing was rewritten
+
+
+def test_a_full_replay_counts_no_change_on_every_sink_and_emits_no_asset_event(
+        config_dir: Path, store: StateStore, spark: Any) -> None:
+    """Issue 40: a replay of a whole applied topic into MySQL (set and row apply) and Elasticsearch
+    upserts and deletes nothing: each change the sinks get is counted stale or unchanged, as their
+    servers report it, and the window changed no target, so it has no asset event."""
+    tag = unique("replay")
+    index = f"idx-{tag.replace('_', '-')}"
+    mysql = BASE["sinks"][0]
+    sinks = [{**mysql, "table": tag}, {**mysql, "name": "orders_rows", "table": f"{tag}_rows", "apply": "rows"},
+             {**ES_SINK, "index": index}]
+    cfg = load_pipeline(write_pipeline(config_dir, tag, f"t.{tag}", tag, sinks=sinks))
+    stream = cdcgen.orders_stream(600, 40, seed=24, broken=False)
+    topic = cfg.source.topics[0]
+    cdcgen.produce(bootstrap(), topic, stream.events)
+    first = runner.run_window(cfg, "all", store=store, spark=spark)
+    rows, docs = table_rows(tag), es_docs(index)
+    assert rows == expected(stream.state) == table_rows(f"{tag}_rows")
+    assert without_versions(docs) == expected_docs(stream.state)
+    names = ["orders_mysql", "orders_rows", "orders_es"]
+    # the first window gives each sink the last change of each key: an upsert of each live key, new
+    # to the empty targets, and a delete of each key deleted in the window, which no target holds
+    ids = {(k.get("payload") or k)["id"] for k in (json.loads(e.key) for e in stream.events)}
+    live, keys = len(expected(stream.state)), len(ids)
+    for name in names:
+        f = first["sinks"][name]
+        assert (f["upserted"], f["deleted"], f["stale"], f["unchanged"]) == (live, 0, 0, keys - live), (name, f)
+    given = {name: sum(first["sinks"][name][k] for k in ("upserted", "deleted", "stale", "unchanged")) for name in names}
+    assert len({*given.values()}) == 1  # the same changes reached each sink
+    assert len(assets.window_events(cfg, store.ledger.get_window(cfg.name, "all"))) == 3
+
+    replay = runner.run_window(cfg, "replay", {"start_offsets": {topic: {"0": 0, "1": 0, "2": 0}}},
+                               store=store, spark=spark)
+    assert replay["records"] == first["records"] == len(stream.events)
+    for name in names:
+        r = replay["sinks"][name]
+        assert (r["upserted"], r["deleted"], r["failed"]) == (0, 0, 0), (name, r)
+        # unchanged: each live row and each delete of an absent row; nothing is older than the targets
+        assert (r["stale"], r["unchanged"]) == (0, given[name]), (name, r)
+    assert table_rows(tag) == rows == table_rows(f"{tag}_rows")
+    assert es_docs(index) == docs  # the same sources and _versions: nothing was re-indexed
+    assert assets.window_events(cfg, store.ledger.get_window(cfg.name, "replay")) == []
+
+
+def test_a_rejected_delete_is_never_skipped_whatever_behavior_on_malformed_documents_says() -> None:
+    """Issue 40: with ``ignore`` (or ``warn``), a document Elasticsearch rejects is skipped; a delete
+    it rejects is not: it comes back as a failed record (the DLQ, or the window fails), so no later
+    replay can bring the document back. The rejection here is a write block on the index (403 per item)."""
+    index = f"idx-{unique('block').replace('_', '-')}"
+    es = es_client()
+    es.indices.create(index=index)
+    url = get_connection("cdcflow_elasticsearch").http_url()
+
+    for doc_id, behavior in (("1", "ignore"), ("2", "warn")):
+        def change(op: str, version: int, doc_id: str = doc_id) -> Change:
+            doc = f'{{"id": {doc_id}, "note": "kept"}}' if op == "upsert" else None
+            return Change(op, (index, doc_id), {"doc": doc}, version, SourceRef("t", 0, version, b"k", b"v"))
+
+        cfg = ElasticsearchSinkConfig(type="elasticsearch", name="blocked", index=index, id_fields=["id"],
+                                      behavior_on_malformed_documents=behavior, max_retries=1, retry_backoff=0.1)
+        sink = ElasticsearchSink(cfg, url)
+        sink.open()
+        try:
+            es.indices.put_settings(index=index, settings={"index.blocks.write": False})
+            assert sink.write([change("upsert", 10)]) + sink.flush() == []
+            es.indices.put_settings(index=index, settings={"index.blocks.write": True})
+            assert sink.write([change("upsert", 11)]) + sink.flush() == []  # a document: skipped, counted
+            failed = sink.write([change("delete", 12)]) + sink.flush()
+        finally:
+            es.indices.put_settings(index=index, settings={"index.blocks.write": False})
+            sink.close()
+        assert [(f.stage, f.offset, f.error_class) for f in failed] == [
+            ("sink", 12, "elasticsearch.cluster_block_exception")], behavior
+        assert f"rejected the delete of document '{doc_id}'" in failed[0].message
+        assert sink.stats.extra == {"ignored" if behavior == "ignore" else "warned": 1}
+        assert (sink.stats.upserted, sink.stats.deleted, sink.stats.failed) == (1, 0, 1)
+        assert es.get(index=index, id=doc_id)["_source"] == {"id": int(doc_id), "note": "kept"}
 
 
 def test_elasticsearch_failing_in_a_fan_out_commits_nothing_and_the_rerun_converges(

@@ -85,7 +85,9 @@ def test_set_path_writes_exactly_what_the_row_path_writes_for_hostile_values() -
         assert got[0][1] == "it's" and got[6][3] == "nul\x00byte" * 3 and got[10][1] == "emoji \U0001F600 é"
         assert got[12][1] == "NULL" and got[13][1] == "\\N" and got[100][1:5] == (None, None, None, -1.5e-7)
         assert sinks[0].stats.extra.get("set_batches") == 1 and sinks[0].stats.upserted == len(HOSTILE) + 1
-        assert sinks[0].stats.deleted == 1
+        # the delete of a key never seen deleted nothing (issue 40): both paths count it unchanged
+        assert [(s.stats.upserted, s.stats.deleted, s.stats.stale, s.stats.unchanged) for s in sinks] == [
+            (len(HOSTILE) + 1, 0, 0, 1)] * 2
     finally:
         for s in sinks:
             s.close()
@@ -103,14 +105,16 @@ def test_a_small_set_takes_the_row_path_with_the_same_result(monkeypatch: pytest
         big.close()
         assert table_rows(t_small) == table_rows(t_set)
         assert "set_batches" not in small.stats.extra and small.stats.upserted == len(HOSTILE) + 1
-        assert small.stats.deleted == 1
+        assert (small.stats.deleted, small.stats.unchanged) == (0, 1)  # a delete of a key never seen
         # the row path keeps the guard: an older replay neither goes back nor resurrects the delete
         monkeypatch.setattr(mysql_sink, "ROW_PATH_MAX", 64)
         small.close()
         small = make_sink(t_small, "set")
         assert apply(small, [("upsert", 1, 0, "older", Decimal("1.00"), None, None),
                              ("upsert", 60, 101, "deleted before", None, None, None)]) == []
-        assert table_rows(t_small) == table_rows(t_set) and small.stats.stale == 1
+        assert table_rows(t_small) == table_rows(t_set)
+        # both older than what the table holds: a newer row, and the key's tombstone
+        assert (small.stats.upserted, small.stats.stale, small.stats.unchanged) == (0, 2, 0)
     finally:
         small.close()
 
@@ -130,10 +134,12 @@ def test_set_path_never_goes_back_and_never_resurrects_a_delete() -> None:
                             ("upsert", 40, 3, "fresh", Decimal("3.00"), None, None)]) == []
         assert table_rows(table) == [(1, "new", Decimal("2.00"), None, None, 20),
                                      (3, "fresh", Decimal("3.00"), None, None, 40)]
-        assert sink.stats.stale == 1  # the tombstoned key; the older row is kept by the version guard
+        # stale: the tombstoned key, and the older row the version guard kept; the new key upserted
+        assert (sink.stats.upserted, sink.stats.stale, sink.stats.unchanged) == (1, 2, 0)
         # the same window again is a no-op
         assert apply(sink, [("upsert", 40, 3, "fresh", Decimal("3.00"), None, None)]) == []
         assert table_rows(table)[-1] == (3, "fresh", Decimal("3.00"), None, None, 40)
+        assert (sink.stats.upserted, sink.stats.stale, sink.stats.unchanged) == (1, 2, 1)
         # an upsert newer than the tombstone brings the key back, as the row path does
         assert apply(sink, [("upsert", 50, 2, "reborn", Decimal("5.00"), None, None)]) == []
         assert table_rows(table)[1] == (2, "reborn", Decimal("5.00"), None, None, 50)
