@@ -3,7 +3,9 @@
 * ``json``         schemaless JSON objects. The window's schema is inferred in the JVM
                    (``schema_of_variant_agg``), fields merged over all records of the topic.
 * ``json_schema``  the JsonConverter's ``{schema, payload}`` envelope (``schemas.enable=true``); the
-                   Spark type comes from the Connect schema(s) of the window.
+                   Spark type comes from every distinct Connect schema of the window, merged in the order
+                   of their first records; a schema that cannot be merged (a field whose type conflicts
+                   with the earlier records') sends its records to the DLQ, naming the field and types.
 * ``string``       UTF-8 text.
 * ``bytes``        pass-through.
 
@@ -28,13 +30,9 @@ def connect_to_spark(schema: dict[str, Any] | None) -> T.DataType:
     """A Kafka Connect schema (JsonConverter form) -> a Spark type."""
     if not schema:
         return T.StringType()
-    kind = schema.get("type")
-    simple = {"int8": T.ByteType(), "int16": T.ShortType(), "int32": T.IntegerType(), "int64": T.LongType(),
-              "float": T.FloatType(), "float32": T.FloatType(), "double": T.DoubleType(),
-              "float64": T.DoubleType(), "boolean": T.BooleanType(), "string": T.StringType(),
-              "bytes": T.StringType()}  # bytes arrive base64-encoded in JSON
-    if kind in simple:
-        return simple[kind]
+    kind = _KINDS.get(schema.get("type"), schema.get("type"))  # type: ignore[arg-type]
+    if kind in _SIMPLE:
+        return _SIMPLE[kind]
     if kind == "array":
         return T.ArrayType(connect_to_spark(schema.get("items")))
     if kind == "map":
@@ -44,22 +42,66 @@ def connect_to_spark(schema: dict[str, Any] | None) -> T.DataType:
     raise ConfigError(f"unsupported Connect schema type {kind!r} in a json_schema record")
 
 
-def merge_types(a: T.DataType, b: T.DataType) -> T.DataType:
-    """Union of two struct types (schema evolution within a window); other conflicts widen to string."""
-    if a == b:
-        return a
-    if isinstance(a, T.NullType):
-        return b
-    if isinstance(b, T.NullType):
-        return a
-    if isinstance(a, T.StructType) and isinstance(b, T.StructType):
-        fields = {f.name: f.dataType for f in a.fields}
-        for f in b.fields:
-            fields[f.name] = merge_types(fields[f.name], f.dataType) if f.name in fields else f.dataType
-        return T.StructType([T.StructField(n, t, True) for n, t in fields.items()])
-    if isinstance(a, T.NumericType) and isinstance(b, T.NumericType):
-        return T.DoubleType() if T.DoubleType() in (a, b) or T.FloatType() in (a, b) else T.LongType()
-    return T.StringType()
+_SIMPLE: dict[str, T.DataType] = {
+    "int8": T.ByteType(), "int16": T.ShortType(), "int32": T.IntegerType(), "int64": T.LongType(),
+    "float32": T.FloatType(), "float64": T.DoubleType(), "boolean": T.BooleanType(), "string": T.StringType(),
+    "bytes": T.StringType()}  # bytes arrive base64-encoded in JSON
+_KINDS = {"float": "float32", "double": "float64"}  # older spellings
+_INTEGERS = ["int8", "int16", "int32", "int64"]
+
+
+class SchemaConflict(ValueError):
+    """Two Connect schemas of one window give a field types no one Spark type reads both of."""
+
+    def __init__(self, path: str, ours: str, theirs: str) -> None:
+        super().__init__(f"{path}: {ours} vs {theirs}")
+        self.path, self.ours, self.theirs = path, ours, theirs
+
+
+def _shown(schema: dict[str, Any]) -> str:
+    """A Connect type as a conflict names it: ``int32``, ``int32 (io.debezium.time.Date)``, ``struct``."""
+    kind = _KINDS.get(schema.get("type"), schema.get("type"))  # type: ignore[arg-type]
+    name = schema.get("name")
+    return f"{kind} ({name})" if name and kind not in ("struct", "array", "map") else str(kind)
+
+
+def _meaning(schema: dict[str, Any]) -> tuple[Any, Any]:
+    """What a primitive's value means beyond its JSON type: its logical type, and a Decimal's scale
+    (the older path reads the raw JSON value, so days and microseconds would share one column)."""
+    return schema.get("name"), (schema.get("parameters") or {}).get("scale")
+
+
+def merge_connect(a: dict[str, Any], b: dict[str, Any], path: str) -> dict[str, Any]:
+    """Two Connect schemas of a window as one, whose Spark type reads the payloads of both: structs
+    get the union of their fields (``a``'s order first), integers the wider, integer and float
+    float64. Anything else raises :class:`SchemaConflict` naming the field (``path``) and both types."""
+    if not a or not b:  # a schemaless ({}) part is read as text, as connect_to_spark does
+        if a == b:
+            return a
+        raise SchemaConflict(path, _shown(a) if a else "schemaless", _shown(b) if b else "schemaless")
+    ka = _KINDS.get(a.get("type"), a.get("type"))  # type: ignore[arg-type]
+    kb = _KINDS.get(b.get("type"), b.get("type"))  # type: ignore[arg-type]
+    if ka == kb == "struct":
+        fields = {f["field"]: f for f in a.get("fields", [])}
+        for f in b.get("fields", []):
+            name = f["field"]
+            fields[name] = ({**merge_connect(fields[name], f, f"{path}.{name}"), "field": name}
+                            if name in fields else f)
+        return {**a, "fields": list(fields.values())}
+    if ka == kb == "array":
+        return {**a, "items": merge_connect(a.get("items") or {}, b.get("items") or {}, f"{path}[]")}
+    if ka == kb == "map":
+        return {**a, "keys": merge_connect(a.get("keys") or {}, b.get("keys") or {}, f"{path}{{key}}"),
+                "values": merge_connect(a.get("values") or {}, b.get("values") or {}, f"{path}{{value}}")}
+    numbers = [*_INTEGERS, "float32", "float64"]
+    if ka in _SIMPLE and kb in _SIMPLE and (ka == kb == "string" or (
+            _meaning(a) == _meaning(b) and (ka == kb or (ka in numbers and kb in numbers)))):
+        if ka == kb:
+            return a
+        if ka in _INTEGERS and kb in _INTEGERS:
+            return a if _INTEGERS.index(ka) >= _INTEGERS.index(kb) else b
+        return {**a, "type": "float64"}
+    raise SchemaConflict(path, _shown(a), _shown(b))
 
 
 def _json(df: DataFrame, column: str) -> tuple[Column, Column]:
@@ -77,21 +119,52 @@ def _json(df: DataFrame, column: str) -> tuple[Column, Column]:
 
 
 def _json_schema(df: DataFrame, column: str) -> tuple[Column, Column]:
+    """Every distinct Connect schema of the window (of this topic) is read and merged, in the order
+    of their first records, so that a retry of the window decides alike. A record whose schema is not
+    a Connect schema, or gives a field a type the schemas before it cannot share, is marked (it goes
+    to the DLQ with the field and both types) rather than read with fields missing."""
     text = F.col(column).cast("string")
     env = F.from_json(text, "struct<schema:string,payload:string>", {"mode": "PERMISSIVE"})
-    schemas = [r.s for r in df.select(env["schema"].alias("s")).where("s IS NOT NULL").distinct().limit(100).collect()]
-    dtype: T.DataType = T.NullType()
-    for s in schemas:
-        try:
-            dtype = merge_types(dtype, connect_to_spark(json.loads(s)))
-        except json.JSONDecodeError:
-            continue
-    if isinstance(dtype, T.NullType):
-        dtype = EMPTY_STRUCT
+    digest = F.sha2(env["schema"], 256)
+    # one row per distinct schema (partial aggregation: each task sends each of its schemas once);
+    # a window rarely has more than a few, and each costs a json.loads and a merge on the driver
+    seen = (df.select(env["schema"].alias("s"), digest.alias("h"),
+                      F.struct("timestamp", "partition", "offset").alias("at"))
+            .where("s IS NOT NULL").groupBy("s", "h").agg(F.min("at").alias("first")).orderBy("first", "h").collect())
+    merged, refused = merge_schemas([(r.s, r.h) for r in seen], column)
+    dtype = EMPTY_STRUCT if merged is None else connect_to_spark(merged)
     value = F.from_json(env["payload"], dtype) if isinstance(dtype, T.StructType) else env["payload"].cast(dtype)
     error = F.when(F.col(column).isNotNull() & (F.try_parse_json(text).isNull() | env["schema"].isNull()),
                    F.lit(f"{column} is not a {{schema, payload}} JSON envelope ({column}.converter json_schema)"))
+    if refused:
+        reasons = F.create_map(*[F.lit(x) for pair in sorted(refused.items()) for x in pair])
+        error = F.coalesce(error, F.try_element_at(reasons, digest))
     return value, error
+
+
+def merge_schemas(schemas: list[tuple[str, str]], column: str) -> tuple[dict[str, Any] | None, dict[str, str]]:
+    """The window's Connect schemas (text and digest, in the order of their first records) as one
+    (None: none was usable), and per digest of a schema left out why its records cannot be read."""
+    merged: dict[str, Any] | None = None
+    refused: dict[str, str] = {}
+    for text, digest in schemas:
+        try:
+            parsed = json.loads(text)
+            if not isinstance(parsed, dict):
+                raise TypeError(f"a JSON {type(parsed).__name__}, not an object")
+            connect_to_spark(parsed)  # every part of it has a Spark type
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError, ConfigError) as exc:
+            why = str(exc) if isinstance(exc, (ConfigError, TypeError)) else f"{type(exc).__name__}: {exc}"
+            refused[digest] = (f"{column}.schema is not a Kafka Connect schema ({why[:200]}) "
+                               f"({column}.converter json_schema)")
+            continue
+        try:
+            merged = parsed if merged is None else merge_connect(merged, parsed, column)
+        except SchemaConflict as conflict:
+            refused[digest] = (f"{conflict.path} is {conflict.theirs} in this record's schema but {conflict.ours} "
+                               "in the schemas of the window's earlier records: a window reads a field as one type "
+                               f"({column}.converter json_schema)")
+    return merged, refused
 
 
 def _string(_df: DataFrame, column: str) -> tuple[Column, Column]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import logging
 import os
 import sys
 from typing import TYPE_CHECKING
@@ -101,7 +103,8 @@ def connect_spark(cfg: SparkConfig, app_name: str = "cdcflow") -> SparkSession:
         try:
             return _prechecked(activate(cached[1]), url)
         except SparkUnavailable:  # the server restarted since, say: a new session below, checked again
-            _CONNECT_SESSIONS.pop((url, app_name), None)
+            _close_client(_CONNECT_SESSIONS.pop((url, app_name))[1])
+    spark: SparkSession | None = None
     try:
         spark, target = _create_connect_session(SparkSession, url, app_name)
         # the client's default retries a lost server for 10+ minutes (measured: a window hung > 7 min
@@ -112,6 +115,8 @@ def connect_spark(cfg: SparkConfig, app_name: str = "cdcflow") -> SparkSession:
         for key, value in {**SESSION_CONF, **cfg.conf}.items():
             spark.conf.set(key, value)
     except (PySparkException, OSError, ValueError) as exc:
+        if spark is not None:
+            _close_client(spark)
         first = first_line(exc)
         dead = spark_unavailable(exc)
         if dead is not None:
@@ -121,6 +126,7 @@ def connect_spark(cfg: SparkConfig, app_name: str = "cdcflow") -> SparkSession:
             "`scripts/services.sh start spark`, or set spark.mode: inprocess to run Spark inside the task; "
             "no offset was moved") from exc
     _CONNECT_SESSIONS[(url, app_name)] = (target, spark)
+    close_at_exit()  # after the client registered its own exit hook, so that ours runs first
     return _prechecked(activate(spark), url)
 
 
@@ -148,16 +154,27 @@ def _create_connect_session(cls: type[SparkSession], url: str, app_name: str) ->
     idle beyond the server's timeout, 60 min by default, or stopped), the next generation of it:
     the server never reopens a closed id, and every window walks the same chain to the same session.
     create(), not getOrCreate(): that returns any session this process already has, whatever server
-    or pipeline it belongs to (a second pipeline, or a cluster, would run on the first)."""
+    or pipeline it belongs to (a second pipeline, or a cluster, would run on the first). A session
+    that is not returned has its client closed at once (see :func:`close_clients`)."""
     for generation in range(MAX_SESSION_GENERATIONS):
         target = session_url(url, app_name, generation)
         try:
-            return cls.builder.remote(target).appName(app_name).create(), target  # appName: a config RPC
+            return _opened(cls, target, app_name), target
         except Exception as exc:
             if "INVALID_HANDLE.SESSION_CLOSED" not in str(exc):
                 raise
     target = session_url(url, app_name, -1)  # a long-lived server with many closed ids
-    return cls.builder.remote(target).appName(app_name).create(), target
+    return _opened(cls, target, app_name), target
+
+
+def _opened(cls: type[SparkSession], target: str, app_name: str) -> SparkSession:
+    spark = cls.builder.remote(target).create()  # no call to the server yet
+    try:
+        spark.conf.set("spark.app.name", app_name)  # the first call: the server refuses a closed id
+    except BaseException:
+        _close_client(spark)  # not handed out: closed now, so that it calls nothing at exit
+        raise
+    return spark
 
 
 def describe(spark: SparkSession) -> str:
@@ -307,5 +324,70 @@ def get_spark(cfg: SparkConfig, app_name: str = "cdcflow") -> SparkSession:
     for key, value in {**DEFAULT_CONF, **cfg.conf}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    close_at_exit()
     spark.sparkContext.setLogLevel(os.environ.get("CDCFLOW_SPARK_LOG_LEVEL", "WARN"))
     return spark
+
+
+# -- a clean end -------------------------------------------------------------------------------------
+# Left to the interpreter's shutdown, the Spark clients spoke after the user's terminal was done with
+# them (issue 40): py4j's connections log "Closing down clientserver connection" from __del__, into a
+# handler whose stream was closed by then (pytest's capture, which Airflow's logging writes to:
+# "--- Logging error --- ValueError: I/O operation on closed file"); a Spark Connect client's own exit
+# hook, and a checkpoint's __del__, call a server that may be gone (a restarted or stopped one), retry
+# for ~13 s and warn [RETRIES_EXCEEDED]. Closed here first, at exit, they have nothing left to say.
+_EXIT_PID: int | None = None  # the process whose clients the exit hook closes (a forked child's are its parent's)
+
+
+def close_at_exit() -> None:
+    """Have :func:`close_clients` run when this process exits, before the Spark clients' own exit hooks:
+    atexit runs the last registered first, and each Spark Connect client registers one when it is made,
+    so this is registered again after every new session."""
+    global _EXIT_PID  # noqa: PLW0603 - one hook per process
+    _EXIT_PID = os.getpid()
+    atexit.unregister(_close_at_exit)
+    atexit.register(_close_at_exit)
+
+
+def _close_at_exit() -> None:
+    if os.getpid() == _EXIT_PID:  # not in a forked child: the clients, sockets and JVM are the parent's
+        close_clients()
+
+
+def close_clients() -> None:
+    """Close this process's Spark clients: the Spark Connect channels, without releasing their
+    server-side sessions (pipelines share them, and their Python workers stay warm for the next
+    window; the server closes an idle one), and the in-process Spark: its SparkContext stopped and
+    its py4j gateway's connections closed. A later :func:`get_spark` starts afresh."""
+    for _target, session in list(_CONNECT_SESSIONS.values()):
+        _close_client(session)
+    _CONNECT_SESSIONS.clear()
+    if "pyspark" not in sys.modules:
+        return
+    from pyspark import SparkContext  # noqa: PLC0415 - imported already
+
+    context, gateway = SparkContext._active_spark_context, SparkContext._gateway  # noqa: SLF001
+    if context is None and gateway is None:
+        return
+    # py4j logs each connection it closes at INFO, from close() and again from __del__: at exit that is
+    # noise in a terminal (`cdcflow run` logs at INFO), and in pytest it goes to a closed stream
+    py4j = logging.getLogger("py4j")
+    py4j.setLevel(max(py4j.getEffectiveLevel(), logging.WARNING))
+    try:
+        if context is not None:
+            context.stop()
+        if gateway is not None:
+            gateway.close()  # the connections to the JVM and the callback server; the JVM exits with
+            # this process (its stdin closes), or spark-submit's with it
+    except Exception as exc:  # noqa: BLE001 - a JVM already gone: nothing left to close
+        logging.getLogger("cdcflow.spark").debug("closing the in-process Spark failed: %s", exc)
+    SparkContext._gateway = SparkContext._jvm = None  # noqa: SLF001 - a later session launches its own
+
+
+def _close_client(spark: SparkSession) -> None:
+    """Close a Spark Connect session's channel, leaving its server-side session to the server (see
+    :func:`close_clients`); its client's exit hook and its checkpoints' __del__ then call nothing."""
+    try:
+        spark.client.close()
+    except Exception as exc:  # noqa: BLE001 - closing is best effort
+        logging.getLogger("cdcflow.spark").debug("closing a Spark Connect client failed: %s", exc)

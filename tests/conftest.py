@@ -132,11 +132,11 @@ def _classic_spark_after() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     from cdcflow.config import SparkConfig
-    from spark_jobs.session import get_spark
+    from spark_jobs.session import close_clients, get_spark
 
     session = get_spark(SparkConfig(mode="inprocess", master="local[2]"), app_name="cdcflow-tests")
     yield session
-    session.stop()
+    close_clients()  # the session and its py4j gateway, while pytest's streams are open (issue 40)
 
 
 @pytest.fixture
