@@ -53,6 +53,15 @@ def literal(text: str) -> str:
     return "'" + pymysql.converters.escape_string(text) + "'"
 
 
+def column_sql(column: MySqlColumn, in_key: bool = False, added: bool = False) -> str:
+    """A declared column's definition for CREATE TABLE, from its parsed pieces (the type, NULL or NOT
+    NULL, DEFAULT, ON UPDATE, COMMENT: connectors/mysql/types.ColumnDefinition); a key column is NOT
+    NULL. ``added``: for ADD COLUMN to a table with rows, NOT NULL only with a DEFAULT to give them."""
+    defined = column.definition
+    not_null = in_key or (defined.nullable is False and (not added or defined.default is not None))
+    return f"{quote(column.name)} " + replace(defined, nullable=not not_null).sql
+
+
 def key_hash(key: tuple[Any, ...]) -> tuple[bytes, str]:
     """A primary key's tombstone hash, and the text hashed: the JSON array of its parts' texts."""
     text = json.dumps([str(k) for k in key], ensure_ascii=False)
@@ -161,15 +170,17 @@ class Statements:
 
     def held_sql(self, n: int) -> str:
         """The version held of each of ``n`` keys (parameters: their parts, key after key): one row,
-        a scalar subquery per key (NULL: no row)."""
+        a scalar subquery per key (NULL: no row). Each column is named: unnamed, MySQL names it after
+        its text, parameters included, and a key's bytes (a tombstone's SHA-1) are no UTF-8 name:
+        the driver failed to decode it mid-result and the connection was lost to the window."""
         t, v = quote(self.cfg.table), quote(VERSION_COLUMN)
         where = " AND ".join(f"{quote(k)} = %s" for k in self.cfg.primary_key)
-        return "SELECT " + ", ".join([f"(SELECT {v} FROM {t} WHERE {where})"] * n)
+        return "SELECT " + ", ".join(f"(SELECT {v} FROM {t} WHERE {where}) AS v{i}" for i in range(n))
 
     def tombstone_versions_sql(self, n: int) -> str:
         """The tombstone version of each of ``n`` keys (parameters: their hashes): one row (NULL: none)."""
         one = f"(SELECT version FROM {quote(TOMBSTONES)} WHERE table_name = {literal(self.cfg.table).replace('%', '%%')} AND key_hash = %s)"
-        return "SELECT " + ", ".join([one] * n)
+        return "SELECT " + ", ".join(f"{one} AS v{i}" for i in range(n))
 
     def guard(self, table: str = "") -> str:
         """The version guard of an upsert: every column replaced only when the incoming version is at
@@ -183,8 +194,7 @@ class Statements:
 
     def create_table_sql(self) -> str:
         cfg = self.cfg
-        lines = [f"{quote(c.name)} {c.type} {'NOT NULL' if (c.name in cfg.primary_key or not c.nullable) else 'NULL'}"
-                 for c in cfg.columns]
+        lines = [column_sql(c, c.name in cfg.primary_key) for c in cfg.columns]
         lines.append(f"{quote(VERSION_COLUMN)} BIGINT NOT NULL DEFAULT 0")
         lines.append(f"PRIMARY KEY ({', '.join(quote(k) for k in cfg.primary_key)})")
         body = ",\n  ".join(lines)
