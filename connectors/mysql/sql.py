@@ -53,15 +53,6 @@ def literal(text: str) -> str:
     return "'" + pymysql.converters.escape_string(text) + "'"
 
 
-def column_sql(column: MySqlColumn, in_key: bool = False, added: bool = False) -> str:
-    """A declared column's definition for CREATE TABLE, from its parsed pieces (the type, NULL or NOT
-    NULL, DEFAULT, ON UPDATE, COMMENT: connectors/mysql/types.ColumnDefinition); a key column is NOT
-    NULL. ``added``: for ADD COLUMN to a table with rows, NOT NULL only with a DEFAULT to give them."""
-    defined = column.definition
-    not_null = in_key or (defined.nullable is False and (not added or defined.default is not None))
-    return f"{quote(column.name)} " + replace(defined, nullable=not not_null).sql
-
-
 def key_hash(key: tuple[Any, ...]) -> tuple[bytes, str]:
     """A primary key's tombstone hash, and the text hashed: the JSON array of its parts' texts."""
     text = json.dumps([str(k) for k in key], ensure_ascii=False)
@@ -194,7 +185,8 @@ class Statements:
 
     def create_table_sql(self) -> str:
         cfg = self.cfg
-        lines = [column_sql(c, c.name in cfg.primary_key) for c in cfg.columns]
+        lines = [f"{quote(c.name)} {c.type} {'NOT NULL' if (c.name in cfg.primary_key or not c.nullable) else 'NULL'}"
+                 for c in cfg.columns]
         lines.append(f"{quote(VERSION_COLUMN)} BIGINT NOT NULL DEFAULT 0")
         lines.append(f"PRIMARY KEY ({', '.join(quote(k) for k in cfg.primary_key)})")
         body = ",\n  ".join(lines)
