@@ -25,7 +25,7 @@ from spark_jobs.dead_letters import first_per_record, send_first
 from spark_jobs.job import MAX_EXAMPLES, TRUNCATE_TO_DLQ, WindowJob
 from spark_jobs.prepare import is_static, mapped_by_records
 from spark_jobs.read import reader
-from spark_jobs.sinks import SinkTarget, is_routed
+from spark_jobs.sinks import SinkTarget, by_content, is_routed
 from spark_jobs.tables import RAW_COLUMNS, TABLE_COLUMN, latest_rows, project_rows
 from spark_jobs.write import row_keys, write_now
 
@@ -120,13 +120,26 @@ def _bad_route(names: pa.Array, template: str) -> pa.Array:
                       pc.if_else(pc.invert(ok_name), invalid, pc.if_else(is_reserved, reserved, None)))
 
 
-def _schemas(rows: pa.Table, group: pa.Array) -> list[list[Any]]:
-    """[group, row_schema, min version] of the changes that carry a row schema (``sinks.schemas_by``),
-    and [group, None, min version] for the groups without one."""
-    t = pa.table({"g": group, "s": rows.column("row_schema"), "v": rows.column("version")})
-    agg = t.group_by(["g", "s"], use_threads=False).aggregate([("v", "min")])
-    return [[g, s, v] for g, s, v in zip(agg.column("g").to_pylist(), agg.column("s").to_pylist(),
-                                          agg.column("v_min").to_pylist(), strict=True)]
+def _schemas(rows: pa.Table, group: pa.Array, known: dict[str, str]) -> list[list[Any]]:
+    """[group, row_schema, min version] of the changes of each group (a table, a route) that have a
+    row schema, and [group, None, min version] for the groups without one (``sinks.schemas_by``).
+    The decoder describes a schema on its first change in the task only: the others are found by
+    their schema_id (``known``: the task's schema_id -> row_schema), so a table is its route's and a
+    schema is shared by content (``sinks.by_content``)."""
+    t = pa.table({"g": group, "i": rows.column("schema_id"), "s": rows.column("row_schema"),
+                  "v": rows.column("version")})
+    agg = t.group_by(["g", "i", "s"], use_threads=False).aggregate([("v", "min")])
+    seen = list(zip(*[agg.column(c).to_pylist() for c in ("g", "i", "s", "v_min")], strict=True))
+    return [[g, s, v] for g, s, v in by_content(seen, known)]
+
+
+def _known_schemas(decoded: pa.Table) -> dict[str, str]:
+    """schema_id -> row_schema of the task's changes that carry their schema's description (every
+    change, dead letters and dropped ones too: the description rides on a schema's first change)."""
+    described = decoded.filter(pc.and_(pc.is_valid(decoded.column("schema_id")),
+                                       pc.is_valid(decoded.column("row_schema"))))
+    return dict(zip(described.column("schema_id").to_pylist(), described.column("row_schema").to_pylist(),
+                    strict=True)) if described.num_rows else {}
 
 
 def _bad_rows(rows: pa.Table, stage: Any, message: Any, component: str) -> pa.Table:
@@ -294,12 +307,13 @@ def sort_out(job: WindowJob, decoded: pa.Table) -> Sorted:
     valid = decoded if pc.all(keep).as_py() else decoded.filter(keep)  # mostly all: no copy of the values
     truncates = truncates_of(job, decoded.filter(pc.and_(pc.invert(errored), pc.equal(op, TRUNCATE))))
     schemas: dict[str, list[list[Any]]] = {}
+    known = _known_schemas(decoded)
     rows: list[tuple[str, str, pa.Table, list[str] | None]] = []
     for target in job.sinks:
         if is_static(target):
-            found = _static_rows(target, valid, schemas, bad_parts)
+            found = _static_rows(target, valid, schemas, bad_parts, known)
         else:
-            found = _tagged_changes(target, valid, schemas, bad_parts)
+            found = _tagged_changes(target, valid, schemas, bad_parts, known)
         if found is not None:
             rows.append(found)
     bad = pa.concat_tables(bad_parts) if bad_parts else pa.table(
@@ -314,8 +328,8 @@ def sort_out(job: WindowJob, decoded: pa.Table) -> Sorted:
                               "truncates": truncates})
 
 
-def _static_rows(target: SinkTarget, valid: pa.Table, schemas: dict[str, list[list[Any]]],
-                 bad_parts: list[pa.Table]) -> tuple[str, str, pa.Table, list[str] | None] | None:
+def _static_rows(target: SinkTarget, valid: pa.Table, schemas: dict[str, list[list[Any]]], bad_parts: list[pa.Table],
+                 known: dict[str, str]) -> tuple[str, str, pa.Table, list[str] | None] | None:
     """A target whose columns are known: its projected rows, the last change per key, bucketed by key
     (the rows that do not fit into ``bad_parts``; an index's row schemas into ``schemas``)."""
     cfg = target.config
@@ -326,7 +340,7 @@ def _static_rows(target: SinkTarget, valid: pa.Table, schemas: dict[str, list[li
         projected = project_documents(valid, cfg)
         if cfg.mapping is None and projected.num_rows:  # the index mapping from the record schemas
             routes = valid.column("route") if "{topic}" in cfg.index else pa.nulls(valid.num_rows, pa.string())
-            schemas[cfg.name] = _schemas(valid, routes)
+            schemas[cfg.name] = _schemas(valid, routes, known)
     unfit = pc.is_valid(projected.column("error_message"))
     if pc.any(unfit).as_py():
         rejected = projected.filter(unfit)
@@ -336,8 +350,8 @@ def _static_rows(target: SinkTarget, valid: pa.Table, schemas: dict[str, list[li
     return (cfg.name, ROWS, rows, keys) if rows.num_rows else None
 
 
-def _tagged_changes(target: SinkTarget, valid: pa.Table, schemas: dict[str, list[list[Any]]],
-                    bad_parts: list[pa.Table]) -> tuple[str, str, pa.Table, list[str] | None] | None:
+def _tagged_changes(target: SinkTarget, valid: pa.Table, schemas: dict[str, list[list[Any]]], bad_parts: list[pa.Table],
+                    known: dict[str, str]) -> tuple[str, str, pa.Table, list[str] | None] | None:
     """A MySQL sink whose tables or columns come from the records: its changes tagged with their
     table, packed by table (the unroutable and, with declared columns, the unfit into ``bad_parts``;
     each table's row schemas into ``schemas``)."""
@@ -362,7 +376,7 @@ def _tagged_changes(target: SinkTarget, valid: pa.Table, schemas: dict[str, list
     tagged = routed.select(["topic", "partition", "offset", "timestamp", "key", "value", "headers", "route",
                             "change_op", "version", "row_index", "image", "key_image"]).append_column(
         TABLE_COLUMN, names)
-    schemas[cfg.name] = _schemas(routed, names)
+    schemas[cfg.name] = _schemas(routed, names, known)
     return cfg.name, CHANGES, tagged, [TABLE_COLUMN]
 
 

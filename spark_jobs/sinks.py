@@ -211,14 +211,18 @@ def mysql_routes(target: SinkTarget,
     routed, derived = is_routed(cfg), not cfg.columns
     debezium = "row_schema" in frame.columns  # decoded envelopes: the Connect schema rides in row_schema
     name = table_name(cfg.table) if routed else F.lit(cfg.table)
+    tagged = whole = frame.withColumn("_table", name)
     if routed:  # the others are dead letters (unroutable)
         from spark_jobs.records import bad_route_reason  # noqa: PLC0415
 
-        frame = frame.where(name.isNotNull() & bad_route_reason(name).isNull())
-    tagged = frame.withColumn("_table", name)
+        ok = F.col("_table").isNotNull() & bad_route_reason(F.col("_table")).isNull()
+        whole = tagged.withColumn("_table", F.when(ok, F.col("_table")))
+        tagged = tagged.where(ok)
     described: dict[str, list[str]] = {}
     if debezium:
-        described = schemas_by(tagged, "_table")
+        # read over the whole frame: a schema described on a change this sink cannot route still
+        # describes the tables of the others (schemas are shared by content: schemas_by)
+        described = {t: d for t, d in schemas_by(whole, "_table").items() if t is not None}
         tables = list(described)
     else:
         tables = [r["_table"] for r in tagged.select("_table").distinct().collect()]
@@ -236,16 +240,46 @@ def mysql_routes(target: SinkTarget,
 
 def schemas_by(frame: DataFrame, group: str) -> dict[Any, list[str]]:
     """Per value of ``group`` (a table, a route), the decoder's row schemas of its changes in the order
-    of their changes, so the first one decides a field's type; a group without any has []. One job."""
+    of their changes, so the first one decides a field's type; a group without any has []. One job.
+
+    A decoder describes each schema once per read task, on its first change (``row_schema``); the
+    other changes carry its ``schema_id`` only. The description is found by that id, whichever
+    group its first change went to: a table is its route's, a schema is shared by content (two
+    topics whose records carry one schema, name and all, each get their table: :func:`by_content`)."""
     from pyspark.sql import functions as F  # noqa: PLC0415
 
+    sid = F.col("schema_id") if "schema_id" in frame.columns else F.lit(None).cast("string")
+    seen = frame.groupBy(F.col(group).alias("g"), sid.alias("sid"), F.col("row_schema").alias("s")).agg(
+        F.min("version").alias("v")).collect()
     described: dict[Any, list[str]] = {}
-    seen = frame.groupBy(group, "row_schema").agg(F.min("version").alias("v")).collect()
-    for r in sorted(seen, key=lambda r: (r["v"] is None, r["v"] or 0)):
-        described.setdefault(r[group], [])
-        if r["row_schema"] is not None:
-            described[r[group]].append(r["row_schema"])
+    for g, s, _v in by_content([(r["g"], r["sid"], r["s"], r["v"]) for r in seen]):
+        described.setdefault(g, [])
+        if s is not None:
+            described[g].append(s)
     return described
+
+
+def by_content(seen: list[tuple[Any, str | None, str | None, int | None]],
+               known: dict[str, str] | None = None) -> list[tuple[Any, str | None, int | None]]:
+    """(group, schema_id, row_schema, min version) of a window's changes -> (group, row_schema, min
+    version) first by version: each change's description found by its schema_id where the change
+    carries none (in ``seen`` or in ``known``, schema_id -> row_schema); (group, None, version) for
+    a group none of whose changes has one."""
+    known = dict(known or {})
+    for _g, sid, s, _v in sorted(seen, key=lambda r: (r[3] is None, r[3] or 0)):
+        if sid is not None and s is not None:
+            known.setdefault(sid, s)
+    best: dict[tuple[Any, str | None], int | None] = {}
+    for g, sid, s, v in seen:
+        k = (g, s if s is not None else known.get(sid) if sid is not None else None)
+        best[k] = v if k not in best else _smaller(best[k], v)
+    described = {g for g, s in best if s is not None}
+    kept = [(g, s, v) for (g, s), v in best.items() if s is not None or g not in described]
+    return sorted(kept, key=lambda r: (r[2] is None, r[2] or 0))
+
+
+def _smaller(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else min(a, b)
 
 
 def derive_from_connect(target: SinkTarget, table: str, descriptions: list[str], latest: bool = False) -> MySqlSinkConfig:
@@ -279,7 +313,8 @@ def derive_from_connect(target: SinkTarget, table: str, descriptions: list[str],
         raise ConfigError(f"sink {cfg.name!r}: primary_key {missing} is not a field of table {table!r}'s records "
                           f"({list(columns)})")
     data = {**cfg.model_dump(), "table": table, "primary_key": pk,
-            "columns": [{**c, "nullable": c["nullable"] and c["name"] not in pk} for c in columns.values()]}
+            "columns": [{"name": c["name"], "type": c["type"], "nullable": c["nullable"] and c["name"] not in pk}
+                        for c in columns.values()]}
     try:
         return MySqlSinkConfig.model_validate(data)
     except ValidationError as exc:
@@ -368,13 +403,17 @@ def prepare_derived(group: TableGroup, policy: str, decisions: dict[str, str] | 
     from connectors.mysql.sink import prepare_derived as prepare  # noqa: PLC0415
 
     pairs = []
+    generic: dict[str, dict[str, str]] = {}
     for table, target in sorted(group.tables.items()):
         first = target.config
         assert isinstance(first, MySqlSinkConfig)
         described = group.descriptions.get(table, [])
         latest = derive_from_connect(group.target, table, described, latest=True) if len(described) > 1 else first
         pairs.append((first, latest))
-    configs, changes = prepare(group.target.url, pairs, policy, decisions, pipeline)
+        plain = generic.setdefault(table, {})  # the types without the propagated source types
+        for text in described:  # (connectors/debezium/schema_columns._column)
+            plain.update({c["name"]: c["generic"] for c in json.loads(text)["columns"] if "generic" in c})
+    configs, changes = prepare(group.target.url, pairs, policy, decisions, pipeline, generic)
     tables = {table: replace(target, config=configs[table]) for table, target in group.tables.items()}
     return TableGroup(group.target, tables, group.descriptions), changes
 

@@ -60,6 +60,12 @@ YEAR = "io.debezium.time.Year"
 JSON, ENUM, ENUM_SET = "io.debezium.data.Json", "io.debezium.data.Enum", "io.debezium.data.EnumSet"
 BITS = "io.debezium.data.Bits"
 GEOMETRY, POINT = "io.debezium.data.geometry.Geometry", "io.debezium.data.geometry.Point"
+# the schema parameters column.propagate.source.type / datatype.propagate.source.type add to a field:
+# the source column's type name (upper case, with UNSIGNED / ZEROFILL), its length and scale where it
+# has them (Debezium's PropagateSourceTypeToSchemaParameter; connectors/debezium/schema_columns.source_type)
+SOURCE_TYPE = "__debezium.source.column.type"
+SOURCE_LENGTH = "__debezium.source.column.length"
+SOURCE_SCALE = "__debezium.source.column.scale"
 
 
 
@@ -247,7 +253,15 @@ def converter(schema: FieldSchema, hint: ColumnHint | None = None) -> Converter:
         return _plain
     if hint is not None:
         return hinted(hint)
+    if schema.type == "int64" and unsigned_bigint(schema):  # the schema says what a declared column would
+        return UNSIGNED_BIGINT
     return _plain
+
+
+def unsigned_bigint(schema: FieldSchema) -> bool:
+    """A field whose propagated source type is BIGINT UNSIGNED (column.propagate.source.type)."""
+    words = schema.parameters.get(SOURCE_TYPE, "").upper().split()
+    return bool(words) and words[0] in ("BIGINT", "INT8") and ("UNSIGNED" in words or "ZEROFILL" in words)
 
 
 # -- schemaless values, read by their declared column --------------------------------------------------
@@ -271,7 +285,7 @@ def hinted(hint: ColumnHint) -> Converter:
     if base in SPATIAL_TYPES:
         return _with(_geometry_read)
     if base == "BIGINT" and "UNSIGNED" in hint.type:
-        return _with(_unsigned_read)
+        return UNSIGNED_BIGINT
     return _plain
 
 
@@ -283,6 +297,8 @@ def _unsigned_read(v: Any) -> tuple[str, Any]:
         n += 1 << 64
     return str(n), n
 
+
+UNSIGNED_BIGINT = _with(_unsigned_read)
 
 SPATIAL_TYPES = frozenset({"GEOMETRY", "POINT", "LINESTRING", "POLYGON", "MULTIPOINT", "MULTILINESTRING",
                            "MULTIPOLYGON", "GEOMETRYCOLLECTION"})

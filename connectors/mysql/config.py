@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from connectors.models import ConnId, Identifier, StrictModel
 from connectors.mysql.types import EXPECTED as MYSQL_TYPES
-from connectors.mysql.types import ColumnType, TypeSyntaxError, parse_type
+from connectors.mysql.types import (
+    ColumnDefinition,
+    ColumnType,
+    DefinitionSyntaxError,
+    TypeSyntaxError,
+    check_definition,
+    now_sql,
+    parse_default,
+    parse_definition,
+    parse_on_update,
+    parse_type,
+)
 
 # what a declared column's ``encoding`` may be, by the kind of column (for values without a schema)
 ENCODINGS = {"binary": ("base64", "hex", "text"), "decimal": ("base64", "text"), "date": ("days", "text"),
@@ -29,23 +40,83 @@ def _encoding_kind(column_type: ColumnType) -> str | None:
 
 
 class MySqlColumn(StrictModel):
+    """A declared column: a MySQL type, or a whole column definition as SHOW CREATE TABLE writes it."""
+
+    # What follows the type in a definition (TIMESTAMP(3) NULL DEFAULT CURRENT_TIMESTAMP(3) COMMENT
+    # 'synced') is read into nullable, default, on_update and comment (CHARACTER SET and COLLATE stay in
+    # the type), each checked and rebuilt from its parsed pieces for the DDL
+    # (connectors/mysql/types.parse_definition); values are read by the type alone.
+
     name: Identifier
     type: str = Field(description="MySQL column type, as MySQL's grammar has it: BIGINT UNSIGNED, TINYINT(1), "
-                                  "DECIMAL(10,2), DATETIME(6), ENUM('a','b'), VARBINARY(16), POINT …")
+                                  "DECIMAL(10,2), DATETIME(6), ENUM('a','b'), VARBINARY(16), POINT …; or a whole "
+                                  "column definition as SHOW CREATE TABLE writes it: the type, then NULL / NOT NULL, "
+                                  "DEFAULT, ON UPDATE CURRENT_TIMESTAMP, COMMENT, CHARACTER SET, COLLATE.")
     field: str | None = Field(default=None, description="Field of the row image; default: name.")
     nullable: bool = True
+    default: str | None = Field(default=None, description="The created column's DEFAULT, as MySQL writes it: 0, "
+                                "'text', NULL, b'1', CURRENT_TIMESTAMP(3) …")
+    on_update: str | None = Field(default=None, description="ON UPDATE CURRENT_TIMESTAMP[(fsp)] of a created "
+                                  "DATETIME or TIMESTAMP column.")
+    comment: str | None = Field(default=None, description="The created column's COMMENT.")
     encoding: Literal["base64", "hex", "text", "days", "ms", "us", "ns"] | None = Field(
         default=None, description="How a value without a schema is written (streams with schemas.enable=false): "
         "binary columns base64 (default), hex or text; DECIMAL base64 (Debezium's precise mode) or text (default); "
         "DATE days or text; TIME/DATETIME/TIMESTAMP ms, us or ns since the epoch (midnight for TIME), or text.")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _definition(cls, data: Any) -> Any:
+        """``type`` written as a whole column definition -> the type, and its attributes into their
+        fields; one said twice (in the type and in its field) must say the same."""
+        if not isinstance(data, dict) or not isinstance(data.get("type"), str):
+            return data
+        try:
+            found = parse_definition(data["type"].strip())
+        except TypeSyntaxError:
+            return data  # the type's own check says what it could not read, on its field
+        said = {"nullable": found.nullable, "default": found.default.sql if found.default else None,
+                "on_update": now_sql(found.on_update) if found.on_update is not None else None,
+                "comment": found.comment}
+        out = {**data, "type": found.type.sql}
+        for key, value in said.items():
+            if value is None:
+                continue
+            given = data.get(key)
+            if key in data and given is not None and _canonical(key, given) != value:
+                raise ValueError(f"type {data['type']!r} says {key} {value!r}, the column's {key} says {given!r}")
+            out[key] = value
+        return out
+
     @field_validator("type")
     @classmethod
     def _sql_type(cls, value: str) -> str:
         try:
-            return parse_type(value.strip()).sql
+            return parse_definition(value.strip()).type.sql
+        except DefinitionSyntaxError as exc:
+            raise ValueError(str(exc)) from None
         except TypeSyntaxError as exc:
             raise ValueError(f"expected a MySQL type ({exc}); the column types are {MYSQL_TYPES}") from None
+
+    @field_validator("default", mode="before")
+    @classmethod
+    def _default(cls, value: Any) -> Any:
+        if value is None or isinstance(value, bool | int | float | str):
+            return None if value is None else _canonical("default", value)
+        return value
+
+    @field_validator("on_update")
+    @classmethod
+    def _on_update(cls, value: str | None) -> str | None:
+        return None if value is None else _canonical("on_update", value)
+
+    @model_validator(mode="after")
+    def _definition_fits(self) -> MySqlColumn:
+        try:
+            check_definition(self.definition)
+        except TypeSyntaxError as exc:
+            raise ValueError(str(exc)) from None
+        return self
 
     @model_validator(mode="after")
     def _encoding_fits(self) -> MySqlColumn:
@@ -66,6 +137,25 @@ class MySqlColumn(StrictModel):
     @property
     def column_type(self) -> ColumnType:
         return parse_type(self.type)
+
+    @property
+    def definition(self) -> ColumnDefinition:
+        """The column's definition, typed: its type and what the created column is given."""
+        return ColumnDefinition(parse_type(self.type), None if self.nullable else False,
+                                parse_default(self.default) if self.default is not None else None,
+                                parse_on_update(self.on_update) if self.on_update is not None else None, self.comment)
+
+
+def _canonical(key: str, value: Any) -> Any:
+    """A default or on_update as the DDL has it (a YAML number or boolean is its SQL literal); ValueError
+    naming what could not be read."""
+    if key not in ("default", "on_update"):
+        return value
+    text = ("TRUE" if value else "FALSE") if isinstance(value, bool) else str(value)
+    try:
+        return parse_default(text).sql if key == "default" else now_sql(parse_on_update(text))
+    except TypeSyntaxError as exc:
+        raise ValueError(f"{key} {text!r}: {exc}") from None
 
 
 KAFKA_PK_COLUMNS = ("__connect_topic", "__connect_partition", "__connect_offset")

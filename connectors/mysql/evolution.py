@@ -175,9 +175,13 @@ def classify(old: ColumnType, new: ColumnType) -> str | None:
 
 
 def changes(table: str, desired: list[Column], key: list[str], existing: list[Column],
-            existing_key: list[str], protected: frozenset[str] = frozenset()) -> list[SchemaChange]:
+            existing_key: list[str], protected: frozenset[str] = frozenset(),
+            generic: Mapping[str, str] | None = None) -> list[SchemaChange]:
     """What differs between the table (``existing``) and the columns the records describe
-    (``desired``); ``protected``: cdcflow's own columns (never reported as dropped)."""
+    (``desired``); ``protected``: cdcflow's own columns (never reported as dropped). ``generic``: per
+    column whose desired type is its source's exact type (column.propagate.source.type), the type the
+    same field has without it: a column of that type was made from the schema before the connector
+    propagated the source type, and holds every value, so the narrower exact type is not a change."""
     have = {c.name.lower(): c for c in existing}
     want = {c.name.lower() for c in desired}
     out: list[SchemaChange] = []
@@ -191,6 +195,9 @@ def changes(table: str, desired: list[Column], key: list[str], existing: list[Co
                                     f"ALTER TABLE {t} ADD COLUMN {_quote(column.name)} {column.type} NULL"))
             continue
         kind = classify(parse_type(old.type), parse_type(column.type))
+        plain = (generic or {}).get(column.name)
+        if kind == "narrow" and plain is not None and classify(parse_type(old.type), parse_type(plain)) is None:
+            kind = None
         in_key = old.name.lower() in {k.lower() for k in existing_key}
         nullable = (old.nullable or column.nullable) and not in_key  # a key column stays NOT NULL
         name = _quote(old.name)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -23,7 +24,7 @@ import pyarrow.compute as pc
 import pymysql
 
 from connectors.errors import ConfigError
-from connectors.mysql.config import MySqlSinkConfig
+from connectors.mysql.config import MySqlColumn, MySqlSinkConfig
 
 VERSION_COLUMN = "__cdc_version"
 TOMBSTONES = "cdcflow_tombstones"
@@ -51,6 +52,15 @@ def quote(identifier: str) -> str:
 def literal(text: str) -> str:
     """A MySQL string literal (backslash escapes on, as the sink's session has them)."""
     return "'" + pymysql.converters.escape_string(text) + "'"
+
+
+def column_sql(column: MySqlColumn, in_key: bool = False, added: bool = False) -> str:
+    """A declared column's definition for CREATE TABLE, from its parsed pieces (the type, NULL or NOT
+    NULL, DEFAULT, ON UPDATE, COMMENT: connectors/mysql/types.ColumnDefinition); a key column is NOT
+    NULL. ``added``: for ADD COLUMN to a table with rows, NOT NULL only with a DEFAULT to give them."""
+    defined = column.definition
+    not_null = in_key or (defined.nullable is False and (not added or defined.default is not None))
+    return f"{quote(column.name)} " + replace(defined, nullable=not not_null).sql
 
 
 def key_hash(key: tuple[Any, ...]) -> tuple[bytes, str]:
@@ -185,8 +195,7 @@ class Statements:
 
     def create_table_sql(self) -> str:
         cfg = self.cfg
-        lines = [f"{quote(c.name)} {c.type} {'NOT NULL' if (c.name in cfg.primary_key or not c.nullable) else 'NULL'}"
-                 for c in cfg.columns]
+        lines = [column_sql(c, c.name in cfg.primary_key) for c in cfg.columns]
         lines.append(f"{quote(VERSION_COLUMN)} BIGINT NOT NULL DEFAULT 0")
         lines.append(f"PRIMARY KEY ({', '.join(quote(k) for k in cfg.primary_key)})")
         body = ",\n  ".join(lines)

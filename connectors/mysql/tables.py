@@ -25,10 +25,17 @@ from connectors.mysql.sql import (
     TRUNCATE_KEY,
     VERSION_COLUMN,
     Statements,
+    column_sql,
     quote,
 )
 
 DDL_LOCK = "cdcflow_ddl"  # GET_LOCK name (per database): one window at a time plans and runs schema changes
+
+
+def run_ddl(conn: sa.Connection, statement: str) -> None:
+    """A DDL statement, which has no parameters: its '%' (in an ENUM value, a DEFAULT, a COMMENT)
+    doubled, as the driver formats every statement it is given with parameters."""
+    conn.exec_driver_sql(statement.replace("%", "%%"))
 
 
 def existing_columns(url: str, table: str) -> tuple[list[dict[str, Any]], list[str]] | None:
@@ -75,7 +82,7 @@ def prepare_table(conn: sa.Connection, cfg: MySqlSinkConfig, tombstones: bool = 
     if tombstones:
         conn.exec_driver_sql(TOMBSTONES_DDL)
     if cfg.create_table and not have:
-        conn.exec_driver_sql(Statements(cfg).create_table_sql())
+        run_ddl(conn, Statements(cfg).create_table_sql())
         have = None
     _check_table(conn, cfg, have)
 
@@ -91,8 +98,8 @@ def _check_table(conn: sa.Connection, cfg: MySqlSinkConfig, have: set[str] | Non
     missing = [c for c in [*(c.name for c in cfg.columns), VERSION_COLUMN] if c.lower() not in have]
     evolvable = [c for c in cfg.columns if c.name in missing and c.name not in cfg.primary_key]
     if missing and cfg.auto_evolve and len(evolvable) == len(missing):
-        for c in evolvable:  # new fields become nullable columns; nothing is ever dropped
-            conn.exec_driver_sql(f"ALTER TABLE {quote(cfg.table)} ADD COLUMN {quote(c.name)} {c.type} NULL")
+        for c in evolvable:  # new fields become nullable columns (NOT NULL with a declared DEFAULT); none is dropped
+            run_ddl(conn, f"ALTER TABLE {quote(cfg.table)} ADD COLUMN {column_sql(c, added=True)}")
         return
     if missing:
         hint = (f"; add it with: ALTER TABLE {quote(cfg.table)} ADD COLUMN {quote(VERSION_COLUMN)} "
@@ -125,15 +132,17 @@ def prepare_tables(url: str, configs: Sequence[MySqlSinkConfig]) -> None:
 
 
 def prepare_derived(url: str, tables: Sequence[tuple[MySqlSinkConfig, MySqlSinkConfig]], policy: str,
-                    decisions: Mapping[str, str] | None = None,
-                    pipeline: str = "PIPELINE") -> tuple[dict[str, MySqlSinkConfig], list[dict[str, Any]]]:
+                    decisions: Mapping[str, str] | None = None, pipeline: str = "PIPELINE",
+                    generic: Mapping[str, Mapping[str, str]] | None = None,
+                    ) -> tuple[dict[str, MySqlSinkConfig], list[dict[str, Any]]]:
     """Create the tables made from the record schema, or change them as ``policy`` says
     (connectors/mysql/evolution.py), once per window, before any write. ``tables``: per table, its
     config to create it with (the window's first schema decides a column's type) and to evolve it to
     (the latest one does). Returns the config each table is written with, and the schema changes
     (applied or ignored) for the window's stats. Under a MySQL lock, the tables read again: two
     windows never run the same DDL (MySQL's DDL is not transactional; a window killed between DDL
-    statements finds the rest to do the next time)."""
+    statements finds the rest to do the next time). ``generic``: per table, the types its columns
+    have without the source's exact types the records carry (evolution.changes)."""
     if not tables:
         return {}, []
     engine = writer_engine(url)
@@ -151,7 +160,8 @@ def prepare_derived(url: str, tables: Sequence[tuple[MySqlSinkConfig, MySqlSinkC
                     cfg, have = create, None
                     if existing is not None:
                         before = len(recorded)
-                        cfg = _evolve(conn, evolve, existing, policy, recorded, decisions, pipeline)
+                        cfg = _evolve(conn, evolve, existing, policy, recorded, decisions, pipeline,
+                                      (generic or {}).get(create.table))
                         if not any(r["applied"] for r in recorded[before:]):  # the columns as read: no query
                             have = {c.name.lower() for c in existing[0]}
                     current = cfg
@@ -169,14 +179,15 @@ def prepare_derived(url: str, tables: Sequence[tuple[MySqlSinkConfig, MySqlSinkC
 
 def _evolve(conn: sa.Connection, cfg: MySqlSinkConfig, existing: tuple[list[evolution.Column], list[str]],
             policy: str, recorded: list[dict[str, Any]], decisions: Mapping[str, str] | None,
-            pipeline: str) -> MySqlSinkConfig:
+            pipeline: str, generic: Mapping[str, str] | None = None) -> MySqlSinkConfig:
     columns, key = existing
     found = evolution.changes(cfg.table, [evolution.Column(c.name, c.type, c.nullable) for c in cfg.columns],
-                              cfg.primary_key, columns, key, protected=frozenset({VERSION_COLUMN.lower()}))
+                              cfg.primary_key, columns, key, protected=frozenset({VERSION_COLUMN.lower()}),
+                              generic=generic)
     apply, ignored = evolution.decide(found, policy, decisions, pipeline)
     for change in apply:
         assert change.statement is not None, "a change to apply has its statement"
-        conn.exec_driver_sql(change.statement)
+        run_ddl(conn, change.statement)
         recorded.append({**change.as_dict(), "applied": True})
         faults.checkpoint("during_ddl")  # MySQL's DDL commits itself: a kill here leaves the rest to the retry
     recorded += [{**c.as_dict(), "applied": False} for c in ignored if c.kind != "dropped" or c.statement]

@@ -82,6 +82,64 @@ errors: {tolerance: all, dlq_topic: a}
     assert "errors.dlq_topic must differ from the source topics" not in msg or "line" in msg
 
 
+DEFINITIONS = """\
+name: p
+source: {topics: [a]}
+sinks:
+  - type: mysql
+    table: t
+    primary_key: [id]
+    columns:
+      - {name: id, type: "bigint(20) unsigned NOT NULL AUTO_INCREMENT"}
+      - {name: code, type: "varchar(8) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT 'n/a' COMMENT 'the code'"}
+      - {name: synced_at, type: "TIMESTAMP(3) NULL%s"}
+      - {name: qty, type: INT, default: 0, comment: "units"}
+errors: {tolerance: all, dlq_topic: a.dlq}
+"""
+
+
+def test_columns_take_their_definitions_as_show_create_table_writes_them(tmp_path: Path) -> None:
+    """Issue 42, part 5: what follows the type is read into the column's nullable, default, on_update
+    and comment (each rebuilt from its parsed pieces); the type alone stays the column's type, so
+    the values are read by it."""
+    path = tmp_path / "p.yaml"
+    path.write_text(DEFINITIONS % " DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3)")
+    columns = load_pipeline(path).sinks[0].columns  # type: ignore[union-attr]
+    got = [(c.type, c.nullable, c.default, c.on_update, c.comment) for c in columns]
+    assert got == [("BIGINT(20) UNSIGNED", False, None, None, None),
+                   ("VARCHAR(8) CHARACTER SET ascii COLLATE ascii_bin", False, "'n/a'", None, "the code"),
+                   ("TIMESTAMP(3)", True, "CURRENT_TIMESTAMP(3)", "CURRENT_TIMESTAMP(3)", None),
+                   ("INT", True, "0", None, "units")]
+    again = load_pipeline(path).sinks[0].model_dump()  # type: ignore[union-attr]
+    assert [c for c in type(load_pipeline(path).sinks[0]).model_validate(again).columns] == columns
+
+
+def test_a_definition_the_config_cannot_read_names_the_part_with_file_line_and_field(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(DEFINITIONS.replace("TIMESTAMP(3) NULL%s", "TIMESTAMP(3) NULLL"))
+    with pytest.raises(ConfigError) as exc:
+        load_pipeline(path)
+    msg = str(exc.value)
+    assert msg.startswith(f"{path}: 1 error")
+    assert ("line 10, sinks.0.columns.2.type: could not read 'NULLL' after the type TIMESTAMP(3) (expected NULL, "
+            "NOT NULL, DEFAULT") in msg
+    assert "got 'TIMESTAMP(3) NULLL'" in msg
+
+
+@pytest.mark.parametrize(("tail", "said"), [
+    (" DEFAULT CURRENT_TIMESTAMP", "DEFAULT CURRENT_TIMESTAMP does not match TIMESTAMP(3)"),
+    ("\", nullable: false", "says nullable True, the column's nullable says False"),
+    ("\", default: \"'x'\"", "DEFAULT 'x' is not a TIMESTAMP value"),
+])
+def test_a_definition_that_does_not_fit_is_refused(tmp_path: Path, tail: str, said: str) -> None:
+    path = tmp_path / "p.yaml"
+    text = DEFINITIONS % tail if not tail.startswith('"') else DEFINITIONS.replace('NULL%s"', "NULL" + tail)
+    path.write_text(text)
+    with pytest.raises(ConfigError) as exc:
+        load_pipeline(path)
+    assert "line 10, sinks.0.columns.2" in str(exc.value) and said in str(exc.value), str(exc.value)
+
+
 def test_invalid_file_does_not_stop_the_others(tmp_path: Path) -> None:
     (tmp_path / "bad.yaml").write_text(BAD)
     (tmp_path / "a_good.yaml").write_text((ROOT / "config/pipelines/demo_orders.yaml").read_text())

@@ -115,6 +115,38 @@ def test_documents_follow_behavior_on_null_values_and_name_a_missing_id() -> Non
     assert len(project.project_documents(decoded, ignoring)) == 1
 
 
+@pytest.mark.parametrize("column_wise", [True, False])
+def test_tables_whose_records_share_one_schema_each_get_its_description(column_wise: bool) -> None:
+    """Issue 42, part 4: the decoder describes a schema on its first change in the task only; two
+    tables whose records carry the very same schema (name included) each get the description, found
+    by the changes' schema_id. Debezium's own events (tests/fixtures/debezium/mysql_all_types.py)."""
+    from tests.fixtures.debezium import mysql_all_types as fx
+
+    def of(table: str) -> list[tuple[bytes | None, bytes | None]]:
+        return [(k, v if v is None else v.replace(b'"table":"all_types"', f'"table":"{table}"'.encode()))
+                for k, v in fx.events()]
+
+    derived = MySqlSinkConfig(type="mysql", name="derived", table="{source.table}_x", create_table=True)
+    records = of("t1") + of("t2") + of("t3")
+    decoder = Decoder("source_ts_ms")
+    decoder.column_wise_min = 1 if column_wise else 10_000
+    decoded = pa.Table.from_batches([decoder.decode_batch(raw_batch(records))])
+    assert decoded.column("row_schema").null_count == len(records) - 1  # described once
+    out = project.sort_out(job(derived), decoded)
+    schemas = {g: s for g, s, _v in out.info["schemas"]["derived"]}
+    assert sorted(schemas) == ["t1_x", "t2_x", "t3_x"]
+    assert len(set(schemas.values())) == 1 and None not in schemas.values()
+    assert {c["name"] for c in json.loads(schemas["t3_x"])["columns"]} >= {"id", "c_varchar", "c_point"}
+
+
+def test_by_content_finds_a_description_by_its_schema_id() -> None:
+    from spark_jobs.sinks import by_content
+
+    seen = [("a", "s1", "D1", 10), ("b", "s1", None, 5), ("b", None, None, 1), ("c", None, None, 2),
+            ("a", "s2", None, 30)]
+    assert by_content(seen, {"s2": "D2"}) == [("c", None, 2), ("b", "D1", 5), ("a", "D1", 10), ("a", "D2", 30)]
+
+
 def test_the_driver_merges_the_tasks_row_schemas_first_by_version() -> None:
     tallies = [{"schemas": {"s": [["a", "v2", 20], ["a", None, 5]]}}, {"schemas": {"s": [["a", "v1", 10],
                                                                                        ["b", None, 1]]}}]

@@ -245,3 +245,53 @@ def test_an_index_without_a_mapping_gets_one_from_the_schema(config_dir: Path, s
     url = get_connection("cdcflow_elasticsearch").http_url()
     properties = requests.get(f"{url}/{index}/_mapping", timeout=30).json()[index]["mappings"]["properties"]
     assert {k: properties[k] for k in DERIVED_ES} == DERIVED_ES
+
+
+# the source table's columns as MySQL 8's SHOW CREATE TABLE writes them (tests/fixtures/debezium/mysql_all_types.DDL),
+# some with attributes added: a user copies these into the sink's columns (issue 42, part 5)
+SHOWN = {
+    "id": "int NOT NULL", "c_tinyint": "tinyint DEFAULT NULL", "c_tinyint1": "tinyint(1) DEFAULT NULL",
+    "c_boolean": "tinyint(1) DEFAULT NULL", "c_smallint": "smallint DEFAULT NULL", "c_mediumint": "mediumint DEFAULT NULL",
+    "c_bigint": "bigint DEFAULT NULL", "c_bigint_unsigned": "bigint unsigned DEFAULT NULL",
+    "c_float": "float DEFAULT NULL", "c_double": "double DEFAULT NULL", "c_decimal": "decimal(10,2) DEFAULT '0.00'",
+    "c_char": "char(3) DEFAULT NULL",
+    "c_varchar": "varchar(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin DEFAULT NULL COMMENT 'Grüße'",
+    "c_text": "text COMMENT 'it''s 50% off'", "c_binary": "binary(4) DEFAULT NULL",
+    "c_varbinary": "varbinary(16) DEFAULT NULL", "c_blob": "blob", "c_date": "date DEFAULT NULL",
+    "c_time": "time DEFAULT NULL", "c_time3": "time(3) DEFAULT NULL", "c_time6": "time(6) DEFAULT NULL",
+    "c_datetime": "datetime DEFAULT NULL",
+    "c_datetime3": "datetime(3) DEFAULT NULL ON UPDATE CURRENT_TIMESTAMP(3)", "c_datetime6": "datetime(6) DEFAULT NULL",
+    "c_timestamp": "timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP", "c_timestamp3": "timestamp(3) NULL DEFAULT NULL",
+    "c_year": "year DEFAULT NULL", "c_enum": "enum('small','medium','large') DEFAULT 'small'",
+    "c_set": "set('red','green','blue') DEFAULT NULL", "c_bit1": "bit(1) DEFAULT b'0'", "c_bit10": "bit(10) DEFAULT NULL",
+    "c_json": "json DEFAULT NULL", "c_point": "point DEFAULT NULL",
+}
+
+
+def test_every_type_into_columns_declared_as_show_create_table_writes_them(config_dir: Path, store: StateStore,
+                                                                          spark: Any) -> None:
+    """Declared columns copied from the source's SHOW CREATE TABLE: the table is created with their NOT
+    NULL, DEFAULT, ON UPDATE, COMMENT, CHARACTER SET and COLLATE (read back from MariaDB's
+    information_schema and SHOW CREATE TABLE), and every value is read by the type alone and reads back
+    equal (issue 42, part 5)."""
+    table = unique("shown")
+    cfg = make_pipeline(config_dir, sinks=[
+        {"type": "mysql", "name": "rows", "conn_id": "cdcflow_mysql", "table": table, "create_table": True,
+         "primary_key": ["id"], "columns": [{"name": n, "type": t} for n, t in SHOWN.items()]}])
+    cdcgen.produce(bootstrap(), cfg.source.topics[0], [cdcgen.Event(k, v) for k, v in fx.events()], partitions=1)
+    stats = runner.run_window(cfg, unique("run"), store=store, spark=spark)
+    check(table, None, stats, "adaptive_time_microseconds")
+
+    with mysql_engine().connect() as conn:
+        columns = {r[0]: r[1:] for r in conn.exec_driver_sql(
+            "SELECT COLUMN_NAME, IS_NULLABLE, COLUMN_DEFAULT, EXTRA, COLUMN_COMMENT, CHARACTER_SET_NAME, COLLATION_NAME "
+            "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s", (table,))}
+        shown = conn.exec_driver_sql(f"SHOW CREATE TABLE `{table}`").one()[1]
+    assert columns["id"][0] == "NO" and columns["c_timestamp"][0] == "NO" and columns["c_tinyint"][0] == "YES"
+    assert columns["c_timestamp"][1].lower() == "current_timestamp()"  # MariaDB's form of CURRENT_TIMESTAMP
+    assert (columns["c_decimal"][1], columns["c_enum"][1], columns["c_bit1"][1]) == ("0.00", "'small'", "b'0'")
+    assert columns["c_tinyint"][1] == "NULL"
+    assert columns["c_datetime3"][2].lower() == "on update current_timestamp(3)"
+    assert (columns["c_varchar"][3], columns["c_text"][3]) == ("Grüße", "it's 50% off")
+    assert columns["c_varchar"][4:] == ("utf8mb4", "utf8mb4_bin")
+    assert "`c_varchar` varchar(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin DEFAULT NULL COMMENT 'Grüße'" in shown

@@ -91,3 +91,18 @@ def test_a_key_column_stays_not_null() -> None:
     found = changes("t", [Column("id", "BIGINT", True), Column("name", "VARCHAR(32)", False)], ["id"],
                     [Column("id", "int(11)", False), Column("name", "varchar(32)", False)], ["id"])
     assert [(c.kind, c.statement) for c in found] == [("widen", "ALTER TABLE `t` MODIFY COLUMN `id` BIGINT NOT NULL")]
+
+
+def test_a_table_made_before_the_source_types_were_propagated_is_not_narrowed() -> None:
+    """column.propagate.source.type turned on for tables made from the schema without it: the exact
+    types (VARCHAR(255), TIME(3)) are narrower than the table's (LONGTEXT, TIME(6)), which were made from
+    the same fields (``generic``) and hold their values: no change. A real narrowing still is one."""
+    existing = [Column("id", "int(11)", False), Column("c_varchar", "longtext", True), Column("c_time3", "time(6)", True),
+                Column("c_bigint", "bigint(20)", True)]
+    desired = [Column("id", "INT", False), Column("c_varchar", "VARCHAR(255)", True), Column("c_time3", "TIME(3)", True),
+               Column("c_bigint", "INT", True)]
+    generic = {"c_varchar": "LONGTEXT", "c_time3": "TIME(6)", "c_bigint": "INT"}
+    found = changes("t", desired, ["id"], existing, ["id"], generic=generic)
+    assert [(c.column, c.kind) for c in found] == [("c_bigint", "narrow")]  # bigint(20) is not INT's table
+    assert [(c.column, c.kind) for c in changes("t", desired, ["id"], existing, ["id"])] == [
+        ("c_varchar", "narrow"), ("c_time3", "narrow"), ("c_bigint", "narrow")]

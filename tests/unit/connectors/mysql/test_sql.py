@@ -39,3 +39,24 @@ def test_key_hashes_equal_key_hash_of_every_row() -> None:
     for parts in cases:
         rows = list(zip(*[p.to_pylist() for p in parts], strict=True))
         assert key_hashes(parts) == [key_hash(r) for r in rows], parts
+
+
+def test_a_declared_definition_is_created_with_its_attributes_rebuilt_from_its_pieces() -> None:
+    """connectors/mysql/sql.column_sql: NOT NULL, DEFAULT, ON UPDATE, COMMENT, CHARACTER SET and COLLATE
+    of the declared definition; a key column is NOT NULL; ADD COLUMN keeps NOT NULL only with a DEFAULT."""
+    from connectors.mysql.sql import column_sql
+
+    cfg = MySqlSinkConfig(type="mysql", table="t", primary_key=["id"], columns=[
+        {"name": "id", "type": "BIGINT UNSIGNED NOT NULL AUTO_INCREMENT COMMENT 'the key'"},
+        {"name": "synced_at", "type": "timestamp(3) NULL DEFAULT current_timestamp(3) ON UPDATE current_timestamp(3)"},
+        {"name": "code", "type": "varchar(8) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT 'n/a'"},
+        {"name": "qty", "type": "INT NOT NULL"},
+        {"name": "note", "type": "TEXT", "comment": "it's \\ 50%"}])
+    ddl = MySqlSink(cfg, "mysql+pymysql://u:p@127.0.0.1:1/db").create_table_sql()
+    assert "`id` BIGINT UNSIGNED NOT NULL COMMENT 'the key'" in ddl
+    assert "`synced_at` TIMESTAMP(3) NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3)" in ddl
+    assert "`code` VARCHAR(8) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT 'n/a'" in ddl
+    assert "`qty` INT NOT NULL," in ddl and "`note` TEXT NULL COMMENT 'it''s \\\\ 50%'" in ddl
+    code, qty = cfg.columns[2], cfg.columns[3]
+    assert column_sql(code, added=True).endswith("NOT NULL DEFAULT 'n/a'")
+    assert column_sql(qty, added=True) == "`qty` INT NULL"  # the rows already there have no value
