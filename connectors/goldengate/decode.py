@@ -1,13 +1,33 @@
-"""Oracle GoldenGate for Big Data's JSON formatter, operation modelled -> the window's change rows
-(``source.format: goldengate``; the change model is connectors/changes.py).
+"""Oracle GoldenGate for Big Data's JSON formatter, operation modelled or row modelled -> the window's
+change rows (``source.format: goldengate``; the change model is connectors/changes.py).
 
-An operation message ("Using the Pluggable Formatters", "Using the JSON Formatter", in the
-Administering/Using Oracle GoldenGate for Big Data guides) carries ``table`` (the fully qualified
-name, SCHEMA.TABLE or CATALOG.SCHEMA.TABLE), ``op_type`` (I insert, U update, D delete, T truncate),
-``op_ts`` (the operation's timestamp from the source trail, ``yyyy-MM-dd HH:mm:ss.SSSSSS``, fixed for
-the operation), ``current_ts`` (when the formatter ran), ``pos`` (the trail position: sequence number
-and RBA, 20 digits), ``primary_keys`` (with ``includePrimaryKeys``), ``tokens``, and the ``before``
-and ``after`` images: an insert has no before image, a delete no after image, a truncate neither.
+Every message carries the operation's metadata ("Using the Pluggable Formatters", "Using the JSON
+Formatter", "Operation Metadata Formatting Details", in the Administering/Using Oracle GoldenGate for
+Big Data guides): ``table`` (the fully qualified name, SCHEMA.TABLE or CATALOG.SCHEMA.TABLE),
+``op_type`` (I insert, U update, D delete, T truncate), ``op_ts`` (the operation's timestamp from the
+source trail, ``yyyy-MM-dd HH:mm:ss.SSSSSS``, fixed for the operation), ``current_ts`` (when the
+formatter ran), ``pos`` (the trail position: sequence number and RBA, 20 digits), ``primary_keys``
+(with ``includePrimaryKeys``) and ``tokens``. The row data comes in one of the formatter's two models
+(``gg.handler.name.format``):
+
+* ``json``, operation modelled: the ``before`` and ``after`` images as objects; an insert has no
+  before image, a delete no after image, a truncate neither;
+* ``json_row``, row modelled: the column values at the top level, beside the metadata, one image
+  only ("Row Formatters"): an insert's and an update's after image, a delete's before image, and no
+  column for a truncate.
+
+The model is read from each record, not configured: a record with a ``before`` or ``after`` object
+is operation modelled, one with any other field than the metadata is row modelled (its columns),
+and one with neither (a truncate) needs no image. A pipeline reads both without a setting, also
+from one topic, and a handler switched from one to the other needs no change of config.
+
+A primary-key update: the operation model has the old key in its before image, so an update whose
+key columns (``primary_keys`` and the sinks' declared keys) differ between the images moves the row
+(a delete of the old key, an upsert of the new). The row model carries no before image: under
+``pkUpdateHandling=delete-insert`` the handler writes a delete (the before image) and an insert
+(the after image), which are applied as they come; under ``pkUpdateHandling=update`` it writes an
+update with the new key only, so the row under the old key stays (Oracle: use ``update`` only when
+the key does not select rows in the target). ``abend`` (the default) stops the Replicat.
 
 The table's schema is ``source_db`` and its name ``source_table`` (``{source.db}`` /
 ``{source.table}`` routing). Values come as JSON numbers and strings without their types: they are
@@ -23,11 +43,12 @@ pipeline reads that topic too: the operations after a metadata change carry the 
 table follows them as its sink says (declared columns, docs/schema-changes.md). Anything else
 without ``op_type`` is a bad record.
 
-An update is applied as its before image overlaid with its after image, so an Extract that writes
-full before images (GETUPDATEBEFORES with NOCOMPRESSUPDATES) gives whole rows; with compressed
-updates and no before image, the columns left out of the after image arrive as nulls. Versions
-(``source_ts_ms``) come from ``op_ts`` (read as UTC; only its order matters), and within one
-millisecond from the log position, which follows ``pos``: the handler writes in trail order.
+An operation-modelled update is applied as its before image overlaid with its after image, so an
+Extract that writes full before images (GETUPDATEBEFORES with NOCOMPRESSUPDATES) gives whole rows;
+with compressed updates and no before image, and in the row model, the columns left out of the
+after image arrive as nulls. Versions (``source_ts_ms``) come from ``op_ts`` (read as UTC; only its
+order matters), and within one millisecond from the log position, which follows ``pos``: the
+handler writes in trail order.
 """
 
 from __future__ import annotations
@@ -48,8 +69,11 @@ from connectors.changes import (
 from connectors.debezium.logical import EPOCH
 from connectors.mysql.values import parse_datetime
 
-FORMAT = "GoldenGate JSON formatter operation"
+FORMAT = "GoldenGate JSON formatter"
 OPERATIONS = {"I": "insert", "U": "update", "D": "delete"}
+# the operation's metadata ("Operation Metadata Formatting Details"); in the row model every other field is a column
+META = frozenset({"table", "op_type", "op_ts", "current_ts", "pos", "primary_keys", "tokens"})
+IMAGES = ("before", "after")  # the operation model's images
 MISSING = "_isMissing"
 JSON_SCHEMA = "http://json-schema.org/"  # a table's schema message on the handler's schema topic
 
@@ -74,7 +98,11 @@ class GoldenGateDecoder(RowDecoder):
         if op_type == "T":  # a TRUNCATE: the pipeline's truncate setting decides (connectors/changes.py)
             return [Change(TRUNCATE, version=version, source_db=parts[-2], source_table=parts[-1])]
         op = OPERATIONS[op_type]
-        before, after = _image(msg, "before"), _image(msg, "after")
+        if _row_modelled(msg):  # one image: a delete's before values, an insert's or update's after values
+            values = _present({k: v for k, v in msg.items() if k not in META})
+            before, after = (values, None) if op == "delete" else (None, values)
+        else:
+            before, after = _image(msg, "before"), _image(msg, "after")
         if op != "insert" and before is None and (op == "delete" or after is None):
             raise RecordError("transform", f"op_type {op_type} without a 'before' image")
         if op != "delete" and after is None:
@@ -102,13 +130,28 @@ def _schema_message(msg: Mapping[str, Any]) -> Change:
     return Change(source_db=parts[-2], source_table=parts[-1])
 
 
+def _row_modelled(msg: Mapping[str, Any]) -> bool:
+    """Whether a message is row modelled (``format=json_row``): no ``before``/``after`` object, and a
+    field besides the metadata (a column; a null ``before``/``after`` is the operation model's empty
+    image). A message with neither, such as a truncate, is read as operation modelled."""
+    if any(isinstance(msg.get(f), dict) for f in IMAGES):
+        return False
+    return any(k not in META and not (k in IMAGES and v is None) for k, v in msg.items())
+
+
 def _image(msg: Mapping[str, Any], field: str) -> dict[str, Any] | None:
-    """The ``before`` or ``after`` image without the columns flagged missing (and without the flags)."""
+    """The ``before`` or ``after`` image of an operation-modelled message, without the columns flagged
+    missing."""
     image = msg.get(field)
     if image is None:
         return None
     if not isinstance(image, dict):
         raise RecordError("transform", f"field '{field}': expected an object of column values, got "
                                        f"{str(image)[:80]!r}")
+    return _present(image)
+
+
+def _present(image: Mapping[str, Any]) -> dict[str, Any]:
+    """An image without the columns flagged ``<column>_isMissing: true`` (and without the flags)."""
     return {k: v for k, v in image.items()
             if not (k.endswith(MISSING) and k[:-len(MISSING)] in image) and image.get(k + MISSING) is not True}
