@@ -75,3 +75,35 @@ def checksum(rows: dict[int, tuple[object, ...]] | list[tuple[object, ...]]) -> 
 
 MYSQL_CHECKSUM = ("SELECT COUNT(*), COALESCE(SUM(CRC32(CONCAT_WS('|', id, customer, status, amount, updated_at))), 0) "
                   "FROM `{table}`")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.workload --shape debezium --events 1000000``: generate a shape's stream (without
+    producing it) and print how fast, how large and which mix (bench/shapes.py has the shapes)."""
+    import argparse
+    import time
+
+    from bench import shapes
+
+    parser = argparse.ArgumentParser(description=main.__doc__.splitlines()[0] if main.__doc__ else None)
+    parser.add_argument("--shape", choices=shapes.SHAPES, default=shapes.DEFAULT_SHAPE)
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--keys", type=int, default=100_000)
+    parser.add_argument("--seed", type=int, default=42)
+    args = parser.parse_args(argv)
+    shape = shapes.make(args.shape, args.events, args.keys, args.seed)
+    started = time.perf_counter()
+    size = count = 0
+    for _topic, key, value in shape.messages("cli"):
+        size += len(key) + (len(value) if value is not None else 0)
+        count += 1
+    seconds = time.perf_counter() - started
+    state = shape.final_state()
+    print(f"{shape.name}: {count:,} messages in {seconds:.1f} s ({count / seconds:,.0f}/s), "
+          f"{size / max(count, 1):,.0f} bytes each on average; {shape.mix()}; "
+          f"final state {sum(len(t) for t in state.values()):,} rows in {len(state)} table(s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
