@@ -9,16 +9,18 @@ from pydantic import Field, field_validator, model_validator
 
 from connectors.models import ConnId, Identifier, StrictModel
 from connectors.mysql.types import EXPECTED as MYSQL_TYPES
-from connectors.mysql.types import (
+from connectors.mysql.definitions import (
     ColumnDefinition,
-    ColumnType,
     DefinitionSyntaxError,
-    TypeSyntaxError,
     check_definition,
     now_sql,
     parse_default,
     parse_definition,
     parse_on_update,
+)
+from connectors.mysql.types import (
+    ColumnType,
+    TypeSyntaxError,
     parse_type,
 )
 
@@ -45,7 +47,7 @@ class MySqlColumn(StrictModel):
     # What follows the type in a definition (TIMESTAMP(3) NULL DEFAULT CURRENT_TIMESTAMP(3) COMMENT
     # 'synced') is read into nullable, default, on_update and comment (CHARACTER SET and COLLATE stay in
     # the type), each checked and rebuilt from its parsed pieces for the DDL
-    # (connectors/mysql/types.parse_definition); values are read by the type alone.
+    # (connectors/mysql/definitions.parse_definition); values are read by the type alone.
 
     name: Identifier
     type: str = Field(description="MySQL column type, as MySQL's grammar has it: BIGINT UNSIGNED, TINYINT(1), "

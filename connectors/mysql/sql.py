@@ -56,7 +56,7 @@ def literal(text: str) -> str:
 
 def column_sql(column: MySqlColumn, in_key: bool = False, added: bool = False) -> str:
     """A declared column's definition for CREATE TABLE, from its parsed pieces (the type, NULL or NOT
-    NULL, DEFAULT, ON UPDATE, COMMENT: connectors/mysql/types.ColumnDefinition); a key column is NOT
+    NULL, DEFAULT, ON UPDATE, COMMENT: connectors/mysql/definitions.ColumnDefinition); a key column is NOT
     NULL. ``added``: for ADD COLUMN to a table with rows, NOT NULL only with a DEFAULT to give them."""
     defined = column.definition
     not_null = in_key or (defined.nullable is False and (not added or defined.default is not None))

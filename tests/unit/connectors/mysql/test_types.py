@@ -1,4 +1,4 @@
-"""A declared column's definition (connectors/mysql/types.parse_definition): what MySQL's
+"""A declared column's definition (connectors/mysql/definitions.parse_definition): what MySQL's
 column_definition grammar takes after the type, as ``SHOW CREATE TABLE`` writes it (MySQL's and
 MariaDB's forms), read into typed pieces and written back in one canonical form; and what it cannot
 read, named (issue 42, part 5)."""
@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import pytest
 
-from connectors.mysql.types import (
+from connectors.mysql.definitions import (
     ColumnDefault,
     DefinitionSyntaxError,
-    TypeSyntaxError,
     parse_default,
     parse_definition,
     parse_on_update,
+)
+from connectors.mysql.types import (
+    TypeSyntaxError,
     parse_type,
 )
 
