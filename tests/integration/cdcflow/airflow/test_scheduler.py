@@ -196,6 +196,18 @@ def _wait_for_backfill(server: AirflowServer, dag_id: str, count: int, timeout: 
         time.sleep(2)
 
 
+def _asset_events(server: AirflowServer, dag_id: str, timeout: float = 60) -> list[dict[str, Any]]:
+    """The asset events a DAG emitted. Airflow's ``/assets/events`` answers 500 while a run that an
+    event created is queued without a start date (apache/airflow#71360, fixed after the pinned
+    release); the read is tried again until that run has started."""
+    deadline = time.monotonic() + timeout
+    while (r := server.request("GET", f"/api/v2/assets/events?source_dag_id={dag_id}")).status != 200:
+        assert r.status == 500, f"{r.status}: {r.text}"
+        assert time.monotonic() < deadline, f"{r.status}: {r.text}\n{server.log_tail()}"
+        time.sleep(1)
+    return r.body["asset_events"]
+
+
 DOWNSTREAM = """
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG, Asset
@@ -232,7 +244,7 @@ def test_a_window_that_changed_a_table_emits_its_asset_event_after_the_commit_an
     assert r.status == 200, r.text
     assert [x["state"] for x in _wait_for_runs(airflow, cfg.name, ["full"])] == ["success"], airflow.log_tail()
 
-    events = airflow.request("GET", f"/api/v2/assets/events?source_dag_id={cfg.name}").body["asset_events"]
+    events = _asset_events(airflow, cfg.name)
     assert [(e["uri"], e["source_task_id"], e["source_run_id"]) for e in events] == [(uri, "commit_offsets", "full")]
     extra = events[0]["extra"]
     rows = table_rows(table)
@@ -270,7 +282,7 @@ def test_a_window_that_changed_a_table_emits_its_asset_event_after_the_commit_an
     r = airflow.request("POST", f"/api/v2/dags/{cfg.name}/dagRuns", {"dag_run_id": "empty", "logical_date": None})
     assert r.status == 200, r.text
     assert [x["state"] for x in _wait_for_runs(airflow, cfg.name, ["empty"])] == ["success"]
-    after = airflow.request("GET", f"/api/v2/assets/events?source_dag_id={cfg.name}").body["asset_events"]
+    after = _asset_events(airflow, cfg.name)
     assert [e["source_run_id"] for e in after] == ["full"]
     time.sleep(6)  # three scheduler heartbeats: a run queued by an event would exist by now
     assert len(airflow.request("GET", f"/api/v2/dags/{downstream}/dagRuns").body["dag_runs"]) == 1
@@ -289,7 +301,7 @@ def test_a_window_that_changed_a_table_emits_its_asset_event_after_the_commit_an
     assert (sink["upserted"], sink["deleted"]) == (0, 0)
     assert sink["stale"] + sink["unchanged"] == sum(first[k] for k in ("upserted", "deleted", "stale", "unchanged"))
     assert table_rows(table) == rows
-    after = airflow.request("GET", f"/api/v2/assets/events?source_dag_id={cfg.name}").body["asset_events"]
+    after = _asset_events(airflow, cfg.name)
     assert [e["source_run_id"] for e in after] == ["full"]
     time.sleep(6)
     assert len(airflow.request("GET", f"/api/v2/dags/{downstream}/dagRuns").body["dag_runs"]) == 1
