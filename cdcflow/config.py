@@ -26,7 +26,7 @@ from pydantic import (
 from cdcflow.config_errors import format_validation_error
 from connectors.elasticsearch.config import ElasticsearchSinkConfig
 from connectors.errors import ConfigError
-from connectors.kafka.config import SourceConfig
+from connectors.kafka.config import REGISTRY_CONVERTERS, SourceConfig
 from connectors.models import ConnId, Duration, Period, StrictModel, TopicName, parse_duration
 from connectors.mysql.config import (
     KAFKA_PK_COLUMNS,
@@ -253,11 +253,19 @@ class PipelineConfig(StrictModel):
             if bare:
                 raise ValueError(f"mysql sinks {bare} need columns: {FORMAT_NAMES[self.source.format]} carry no column "
                                  "types to create a table from (their values are read by the declared types)")
+        registry = [f"{side}_converter {conv}" for side, conv in (("key", self.source.key_converter),
+                    ("value", self.source.value_converter)) if conv in REGISTRY_CONVERTERS]
+        if registry and self.transforms:
+            raise ValueError(f"{' and '.join(registry)} with transforms is not supported yet: the registry "
+                             "converters are read on the default path (Debezium envelopes, no transforms); remove "
+                             "the transforms (tables and indices are created from the records' schema as they are)")
         if not self.transforms:
-            if (self.source.key_converter, self.source.value_converter) != ("json", "json"):
+            if any(c not in ("json", *REGISTRY_CONVERTERS) for c in (self.source.key_converter,
+                                                                     self.source.value_converter)):
                 raise ValueError(f"without transforms the values are decoded as {FORMAT_NAMES[self.source.format]} "
-                                 "and need the json converters; add transforms (e.g. HoistField) to use string, "
-                                 "bytes or json_schema")
+                                 "and need the json converters or a registry converter (avro, protobuf, "
+                                 "json_schema_registry); add transforms (e.g. HoistField) to use string, bytes or "
+                                 "json_schema")
             bare = [s.name for s in self.sinks if s.type == "mysql" and not s.columns and not s.create_table]
             if bare:
                 raise ValueError(f"mysql sinks {bare} need columns, or create_table: true to create each table from "

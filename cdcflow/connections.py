@@ -55,6 +55,29 @@ class ConnectionInfo:
             raise ConfigError(f"connection {self.conn_id!r} has no host")
         return f"{scheme}://{self.host}:{self.port or 9200}"
 
+    def registry_url(self) -> str:
+        """Base URL of a Schema Registry (Confluent's, Apicurio's ccompat API, Karapace): ``extra.url``
+        whole, or scheme (extra.scheme or schema, default http), host, port (default 8081) and
+        ``extra.path`` (Apicurio: /apis/ccompat/v7)."""
+        if self.extra.get("url"):
+            url = str(self.extra["url"]).rstrip("/")
+            if not url.startswith(("http://", "https://")):
+                raise ConfigError(f"connection {self.conn_id!r}: extra.url {url!r} must start with http:// or https://")
+            return url
+        scheme = str(self.extra.get("scheme") or self.schema or "http")
+        if scheme not in ("http", "https"):
+            raise ConfigError(f"connection {self.conn_id!r}: scheme {scheme!r} must be http or https (a Schema "
+                              "Registry's URL)")
+        if not self.host:
+            raise ConfigError(f"connection {self.conn_id!r} has no host (the Schema Registry's); or set extra.url")
+        path = str(self.extra.get("path") or "").strip("/")
+        return f"{scheme}://{self.host}:{self.port or 8081}" + (f"/{path}" if path else "")
+
+    def bearer_token(self) -> str | None:
+        """A bearer token from the extra (``bearer_token``, or Confluent's client key ``bearer.auth.token``)."""
+        token = self.extra.get("bearer_token") or self.extra.get("bearer.auth.token")
+        return str(token) if token else None
+
     def kafka_config(self) -> dict[str, Any]:
         """librdkafka settings: the connection's extra (as the apache-kafka provider stores it)."""
         conf = {k: v for k, v in self.extra.items() if not k.startswith("__")}

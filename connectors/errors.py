@@ -7,6 +7,7 @@
     │   │   ├── SinkUnavailable
     │   │   ├── BrokerUnavailable
     │   │   ├── SparkUnavailable
+    │   │   ├── RegistryUnavailable  the Schema Registry of a registry converter (avro, protobuf, ...)
     │   │   └── DeadLetterWriteFailed
     │   ├── WindowTimedOut          its Spark work ran past spark.timeout and was cancelled on the server
     │   ├── OffsetOutOfRange        the stored offset is gone from the log (retention); needs a decision
@@ -44,6 +45,7 @@ __all__ = [
     "OffsetOutOfRange",
     "PipelineStopped",
     "RecordError",
+    "RegistryUnavailable",
     "SchemaChangePending",
     "SchemaChangeRefused",
     "SinkUnavailable",
@@ -80,6 +82,11 @@ class BrokerUnavailable(InfrastructureError):
 
 class SparkUnavailable(InfrastructureError):
     """The long-lived Spark (Spark Connect) cannot be reached."""
+
+
+class RegistryUnavailable(InfrastructureError):
+    """The Schema Registry of a registry converter (source.schema_registry) cannot be reached or
+    answered a server error: no record of the window can be read, so none is dead-lettered."""
 
 
 class DeadLetterWriteFailed(InfrastructureError):

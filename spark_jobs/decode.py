@@ -1,6 +1,7 @@
 """Decode: a read batch of Kafka records into changes, by the pipeline's ``source.format``
 (connectors/formats.py: Debezium, GoldenGate, Canal, Maxwell), with the sinks' declared columns as
-type hints and only the fields the sinks read when those are known.
+type hints and only the fields the sinks read when those are known; records of a Schema Registry
+converter (Avro, Protobuf, JSON Schema) are transcoded first (connectors/registry/decode.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from connectors.debezium.envelope import hints_from_columns
 from connectors.elasticsearch.config import ElasticsearchSinkConfig
 from connectors.formats import decoder as format_decoder
 from connectors.mysql.config import MySqlSinkConfig
+from connectors.registry.decode import registry_decoder
 from spark_jobs import row_transforms
 from spark_jobs.job import WindowJob
 
@@ -34,6 +36,7 @@ def change_decoder(job: WindowJob) -> Any:
     hints = hints_from_columns((name, kind, encoding) for name, kind, encoding in named if name is not None)
     key_fields = frozenset(f for tg in job.sinks for f in _key_fields(tg.config))
     decoder = format_decoder(job.source_format, job.versioning, hints, need_json, key_fields, _used_fields(job))
+    decoder = registry_decoder(decoder, job.registry, job.key_converter, job.value_converter)
     if job.column_wise_min is not None and hasattr(decoder, "column_wise_min"):
         decoder.column_wise_min = job.column_wise_min
     elif job.transforms and hasattr(decoder, "column_wise_min"):

@@ -68,6 +68,8 @@ class WindowJob:
     transforms: tuple[Any, ...] = ()
     key_converter: str = "json"
     value_converter: str = "json"
+    # a registry converter's Schema Registry (connectors/registry/client.RegistrySettings), else None
+    registry: Any = None
     # dead letters an earlier attempt of this window sent already: (topic, partition, offset, component)
     dead_letters_sent: frozenset[tuple[str, int, int, str]] = frozenset()
     faults: tuple[str, ...] = ()  # fault injection points active in the tasks (connectors.faults)

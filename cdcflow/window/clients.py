@@ -75,6 +75,19 @@ class Clients:
             return SinkTarget(sink, conn.http_url(), auth)
         return SinkTarget(sink, conn.sqlalchemy_url())
 
+    @cached_property
+    def registry(self) -> Any:
+        """The Schema Registry of a registry converter (source.schema_registry), resolved for the read
+        tasks; None when the pipeline reads no registry-framed records."""
+        conf = self.cfg.source.schema_registry
+        if conf is None:
+            return None
+        from connectors.registry.client import RegistrySettings  # noqa: PLC0415
+
+        conn = self.connection(conf.conn_id)
+        return RegistrySettings(conn.registry_url(), conf.conn_id, conn.login, conn.password, conn.bearer_token(),
+                                conf.timeout)
+
     def sink_offsets(self) -> Any:
         """Exactly-once (offset_store.sink): the offsets in that MySQL sink's database, else None."""
         if self.cfg.offset_store.sink is None:

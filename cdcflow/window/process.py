@@ -120,7 +120,7 @@ def _process(cfg: PipelineConfig, window: WindowPlan, p: RunParams, store: State
         producer_conf=clients.producer, ranges=ranges, sinks=clients.targets,
         versioning=cfg.versioning, tolerance=cfg.errors.tolerance, dlq_topic=cfg.errors.dlq_topic,
         context_headers=cfg.errors.context_headers, transforms=tuple(cfg.transforms),
-        key_converter=cfg.source.key_converter, value_converter=cfg.source.value_converter,
+        key_converter=cfg.source.key_converter, value_converter=cfg.source.value_converter, registry=clients.registry,
         dead_letters_sent=_sent_before(cfg, window, store, clients), faults=faults.active(),
         offsets_sink=cfg.offset_store.sink, spark_timeout=cfg.spark.timeout, max_dead_letters=cfg.errors.max_dead_letters,
         source_format=cfg.source.format, truncate=cfg.truncate, schema_changes=cfg.schema_changes,

@@ -10,6 +10,15 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from connectors.models import ConnId, StrictModel, TopicName
+from connectors.registry.config import REGISTRY_CONVERTERS, SchemaRegistryConfig
+
+# json: Kafka Connect's JsonConverter; the registry converters read Confluent's framing (magic byte,
+# schema id) from a Schema Registry: AvroConverter, ProtobufConverter, JsonSchemaConverter
+Converter = Literal["json", "json_schema", "string", "bytes", "avro", "protobuf", "json_schema_registry"]
+CONVERTER_HELP = ("How the records' bytes are read: json (Kafka Connect's JsonConverter, with or without schemas), "
+                  "json_schema, string, bytes (with transforms), or through a Schema Registry (source.schema_registry): "
+                  "avro (Confluent's AvroConverter), protobuf (ProtobufConverter), json_schema_registry "
+                  "(JsonSchemaConverter).")
 
 # librdkafka settings that carry secrets: they belong in the Airflow connection, not in YAML.
 SECRET_KAFKA_KEYS = frozenset(
@@ -40,8 +49,11 @@ class SourceConfig(StrictModel):
     group_id: str | None = Field(
         default=None, description="Consumer group the offsets are mirrored to; default cdcflow-<name>."
     )
-    key_converter: Literal["json", "json_schema", "string", "bytes"] = "json"
-    value_converter: Literal["json", "json_schema", "string", "bytes"] = "json"
+    key_converter: Converter = Field(default="json", description=CONVERTER_HELP)
+    value_converter: Converter = Field(default="json", description=CONVERTER_HELP)
+    schema_registry: SchemaRegistryConfig | None = Field(
+        default=None, description="The Schema Registry of the avro, protobuf and json_schema_registry converters "
+        "(required with them): {conn_id: <Airflow connection>}.")
     consumer_config: dict[str, str | int | float | bool] = Field(
         default_factory=dict, description="Extra librdkafka settings (no secrets, no offset settings)."
     )
@@ -74,10 +86,30 @@ class SourceConfig(StrictModel):
         if bool(self.topics) == bool(self.topics_regex):
             raise ValueError("expected either topics (a list) or topics_regex, not " +
                              ("both" if self.topics else "neither"))
+        self._registry_checks()
         if self.format != "debezium" and self.timestamp == "source_ts_ms":
             raise ValueError(f"timestamp source_ts_ms reads Debezium's source.ts_ms; with format {self.format} use "
                              "timestamp: kafka")
         return self
+
+    def _registry_checks(self) -> None:
+        """A registry converter needs its registry, reads Debezium records, and the registry is only
+        named where a converter uses it."""
+        used = [f"{side}_converter {conv}" for side, conv in (("key", self.key_converter), ("value", self.value_converter))
+                if conv in REGISTRY_CONVERTERS]
+        if used and self.schema_registry is None:
+            raise ValueError(f"{' and '.join(used)} {'read' if len(used) > 1 else 'reads'} schemas from a Schema "
+                             "Registry: add schema_registry: "
+                             "{conn_id: <Airflow connection of the registry>} to source")
+        if not used and self.schema_registry is not None:
+            raise ValueError("schema_registry is set but no converter reads through it: set key_converter / "
+                             "value_converter to avro, protobuf or json_schema_registry, or remove schema_registry")
+        if used and self.format != "debezium":
+            raise ValueError(f"{' and '.join(used)}: the registry converters read Debezium records (format "
+                             f"debezium); format {self.format} is JSON, read with the json converters")
+        if used and self.timestamp == "source_ts_ms":
+            raise ValueError(f"timestamp source_ts_ms reads source.ts_ms from JSON values; with {' and '.join(used)} "
+                             "use timestamp: kafka (the records' Kafka timestamps)")
 
     def covers(self, topic: str) -> bool:
         """Whether the pipeline reads ``topic``."""

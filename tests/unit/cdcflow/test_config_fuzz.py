@@ -31,7 +31,7 @@ SITES: dict[str, list[Any]] = {
     "source.topics": [[], "orders", [""], ["bad topic!"], [1], ["t", "t"]],
     "source.kafka_conn_id": ["bad conn!", "", 3],
     "source.key_converter": ["xml", 1],
-    "source.value_converter": ["avro", None],
+    "source.value_converter": ["parquet", None],  # avro is a converter (it needs source.schema_registry)
     "source.timestamp": ["wallclock", 0],
     "source.consumer_config": [{"sasl.password": "x"}, {"group.id": "g"}, "x", {"a": [1]}],
     "window.max_records": [0, -5, "many", 10**12, 2.5],
