@@ -8,7 +8,7 @@ from those schemas, and ``truncate: apply``'s TRUNCATEs run.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -69,9 +69,7 @@ def early_targets(job: WindowJob) -> dict[str, SinkTarget]:
     tested. Two tasks may still write one key (a key's changes in two partitions): their upserts
     keep the newer, and a table's deletes are written by the driver after them
     (``project.mysql_deletes``). ``CDCFLOW_WINDOW_PATH=staged`` turns it off."""
-    if (os.environ.get("CDCFLOW_WINDOW_PATH") == "staged" or job.max_dead_letters is not None
-            or job.truncate == "apply" or len({r.topic for r in job.ranges}) != 1
-            or job.source_format != "debezium"):
+    if not early_window(job):
         return {}
     early = {}
     for target in job.sinks:
@@ -79,6 +77,69 @@ def early_targets(job: WindowJob) -> dict[str, SinkTarget]:
             SINK_TYPES[target.config.type].prepare(target)
             early[target.config.name] = target
     return early
+
+
+def early_window(job: WindowJob) -> bool:
+    """A window whose read tasks may write (:func:`early_targets`)."""
+    return not (os.environ.get("CDCFLOW_WINDOW_PATH") == "staged" or job.max_dead_letters is not None
+                or job.truncate == "apply" or len({r.topic for r in job.ranges}) != 1
+                or job.source_format != "debezium")
+
+
+PEEK_RECORDS = 200  # per range: the records read before the window for the schemas of its first changes
+
+
+def schema_tables(job: WindowJob, early: dict[str, SinkTarget],
+                  peek: Callable[[WindowJob], list[tuple[str, str, int]]] | None = None) -> list[dict[str, Any]]:
+    """Tables created from the record schema that the read tasks write themselves too (issue 41),
+    added to ``early``: a MySQL sink of one table (not routed) without declared columns, in a window
+    of :func:`early_window`. The record schemas of each range's first records (``peek``: (schema_id,
+    row_schema, version), :func:`first_schemas`) make the table ready before the read, as the
+    window would after it (created, or changed by ``schema_changes``): the target then has columns,
+    as a table of declared columns, and ``schema_ids``, the schemas it was made for. A read task
+    writes the changes of those schemas, and deletes (a tombstone has no schema); a change of
+    another schema (the source table changed within the window) goes the staged way: the window
+    makes the table ready for it after the read, then writes it (``project.sort_out``). Returns the
+    schema changes run."""
+    candidates = [t for t in job.sinks if is_dynamic(t, job) and isinstance(t.config, MySqlSinkConfig)
+                  and not t.config.columns and not is_routed(t.config)]
+    if not candidates or not early_window(job):
+        return []
+    seen = sorted((peek or first_schemas)(job), key=lambda s: s[2])
+    descriptions = list(dict.fromkeys(text for _id, text, _v in seen))  # first by version
+    if not descriptions:  # the first records carry no schema: the window finds them (staged)
+        return []
+    ids = tuple(sorted({schema_id for schema_id, _text, _v in seen}))
+    changes: list[dict[str, Any]] = []
+    for target in candidates:
+        table = target.config.table
+        eff = derive_from_connect(target, table, descriptions)
+        group = TableGroup(target, {table: replace(target, config=eff)}, {table: descriptions})
+        group, found = prepare_derived(group, job.schema_changes, dict(job.schema_decisions), job.pipeline)
+        changes += found
+        early[target.config.name] = replace(group.tables[table], schema_ids=ids)
+    if changes:
+        faults.checkpoint("after_ddl", job.faults)
+    return changes
+
+
+def first_schemas(job: WindowJob, limit: int | None = None) -> list[tuple[str, str, int]]:
+    """(schema_id, row_schema, version) of the record schemas among each range's first ``limit``
+    records (:data:`PEEK_RECORDS`), read and decoded on the driver as a read task would (spark_jobs/decode.py)."""
+    limit = limit or PEEK_RECORDS
+    from connectors.kafka.reader import KafkaRangeReader  # noqa: PLC0415
+    from spark_jobs.decode import change_decoder  # noqa: PLC0415
+
+    ranges = [replace(r, max_records=min(r.max_records, limit), stop_on_eof=True) for r in job.ranges]
+    decoder = change_decoder(job)
+    found = []
+    for raw in KafkaRangeReader(job.consumer_conf).read_ranges(ranges):
+        decoded = decoder.decode_batch(raw)
+        for schema_id, text, version in zip(*(decoded.column(c).to_pylist() for c in (
+                "schema_id", "row_schema", "version")), strict=True):
+            if schema_id is not None and text is not None:
+                found.append((schema_id, text, version or 0))
+    return found
 
 
 def mapped_by_records(target: SinkTarget) -> bool:

@@ -225,11 +225,14 @@ def read_task(job: WindowJob, tasks: int, early: dict[str, SinkTarget] | None = 
         if not early:
             yield from split(job, task, decoded, tasks)
             return
-        out = sort_out(job, decoded)
+        out = sort_out(job, decoded, early)
         reported = send_first(job, out.bad, out.info["examples"])  # before any of this task's writes
         plain = any(mapped_by_records(t) for t in early.values()) and schemaless(decoded)
-        handed = [name for name, t in early.items() if mapped_by_records(t) and not plain]
-        rows = {name: table for name, _kind, table, _cols in out.rows if name in early and name not in handed}
+        whole = [name for name, t in early.items() if mapped_by_records(t) and not plain]
+        rows = {name: table for name, kind, table, _cols in out.rows
+                if name in early and name not in whole and kind == ROWS}
+        # a table from the record schema: the changes of a schema it was not made for (prepare.schema_tables)
+        handed = whole + sorted({name for name, kind, _t, _c in out.rows if name in early and kind == CHANGES})
         later = {name: deletes for name, deletes in ((n, mysql_deletes(early[n], t)) for n, t in rows.items())
                  if deletes is not None}
         for name, deletes in later.items():
@@ -237,7 +240,7 @@ def read_task(job: WindowJob, tasks: int, early: dict[str, SinkTarget] | None = 
             rows[name] = rows[name].filter(pc.invert(deletes))
         written = [b.to_pylist()[0] for b in write_now(job, early, {n: t for n, t in rows.items() if t.num_rows})]
         for name, kind, table, columns in out.rows:
-            if name not in rows:
+            if not (kind == ROWS and name in rows):
                 yield from bucketed(task, kind, name, table, columns, tasks)
         yield packed(task, TALLY, "", info={**out.info, "written": written, "reported": reported, "handed": handed})
     return run
@@ -292,9 +295,11 @@ def split(job: WindowJob, task: int, decoded: pa.Table, writers: int = 1) -> Ite
     yield packed(task, TALLY, "", info=out.info)
 
 
-def sort_out(job: WindowJob, decoded: pa.Table) -> Sorted:
+def sort_out(job: WindowJob, decoded: pa.Table, early: dict[str, SinkTarget] | None = None) -> Sorted:
     """A read task's decoded changes -> its dead letters, each static target's last change per key,
-    each dynamic sink's changes tagged with their table, and the tally (:func:`split`)."""
+    each dynamic sink's changes tagged with their table, and the tally (:func:`split`). A table
+    from the record schema made ready before the read (``early``, with its ``schema_ids``) is both:
+    :func:`_made_table_rows`."""
     stage = decoded.column("error_stage")
     bad_parts = []
     errored = pc.is_valid(stage)
@@ -310,6 +315,10 @@ def sort_out(job: WindowJob, decoded: pa.Table) -> Sorted:
     known = _known_schemas(decoded)
     rows: list[tuple[str, str, pa.Table, list[str] | None]] = []
     for target in job.sinks:
+        made = (early or {}).get(target.config.name)
+        if made is not None and made.schema_ids:
+            rows += _made_table_rows(made, target, valid, schemas, bad_parts, known)
+            continue
         if is_static(target):
             found = _static_rows(target, valid, schemas, bad_parts, known)
         else:
@@ -348,6 +357,23 @@ def _static_rows(target: SinkTarget, valid: pa.Table, schemas: dict[str, list[li
         projected = projected.filter(pc.invert(unfit))
     rows = latest_rows(projected, keys, keep_unresolved=True) if keys and projected.num_rows else projected
     return (cfg.name, ROWS, rows, keys) if rows.num_rows else None
+
+
+def _made_table_rows(made: SinkTarget, target: SinkTarget, valid: pa.Table, schemas: dict[str, list[list[Any]]],
+                     bad_parts: list[pa.Table], known: dict[str, str]) -> list[tuple[str, str, pa.Table, list[str] | None]]:
+    """A table from the record schema made ready before the read (``prepare.schema_tables``): the
+    changes of the schemas it was made for, and the deletes without a schema (tombstones), as a
+    static target's rows (``made``: the table's columns as written); the others tagged for the
+    window, which makes the table ready for their schemas after the read (:func:`_tagged_changes`)."""
+    schema_id = valid.column("schema_id")
+    ours = pc.or_(pc.fill_null(pc.is_in(schema_id, value_set=pa.array(made.schema_ids, pa.string())), False),
+                  pc.and_(pc.is_null(schema_id), pc.fill_null(pc.equal(valid.column("change_op"), "delete"), False)))
+    if pc.all(ours).as_py():
+        found = [_static_rows(made, valid, schemas, bad_parts, known)]
+    else:
+        found = [_static_rows(made, valid.filter(ours), schemas, bad_parts, known),
+                 _tagged_changes(target, valid.filter(pc.invert(ours)), schemas, bad_parts, known)]
+    return [f for f in found if f is not None]
 
 
 def _tagged_changes(target: SinkTarget, valid: pa.Table, schemas: dict[str, list[list[Any]]], bad_parts: list[pa.Table],

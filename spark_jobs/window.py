@@ -16,7 +16,9 @@ to the write (issue 25); the JVM holds only a few large binary values:
    (spark_jobs/blobs.py) and one tally row: per partition its end, its record count and time range,
    the dead letters per stage, and the row schemas of the tables and indices made from the records.
    **Early targets** (spark_jobs/prepare.py::early_targets: tables of declared columns and indices,
-   in a window of one Debezium topic without the breaker or ``truncate: apply``) are
+   in a window of one Debezium topic without the breaker or ``truncate: apply``; and a table from
+   the record schema, made ready from the schemas of each range's first records:
+   ``prepare.schema_tables``) are
    prepared before the read and written by the read task itself, once it has sent its own dead
    letters (or failed, past ``errors.tolerance: none``): their rows never reach the JVM (no
    checkpoint of them, no shuffle), and one task's writes overlap the next task's read. A table's
@@ -120,6 +122,7 @@ def run_partition_path(spark: SparkSession, job: WindowJob, on_read: OnRead,
 
     stages: dict[str, float] = {}
     early = prepare.early_targets(job)  # written by the read tasks themselves, prepared now
+    made = prepare.schema_tables(job, early)  # and the tables from the record schema, made from its first records
     with timing.timed(stages, "read+decode"):
         # read → decode → project → last change per key (→ the early targets' writes), in the read
         # tasks; checkpointed, so no later stage re-reads Kafka (a recomputation could see a
@@ -132,6 +135,7 @@ def run_partition_path(spark: SparkSession, job: WindowJob, on_read: OnRead,
         tally = merge_tallies(tallies)
         # the read range is in the ledger before anything is applied (but the early targets' writes)
         result = read_result(ends_of(job, tally), tally, on_read, stages)
+    result.schema_changes += made
     for name in early:
         result.sinks.setdefault(name, SinkStats())
     for info in tallies:

@@ -138,7 +138,8 @@ def prepare_derived(url: str, tables: Sequence[tuple[MySqlSinkConfig, MySqlSinkC
     """Create the tables made from the record schema, or change them as ``policy`` says
     (connectors/mysql/evolution.py), once per window, before any write. ``tables``: per table, its
     config to create it with (the window's first schema decides a column's type) and to evolve it to
-    (the latest one does). Returns the config each table is written with, and the schema changes
+    (the latest one does; a table created by this window is evolved too, so the changes of its
+    later schema fit). Returns the config each table is written with, and the schema changes
     (applied or ignored) for the window's stats. Under a MySQL lock, the tables read again: two
     windows never run the same DDL (MySQL's DDL is not transactional; a window killed between DDL
     statements finds the rest to do the next time). ``generic``: per table, the types its columns
@@ -157,6 +158,10 @@ def prepare_derived(url: str, tables: Sequence[tuple[MySqlSinkConfig, MySqlSinkC
                 found = _existing(conn, [create.table for create, _evolve in tables])
                 for i, (create, evolve) in enumerate(tables):
                     existing = found.get(create.table)
+                    if existing is None and evolve != create:  # a later schema in the window: created, then evolved
+                        prepare_table(conn, create, tombstones=i == 0)
+                        conn.commit()
+                        existing = _existing(conn, [create.table]).get(create.table)
                     cfg, have = create, None
                     if existing is not None:
                         before = len(recorded)

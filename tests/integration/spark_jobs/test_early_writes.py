@@ -208,3 +208,67 @@ def test_a_key_whose_bytes_changed_stays_deleted_when_its_changes_sit_in_two_par
     es.indices.refresh(index=tag)
     assert not es.exists(index=tag, id="1") and es.count(index=tag)["count"] == len(want)
     assert stats["records"] == sum(len(r) for r in partitions.values()) and stats["dead_lettered"] == 0
+
+
+@pytest.mark.parametrize("changed", [False, True], ids=["one-schema", "altered-within-the-window"])
+def test_a_table_from_the_record_schema_is_written_by_the_read_tasks_as_the_staged_path_writes_it(
+        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch, changed: bool) -> None:
+    """A table created from the record schema (``create_table`` without columns) is made ready before
+    the read, from the schemas of each range's first records (prepare.schema_tables, issue 41), and
+    the read tasks write it. Debezium's events of the 33-column table (tests/fixtures/debezium/
+    mysql_all_types.py); ``altered-within-the-window``: the source table is altered after them
+    (a column added, others widened, renamed, dropped: test_schema_changes.py's change) and row 1
+    updated, in the same window. That change's schema is not the one the table was made for: the
+    window hands it on, evolves the table after the read and writes it. The table and its columns
+    are the staged path's (which creates it from both schemas, then evolves it to the later one)."""
+    from tests.fixtures.debezium import mysql_all_types as all_types
+    from tests.integration.spark_jobs.test_schema_changes import _changed_at_the_source, _changed_rows, columns, later
+
+    from connectors.mysql.sql import VERSION_COLUMN
+    from spark_jobs import prepare
+
+    monkeypatch.setattr(prepare, "PEEK_RECORDS", 3)  # the three creates: the later schema is found by the read
+    tag = unique("earlyschema")
+    topic = f"{tag}.inventory.all_types"
+    events = [cdcgen.Event(k, v) for k, v in all_types.events()]
+    events += [later(_changed_at_the_source, _changed_rows)] if changed else []
+    cdcgen.produce(bootstrap(), topic, events, partitions=1)
+
+    stats, rows, shapes = {}, {}, {}
+    for path in ("early", "staged"):
+        if path == "staged":
+            monkeypatch.setenv("CDCFLOW_WINDOW_PATH", "staged")
+        table = f"{tag}_{path}"
+        cfg = load_pipeline(write_pipeline(config_dir, table, topic, table, sinks=[
+            {"type": "mysql", "name": "m", "conn_id": "cdcflow_mysql", "table": table, "create_table": True}]))
+        stats[path] = runner.run_window(cfg, path, store=store, spark=spark)
+        shapes[path] = columns(table)
+        names = [c for c in sorted(shapes[path]) if c != VERSION_COLUMN]
+        with mysql_engine().connect() as conn:
+            rows[path] = [dict(zip(names, r, strict=True)) for r in conn.exec_driver_sql(
+                f"SELECT {', '.join(f'`{c}`' for c in names)} FROM `{table}` ORDER BY id")]
+
+    assert shapes["early"] == shapes["staged"]
+    # The columns the source dropped (c_varchar) or renamed (c_text) keep what the table held. Row 1's
+    # earlier values of them were written by the early path, which makes the table from the first
+    # schema and writes its changes, as two windows would (test_schema_changes.py's lenient test);
+    # the staged path keeps only a key's last change in the window, which lacks them.
+    gone = {"c_varchar", "c_text"} if changed else set()
+    assert [{c: v for c, v in e.items() if s[c] != v} for e, s in zip(rows["early"], rows["staged"], strict=True)] == [
+        {c: e[c] for c in gone if e["id"] == 1} for e in rows["early"]]
+    assert stats["early"]["dead_lettered"] == stats["staged"]["dead_lettered"] == 0, stats
+    assert [r["id"] for r in rows["early"]] == sorted(
+        r["id"] for r in all_types.ROWS if r["id"] != 3)  # id 3 deleted
+    if not changed:
+        assert "schema_changes" not in stats["early"] and "schema_changes" not in stats["staged"]
+    counts = {p: (stats[p]["sinks"]["m"]["upserted"], stats[p]["sinks"]["m"]["deleted"]) for p in stats}
+    assert counts == {"early": (2 + changed, 0), "staged": (2, 0)}  # rows 1 and 2 (3 is deleted in the window);
+    # the early path writes row 1 under each schema: its change of the first, then that of the later one
+    # handed on to a write task only for the later schema's change; the deletes written by the driver
+    assert ("sinks" in stats["early"]["stages"]) is changed and "deletes" in stats["early"]["stages"]
+    if changed:
+        assert {(c["column"], c["change"]) for c in stats["early"]["schema_changes"] if c["applied"]} == {
+            ("c_note", "add"), ("c_body", "add"), ("c_mediumint", "widen"), ("c_decimal", "widen"),
+            ("c_datetime3", "widen"), ("c_enum", "extend"), ("c_timestamp", "relax")}  # test_schema_changes.py's
+        with mysql_engine().connect() as conn:
+            assert conn.exec_driver_sql(f"SELECT c_note FROM `{tag}_early` WHERE id = 1").scalar() == "added at the source"
