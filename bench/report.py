@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from typing import Any
 
 from bench.meter import HARNESS_TOTAL
@@ -22,6 +23,13 @@ _CPU = ("cdcflow_mysql", "cdcflow_mysql_schema", "cdcflow_mysql_rows", "cdcflow_
         "provider_defaults", "provider_careful")
 
 
+def _median(r: dict[str, Any], key: str, field: str) -> str:
+    """With --repeat: "; median of N: X" (the figure printed first is round 1's, as in the file's
+    top level; every round is in ``rounds``)."""
+    rounds = [x[key][field] for x in r.get("rounds", []) if key in x]
+    return f"; median of {len(rounds)}: {statistics.median(rounds):,.0f}" if len(rounds) > 1 else ""
+
+
 def print_table(r: dict[str, Any]) -> None:
     def line(k: str, v: str) -> None:
         print(f"  {k:62} {v}")
@@ -33,16 +41,17 @@ def print_table(r: dict[str, Any]) -> None:
         if key in r:
             k = r[key]
             line(f"{what}, events/s", f"{k['events_per_s']:,}  ({k['seconds']} s, {len(k['windows'])} windows: "
-                 f"{[x['seconds'] for x in k['windows']]} s)")
+                 f"{[x['seconds'] for x in k['windows']]} s{_median(r, key, 'events_per_s')})")
     if "raw_consume" in r:
         c = r["raw_consume"]
         line("ceiling: bare confluent-kafka consume loop, events/s", f"{c['events_per_s']:,}  "
-             f"({c['bytes_per_s'] / 2**20:,.1f} MiB/s)")
+             f"({c['bytes_per_s'] / 2**20:,.1f} MiB/s{_median(r, 'raw_consume', 'events_per_s')})")
         line("ceiling: bare multi-row upsert, 1 connection, rows/s", f"{r['raw_mysql_upsert']['rows_per_s']:,}  "
-             f"({r['raw_mysql_upsert']['rows']:,} final rows)")
+             f"({r['raw_mysql_upsert']['rows']:,} final rows{_median(r, 'raw_mysql_upsert', 'rows_per_s')})")
         line("ceiling: bare LOAD DATA LOCAL INFILE into an empty table, rows/s",
-             f"{r['raw_mysql_load']['rows_per_s']:,}")
-        line("ceiling: bare Elasticsearch bulk, docs/s", f"{r['raw_es_bulk']['docs_per_s']:,}")
+             f"{r['raw_mysql_load']['rows_per_s']:,}{_median(r, 'raw_mysql_load', 'rows_per_s')}")
+        line("ceiling: bare Elasticsearch bulk, docs/s",
+             f"{r['raw_es_bulk']['docs_per_s']:,}{_median(r, 'raw_es_bulk', 'docs_per_s')}")
     for key in ("provider_defaults", "provider_careful"):
         if key in r:
             p = r[key]
@@ -50,7 +59,7 @@ def print_table(r: dict[str, Any]) -> None:
             line(f"provider ConsumeFromTopicOperator, {p['loop']} loop (batches of {p['batch']:,}), events/s",
                  f"{p['events_per_s']:,}  (first to last batch {p['operator_seconds']} s; "
                  + (f"{since:,}/s from the operator's start; " if since else "")
-                 + f"{p['events_per_s_wall']:,}/s incl. Airflow start)")
+                 + f"{p['events_per_s_wall']:,}/s incl. Airflow start{_median(r, key, 'events_per_s')})")
     if "overhead" in r:
         o = r["overhead"]
         line("window overhead: no new data (warm session / fresh process), s",
