@@ -110,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
                                                   "bytes_per_event": round(mb * 1e6 / args.events)}
     finally:
         registry.stop()
-    print(f"\n== decode alone, {args.events:,} real-shaped events, CPU seconds of one process (best of {args.repeat}) ==")
+    print(f"\n== decode alone, {args.events:,} real-shaped events, CPU seconds of one process "
+          f"(best of {args.repeat}) ==")
     for key, r in results.items():
         print(f"  {key:<40} {r['events_per_cpu_s']:>8,} events/s  {r['mb_per_cpu_s']:>6} MB/s  "
               f"({r['bytes_per_event']:,} bytes/event)")

@@ -360,7 +360,8 @@ def _static_rows(target: SinkTarget, valid: pa.Table, schemas: dict[str, list[li
 
 
 def _made_table_rows(made: SinkTarget, target: SinkTarget, valid: pa.Table, schemas: dict[str, list[list[Any]]],
-                     bad_parts: list[pa.Table], known: dict[str, str]) -> list[tuple[str, str, pa.Table, list[str] | None]]:
+                     bad_parts: list[pa.Table], known: dict[str, str],
+                     ) -> list[tuple[str, str, pa.Table, list[str] | None]]:
     """A table from the record schema made ready before the read (``prepare.schema_tables``): the
     changes of the schemas it was made for, and the deletes without a schema (tombstones), as a
     static target's rows (``made``: the table's columns as written); the others tagged for the

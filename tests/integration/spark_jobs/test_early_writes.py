@@ -271,4 +271,5 @@ def test_a_table_from_the_record_schema_is_written_by_the_read_tasks_as_the_stag
             ("c_note", "add"), ("c_body", "add"), ("c_mediumint", "widen"), ("c_decimal", "widen"),
             ("c_datetime3", "widen"), ("c_enum", "extend"), ("c_timestamp", "relax")}  # test_schema_changes.py's
         with mysql_engine().connect() as conn:
-            assert conn.exec_driver_sql(f"SELECT c_note FROM `{tag}_early` WHERE id = 1").scalar() == "added at the source"
+            note = conn.exec_driver_sql(f"SELECT c_note FROM `{tag}_early` WHERE id = 1").scalar()
+        assert note == "added at the source"
