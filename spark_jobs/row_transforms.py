@@ -40,8 +40,6 @@ message; later transforms leave it as it is.
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 import logging
 import re
 from collections.abc import Callable
@@ -54,156 +52,23 @@ import pyarrow.compute as pc
 
 from connectors import images
 from connectors.changes import VERSION_SHIFT
-from connectors.debezium.schema_columns import mysql_type
-from connectors.debezium.types import FieldSchema
 from connectors.errors import ConfigError
-from connectors.mysql.config import MySqlSinkConfig
 from spark_jobs import transform_config as cfgs
+from spark_jobs.row_casts import CAST_TYPES, cast_values  # noqa: F401
+# unserved, names_before, TIME_COLUMNS, CAST_TYPES and cast_values are read through this module too
+from spark_jobs.row_chains import (  # noqa: F401
+    SERVED_STEPS,
+    TIME_COLUMNS,
+    described,
+    java_replacement,
+    names_before,
+    unserved,
+)
+from spark_jobs.row_timestamps import as_micros, timestamp_out
 
 log = logging.getLogger(__name__)
 
-CAST_TYPES = {"int8": pa.int8(), "int16": pa.int16(), "int32": pa.int32(), "int64": pa.int64(),
-              "float32": pa.float32(), "float64": pa.float64(), "boolean": pa.bool_(), "string": pa.string()}
-_INTEGER = r"^[+-]?\d+$"
-_FLOAT = r"^[+-]?(NaN|Infinity|(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?[dDfF]?)$"  # Java's Double.parseDouble
-_TRUE, _FALSE = ["t", "true", "y", "yes", "1"], ["f", "false", "n", "no", "0"]  # Spark's casts of text to boolean
-_ISO = r"^\d{4}-\d{2}-\d{2}([ T]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?)?$"
-_ZONED = r"^\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2})$"  # ZonedTimestamp's
-_JAVA_TOKENS = {"yyyy": "Y", "MM": "m", "dd": "d", "HH": "H", "mm": "M", "ss": "S", "SSS": "L"}
-_PATTERN = re.compile(r"([A-Za-z])\1*|[-:/ ._,]")  # a run of one letter, or a separator
 _ADDED = {"table": "source_table", "db": "source_db"}
-
-
-# -- which chains this path serves ------------------------------------------------------------------
-def unserved(job: Any) -> str | None:
-    """Why the per-partition path cannot run this pipeline's transforms (None: it can)."""
-    chain = list(job.transforms)
-    if job.source_format != "debezium" or (job.key_converter, job.value_converter) not in (
-            ("json", "json"), ("json", "json_schema"), ("json_schema", "json_schema"), ("json_schema", "json")):
-        return "the chain is applied to Debezium records read with the json converters only"
-    if not chain or chain[0].type != "ExtractNewRecordState":
-        return "the chain does not start with ExtractNewRecordState"
-    sinks = [t.config for t in job.sinks]
-    for sink in sinks:  # prepare.is_static or prepare.is_dynamic, MySQL
-        if not isinstance(sink, MySqlSinkConfig) or sink.pk_mode == "kafka":
-            return "a sink is not a MySQL table (Elasticsearch, or pk_mode kafka)"
-        if sink.name == job.offsets_sink and (not sink.columns or "{" in sink.table):
-            return "the exactly-once sink has no declared columns"
-    if any(not s.columns for s in sinks) and job.value_converter != "json_schema":
-        # tables from the record schema need the Connect schemas (the older path infers them from JSON)
-        return "tables from the record schema need value_converter json_schema"
-    for i, cfg in enumerate(chain):
-        reason = _unserved_step(cfg, first=i == 0, versioning=job.versioning)
-        if reason is not None:
-            return f"transforms.{i} ({cfg.type}): {reason}"
-    return None
-
-
-def _unserved_step(cfg: Any, first: bool, versioning: str) -> str | None:
-    kind = cfg.type
-    if kind == "ExtractNewRecordState":
-        if not first:
-            return "only as the first transform"
-        if cfg.delete_handling == "rewrite":  # a delete without a before image stays a delete: the envelope decides
-            return "delete_handling rewrite"
-        added = ("table", "db", "source.ts_ms") if versioning == "source_ts_ms" else ("table", "db")
-        extra = [f for f in cfg.add_fields if f not in added]
-        return f"add_fields {extra} (this path adds {', '.join(added)})" if extra else None
-    if kind not in STEPS:
-        return "not among the transforms of this path"
-    if getattr(cfg, "target", "value") != "value":
-        return "only the value is transformed on this path"
-    predicate = getattr(cfg, "predicate", None)
-    if isinstance(predicate, cfgs.SqlCondition):
-        return "a Sql predicate needs Spark"
-    if isinstance(predicate, cfgs.TopicNameMatches) and not _re2(predicate.pattern):
-        return f"the pattern {predicate.pattern!r} is not an RE2 expression"
-    if isinstance(cfg, cfgs.RegexRouter) and not _re2(cfg.regex):
-        return f"the regex {cfg.regex!r} is not an RE2 expression"
-    if isinstance(cfg, cfgs.RegexRouter) and _rewrite(cfg.replacement, re.compile(cfg.regex).groups) is None:
-        return f"the replacement {cfg.replacement!r} (groups $1-$9 and \\$ only)"
-    if isinstance(cfg, cfgs.TimestampConverter) and cfg.format is not None and _strftime(cfg.format) is None:
-        return f"the format {cfg.format!r} uses more than yyyy MM dd HH mm ss SSS"
-    return None
-
-
-def _re2(pattern: str) -> bool:
-    """RE2 compiles it, and it has none of Java's class arithmetic (``[a-z&&[^c]]``), which RE2 reads
-    otherwise."""
-    if "&&" in pattern:
-        return False
-    try:
-        pc.match_substring_regex(pa.array([""]), f"^(?:{pattern})$")
-    except pa.ArrowInvalid:
-        return False
-    return True
-
-
-def names_before(chain: Any, name: str) -> str | None:
-    """The field of the record a field after the chain comes from (renames undone), or None where a
-    transform makes it (InsertField) or changes its type (Cast, TimestampConverter): the decode's
-    type hints and key fields are named after the chain."""
-    for cfg in reversed(list(chain)):
-        if isinstance(cfg, cfgs.ReplaceField):
-            back = {new: old for old, new in cfg.renames.items()}
-            if name in back:
-                name = back[name]
-            elif name in cfg.renames:  # renamed away: the field of this name after the step is another's
-                return None
-        elif name in _made_or_retyped(cfg):
-            return None
-    return name
-
-
-def _made_or_retyped(cfg: Any) -> tuple[str | None, ...]:
-    if isinstance(cfg, cfgs.InsertField):
-        return cfg.topic_field, cfg.partition_field, cfg.offset_field, cfg.timestamp_field, cfg.static_field
-    if isinstance(cfg, cfgs.Cast):
-        return tuple(cfg.spec)
-    return (cfg.field,) if isinstance(cfg, cfgs.TimestampConverter) else ()
-
-
-# -- the row schema (the MySQL table created from the records: connectors/debezium/schema_columns.py) --
-TIME_COLUMNS = {"unix": "BIGINT", "Timestamp": "DATETIME(6)", "Date": "DATE", "Time": "LONGTEXT", "string": "LONGTEXT"}
-
-
-def described(chain: Any, text: str) -> str:
-    """A row schema's table (``{"columns", "key", "properties"}``) after the chain: fields renamed,
-    left out, cast and added as the images are. A field whose type a step changes loses its
-    Elasticsearch property (dynamic mapping)."""
-    table = json.loads(text)
-    columns = {c["name"]: c for c in table["columns"]}
-    key, properties = list(table["key"]), dict(table.get("properties", {}))
-
-    def typed(name: str, kind: str) -> None:
-        columns[name] = {"name": name, "type": kind, "nullable": columns.get(name, {}).get("nullable", True)}
-        properties.pop(name, None)
-
-    for cfg in chain:
-        if isinstance(cfg, cfgs.ExtractNewRecordState):
-            for field in cfg.add_fields:
-                typed("__" + field.replace(".", "_"), "BIGINT" if field == "source.ts_ms" else "LONGTEXT")
-        elif isinstance(cfg, cfgs.ReplaceField):
-            kept = [n for n in columns if (not cfg.include or n in cfg.include) and n not in cfg.exclude]
-            columns = {cfg.renames.get(n, n): {**columns[n], "name": cfg.renames.get(n, n)} for n in kept}
-            key = [cfg.renames.get(n, n) for n in key if n in kept]
-            properties = {cfg.renames.get(n, n): p for n, p in properties.items() if n in kept}
-        elif isinstance(cfg, cfgs.Cast):
-            for field, kind in cfg.spec.items():
-                if field in columns:
-                    typed(field, mysql_type(FieldSchema(kind), field in key))  # as a record of that type
-        elif isinstance(cfg, cfgs.TimestampConverter) and cfg.field in columns:
-            typed(cfg.field, TIME_COLUMNS[cfg.target_type])
-        elif isinstance(cfg, cfgs.InsertField):
-            for field, kind in ((cfg.topic_field, "LONGTEXT"), (cfg.partition_field, "INT"),
-                                (cfg.offset_field, "BIGINT"), (cfg.timestamp_field, "DATETIME(6)")):
-                if field:
-                    typed(field, kind)
-            if cfg.static_field:
-                value = cfg.static_value
-                typed(cfg.static_field, "TINYINT(1)" if isinstance(value, bool) else "BIGINT" if isinstance(
-                    value, int) else "DOUBLE" if isinstance(value, float) else "LONGTEXT")
-    return json.dumps({**table, "columns": list(columns.values()), "key": key, "properties": properties})
 
 
 # -- the changes, child by child -----------------------------------------------------------------------
@@ -354,71 +219,6 @@ def _original(child: pa.StructArray, name: str) -> pa.Array:
     return child.field(child.type.get_field_index(name))
 
 
-def cast_values(values: pa.Array, kind: str) -> tuple[pa.Array, pa.Array | None]:
-    """``values`` as the Connect type ``kind``, and where a value could not be (null: none could not)."""
-    to = CAST_TYPES[kind]
-    source = values.type
-    if source == to:
-        return values, None
-    if kind == "string":
-        return images.text_of(values), None
-    if pa.types.is_null(source):
-        return pa.nulls(len(values), to), None
-    if pa.types.is_boolean(source):
-        return pc.cast(values, to), None
-    if pa.types.is_string(source):
-        return _from_text(values, kind, to)
-    if not (pa.types.is_integer(source) or pa.types.is_floating(source) or pa.types.is_decimal(source)):
-        return pa.nulls(len(values), to), pc.is_valid(values)  # a date or time: TimestampConverter's work
-    if kind == "boolean":
-        return pc.not_equal(values, pc.cast(pa.scalar(0), source)), None
-    if pa.types.is_floating(to):  # a decimal by its text: Arrow's decimal to double is not correctly rounded
-        exact = pc.cast(values, pa.string()) if pa.types.is_decimal(source) else values
-        return pc.cast(exact, to, safe=False), None
-    if pa.types.is_floating(source):  # toward zero; NaN and the infinities are not numbers of `to`
-        finite = pc.fill_null(pc.is_finite(values), True)
-        whole = pc.trunc(pc.if_else(finite, values, None))
-    elif pa.types.is_decimal(source):  # toward zero
-        whole = pc.cast(values, (pa.decimal128 if source.precision <= 38 else pa.decimal256)(source.precision, 0),
-                        safe=False)
-        finite = pa.array(np.ones(len(values), bool))
-    else:
-        whole, finite = values, pa.array(np.ones(len(values), bool))
-    out = _ints(whole, to)
-    return out, pc.and_(pc.is_valid(values), pc.is_null(out))
-
-
-def _ints(whole: pa.Array, to: pa.DataType) -> pa.Array:
-    """Whole numbers as the integer type ``to``, null where one does not fit (or is null)."""
-    try:
-        return pc.cast(whole, to)
-    except pa.ArrowInvalid:  # one out of range: value by value
-        info = np.iinfo(to.to_pandas_dtype())
-        return pa.array([int(v) if v is not None and info.min <= int(v) <= info.max else None
-                         for v in whole.to_pylist()], to)
-
-
-def _from_text(values: pa.Array, kind: str, to: pa.DataType) -> tuple[pa.Array, pa.Array]:
-    text = pc.utf8_trim_whitespace(values)
-    if kind == "boolean":
-        lower = pc.utf8_lower(text)
-        out = pc.if_else(pc.is_in(lower, pa.array(_TRUE)), True, pc.if_else(pc.is_in(lower, pa.array(_FALSE)), False, None))
-        return out, pc.and_(pc.is_valid(values), pc.is_null(out))
-    if pa.types.is_floating(to):
-        ok = pc.fill_null(pc.match_substring_regex(text, _FLOAT), False)
-        out = pc.cast(pc.replace_substring_regex(pc.if_else(ok, text, None), "([0-9.])[dDfF]$", "\\1"), to)
-        return out, pc.and_(pc.is_valid(values), pc.invert(ok))
-    ok = pc.fill_null(pc.match_substring_regex(text, _INTEGER), False)
-    digits = pc.if_else(ok, text, None)
-    try:
-        out = _ints(pc.cast(digits, pa.int64()), to)
-    except pa.ArrowInvalid:  # past int64: value by value
-        info = np.iinfo(to.to_pandas_dtype())
-        out = pa.array([int(v) if v is not None and info.min <= int(v) <= info.max else None
-                        for v in digits.to_pylist()], to)
-    return out, pc.and_(pc.is_valid(values), pc.is_null(out))
-
-
 def replace_field(rows: Rows, cfg: cfgs.ReplaceField) -> None:
     def step(child: pa.StructArray, _at: np.ndarray) -> tuple[pa.StructArray, None]:
         fields = _fields(child)
@@ -434,8 +234,8 @@ def timestamp_converter(rows: Rows, cfg: cfgs.TimestampConverter) -> None:
         if cfg.field not in fields:
             return child, None
         raw = fields[cfg.field]
-        micros = _micros(raw, cfg)
-        fields[cfg.field] = _timestamp_out(micros, cfg)
+        micros = as_micros(raw, cfg)
+        fields[cfg.field] = timestamp_out(micros, cfg)
         bad = pc.and_(pc.is_valid(raw), pc.is_null(micros))
         shown = images.text_of(raw)
         error = pc.if_else(bad, pc.binary_join_element_wise(
@@ -443,126 +243,6 @@ def timestamp_converter(rows: Rows, cfg: cfgs.TimestampConverter) -> None:
             f"' is not a timestamp{' in format ' + cfg.format if cfg.format else ''}", ""), None)
         return _struct(fields, child), error
     rows.map_images(step)
-
-
-def _micros(raw: pa.Array, cfg: cfgs.TimestampConverter) -> pa.Array:
-    """The field's values as microseconds since the epoch (UTC, the session's time zone), null where
-    a value is not a timestamp."""
-    kind = raw.type
-    per_unit = {"seconds": 1_000_000, "milliseconds": 1_000, "microseconds": 1}[cfg.unix_precision]
-    if pa.types.is_string(kind):  # by the format, else as the ISO text a decoded date or time has
-        read = [_iso_micros(raw)]
-        if cfg.format:
-            fmt = _strftime(cfg.format)
-            assert fmt is not None  # unserved() refused the others
-            read.insert(0, pc.cast(_strptime(raw, fmt), pa.int64()))
-        # a whole number's text: the number (the per-record decode gives a JSON number as its text)
-        number = pc.if_else(pc.fill_null(pc.match_substring_regex(raw, r"^-?\d{1,18}$"), False), raw, None)
-        read.append(_micros(pc.cast(number, pa.int64()), cfg))
-        return pc.coalesce(*read)
-    if pa.types.is_integer(kind):
-        wide = pc.cast(raw, pa.int64())
-        limit = (2 ** 63 - 1) // per_unit
-        fits = pc.and_(pc.greater_equal(wide, -limit), pc.less_equal(wide, limit))
-        return pc.multiply(pc.if_else(fits, wide, None), per_unit)
-    if pa.types.is_floating(kind) or pa.types.is_decimal(kind):
-        scaled = pc.multiply(pc.cast(raw, pa.float64()), float(per_unit))
-        ok = pc.and_(pc.is_finite(scaled), pc.less(pc.abs(scaled), 9.2e18))
-        return pc.cast(pc.trunc(pc.if_else(ok, scaled, None)), pa.int64())
-    if pa.types.is_date(kind):
-        return pc.multiply(pc.cast(pc.cast(raw, pa.int32()), pa.int64()), 86_400_000_000)
-    if pa.types.is_timestamp(kind):
-        return pc.cast(pc.cast(raw, pa.timestamp("us", kind.tz)), pa.int64())
-    return pa.nulls(len(raw), pa.int64())  # a TIME (duration), a struct …: each value's record fails
-
-
-def _iso_micros(raw: pa.Array) -> pa.Array:
-    """Texts of the ISO forms (2024-02-29, 2024-02-29 13:14:15.123456, …T…) as µs, null for others:
-    the texts of dates and times the per-record decode gives, and Spark's cast of text to a timestamp."""
-    out = []
-    for pattern, kind in ((_ISO, pa.timestamp("us")), (_ZONED, pa.timestamp("us", "UTC"))):
-        text = pc.if_else(pc.fill_null(pc.match_substring_regex(raw, pattern), False), raw, None)
-        try:
-            parsed = pc.cast(text, kind)
-        except pa.ArrowInvalid:  # a date like 2024-13-01: value by value
-            parsed = pa.array([_iso(v) for v in text.to_pylist()], kind)
-        out.append(pc.cast(parsed, pa.int64()))
-    return pc.coalesce(*out)
-
-
-def _iso(text: str | None) -> Any:
-    if text is None:
-        return None
-    try:
-        at = dt.datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return at.astimezone(dt.UTC) if at.tzinfo is not None else at
-
-
-def _strptime(raw: pa.Array, fmt: str) -> pa.Array:
-    """Texts by a %-format of fixed-width fields (%Y four digits, %L three, the others two), as
-    Spark's parser reads them (Arrow's strptime also takes 2024-1-2); %L, the milliseconds, Arrow's
-    strptime has not: their digits are cut out first."""
-    tokens = re.findall(r"%[YmdHMSL]|[^%]+", fmt)
-    widths = [4 if t == "%Y" else 3 if t == "%L" else 2 if t.startswith("%") else len(t) for t in tokens]
-    pattern = "^" + "".join(rf"\d{{{w}}}" if t.startswith("%") else re.escape(t)
-                            for t, w in zip(tokens, widths, strict=True)) + "$"
-    text = pc.if_else(pc.fill_null(pc.match_substring_regex(raw, pattern), False), raw, None)
-    if "%L" not in tokens:
-        return pc.strptime(text, fmt, "us", error_is_null=True)
-    start = sum(widths[:tokens.index("%L")])
-    millis = pc.cast(pc.utf8_slice_codeunits(text, start, start + 3), pa.int64())
-    rest = pc.binary_join_element_wise(pc.utf8_slice_codeunits(text, 0, start),
-                                       pc.utf8_slice_codeunits(text, start + 3), "")
-    base = pc.strptime(rest, fmt.replace("%L", ""), "us", error_is_null=True)
-    return pc.cast(pc.add(pc.cast(base, pa.int64()), pc.multiply(millis, 1000)), pa.timestamp("us"))
-
-
-def _timestamp_out(micros: pa.Array, cfg: cfgs.TimestampConverter) -> pa.Array:
-    per_unit = {"seconds": 1_000_000, "milliseconds": 1_000, "microseconds": 1}[cfg.unix_precision]
-    stamp = pc.cast(micros, pa.timestamp("us"))
-    if cfg.target_type == "unix":  # toward zero, as Spark's (unix_micros / unit).cast(bigint)
-        values = micros.fill_null(0).to_numpy()
-        whole = np.sign(values) * (np.abs(values) // per_unit)
-        return pa.array(whole, pa.int64(), mask=micros.is_null().to_numpy(zero_copy_only=False))
-    if cfg.target_type == "Timestamp":
-        return stamp
-    if cfg.target_type == "Date":
-        return pc.cast(pc.floor_temporal(stamp, unit="day"), pa.date32())
-    if cfg.target_type == "Time":
-        return _formatted(stamp, "%H:%M:%S.%L")
-    fmt = _strftime(cfg.format or "yyyy-MM-dd HH:mm:ss")
-    assert fmt is not None
-    return _formatted(stamp, fmt)
-
-
-def _strftime(java: str) -> str | None:
-    """A Java datetime pattern of yyyy MM dd HH mm ss SSS and separators as %-codes (%L: millis), or None."""
-    out, at = [], 0
-    for match in _PATTERN.finditer(java):
-        token = match.group()
-        if match.start() != at or (token.isalpha() and token not in _JAVA_TOKENS):
-            return None  # MMMM, SSSSSS, quoted text … : the older path's
-        out.append("%" + _JAVA_TOKENS[token] if token in _JAVA_TOKENS else token)
-        at = match.end()
-    return "".join(out) if at == len(java) and out else None
-
-
-def _formatted(stamp: pa.Array, fmt: str) -> pa.Array:
-    """Timestamps as text by a %-format (with %L, the milliseconds): Arrow's strftime prints a µs
-    timestamp's %S with its fraction, so the fields are joined here."""
-    parts = {"Y": (pc.year(stamp), 4), "m": (pc.month(stamp), 2), "d": (pc.day(stamp), 2),
-             "H": (pc.hour(stamp), 2), "M": (pc.minute(stamp), 2), "S": (pc.second(stamp), 2),
-             "L": (pc.millisecond(stamp), 3)}
-    pieces: list[Any] = []
-    for token in re.findall(r"%[YmdHMSL]|[^%]+", fmt):
-        if token.startswith("%"):
-            value, width = parts[token[1]]
-            pieces.append(pc.utf8_lpad(pc.cast(value, pa.string()), width, "0"))
-        else:
-            pieces.append(token)
-    return pc.binary_join_element_wise(*pieces, "")
 
 
 def mask_field(rows: Rows, cfg: cfgs.MaskField) -> None:
@@ -615,33 +295,9 @@ def regex_router(rows: Rows, cfg: cfgs.RegexRouter) -> None:
     pattern = f"^(?:{cfg.regex})$"
     route = rows.column("route")
     hit = pc.and_(_applies(rows, cfg), pc.fill_null(pc.match_substring_regex(route, pattern), False))
-    rewrite = _rewrite(cfg.replacement, re.compile(cfg.regex).groups)
+    rewrite = java_replacement(cfg.replacement, re.compile(cfg.regex).groups)
     assert rewrite is not None  # unserved() refused the others
     rows.set("route", pc.if_else(hit, pc.replace_substring_regex(route, pattern, rewrite), route))
-
-
-def _rewrite(java: str, groups: int) -> str | None:
-    """A Java replacement ($1, \\$) as RE2's (\\1, $); None for what Java reads otherwise or refuses
-    (a group past $9 or past the regex's ``groups``, a $ without a group number)."""
-    out, i = [], 0
-    while i < len(java):
-        c = java[i]
-        if c == "\\" and i + 1 < len(java):
-            out.append("\\\\" if java[i + 1] == "\\" else java[i + 1])
-            i += 2
-        elif c == "$":
-            if i + 1 >= len(java) or not java[i + 1].isdigit() or int(java[i + 1]) > groups:
-                return None
-            if i + 2 < len(java) and java[i + 2].isdigit() and int(java[i + 1:i + 3]) <= groups:
-                return None  # $10 …: RE2 rewrites up to \\9
-            out.append("\\" + java[i + 1])
-            i += 2
-        elif c == "\\":
-            return None  # a trailing backslash: Java refuses it
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
 
 
 def filter_records(rows: Rows, cfg: cfgs.Filter) -> None:
@@ -684,6 +340,7 @@ STEPS: dict[str, Callable[[Rows, Any], None]] = {
     "InsertField": insert_field, "RegexRouter": regex_router, "Filter": filter_records,
     "TombstoneHandler": tombstone_handler,
 }
+assert set(STEPS) == SERVED_STEPS, "row_chains.SERVED_STEPS names the steps this module applies"
 
 
 def apply(decoded: pa.Table, chain: Any, versioning: str) -> pa.Table:
