@@ -30,6 +30,7 @@ from typing import Any
 
 import fastavro
 
+from connectors.debezium.types import DECIMAL
 from connectors.registry.connect import (
     ConnectSchema,
     Fixer,
@@ -47,7 +48,6 @@ from connectors.registry.connect import (
 # Avro type -> the JsonConverter's type name (FLOAT32 is "float", FLOAT64 "double" in its JSON schemas)
 PRIMITIVES = {"boolean": "boolean", "int": "int32", "long": "int64", "float": "float", "double": "double",
               "bytes": "bytes", "string": "string", "fixed": "bytes", "enum": "string"}
-DECIMAL = "org.apache.kafka.connect.data.Decimal"
 # Avro logical type -> the Connect (or Debezium) logical name of the same unit, when no connect.name is given
 LOGICAL_NAMES = {"date": "org.apache.kafka.connect.data.Date", "time-millis": "org.apache.kafka.connect.data.Time",
                  "timestamp-millis": "org.apache.kafka.connect.data.Timestamp",

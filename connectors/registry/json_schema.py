@@ -28,6 +28,7 @@ from typing import Any
 
 import msgspec
 
+from connectors.debezium.types import DECIMAL
 from connectors.registry.connect import (
     ConnectSchema,
     Fixer,
@@ -41,7 +42,6 @@ from connectors.registry.connect import (
     struct_fixer,
 )
 
-DECIMAL = "org.apache.kafka.connect.data.Decimal"
 NUMBER_TYPES = {"int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64", "float32": "float",
                 "float64": "double", "bytes": "bytes"}
 _DECODE = msgspec.json.Decoder(float_hook=Decimal)  # a decimal's digits kept

@@ -37,6 +37,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from connectors.registry.client import RegisteredSchema, RegistryClient, UnknownSchema
+from connectors.debezium.types import DECIMAL
 from connectors.registry.connect import (
     ConnectSchema,
     Transcoder,
@@ -47,7 +48,6 @@ from connectors.registry.connect import (
     schema_bytes,
 )
 
-DECIMAL = "org.apache.kafka.connect.data.Decimal"
 WRAPPERS = {"google.protobuf.DoubleValue": "double", "google.protobuf.FloatValue": "float",
             "google.protobuf.Int64Value": "int64", "google.protobuf.UInt64Value": "int64",
             "google.protobuf.Int32Value": "int32", "google.protobuf.UInt32Value": "int64",
