@@ -91,19 +91,21 @@ PEEK_RECORDS = 200  # per range: the records read before the window for the sche
 
 def schema_tables(job: WindowJob, early: dict[str, SinkTarget],
                   peek: Callable[[WindowJob], list[tuple[str, str, int]]] | None = None) -> list[dict[str, Any]]:
-    """Tables created from the record schema that the read tasks write themselves too (issue 41),
-    added to ``early``: a MySQL sink of one table (not routed) without declared columns, in a window
-    of :func:`early_window`. The record schemas of each range's first records (``peek``: (schema_id,
-    row_schema, version), :func:`first_schemas`) make the table ready before the read, as the
-    window would after it (created, or changed by ``schema_changes``): the target then has columns,
-    as a table of declared columns, and ``schema_ids``, the schemas it was made for. A read task
-    writes the changes of those schemas, and deletes (a tombstone has no schema); a change of
-    another schema (the source table changed within the window) goes the staged way: the window
-    makes the table ready for it after the read, then writes it (``project.sort_out``). Returns the
-    schema changes run."""
-    candidates = [t for t in job.sinks if is_dynamic(t, job) and isinstance(t.config, MySqlSinkConfig)
-                  and not t.config.columns and not is_routed(t.config)]
-    if not candidates or not early_window(job):
+    """Tables created from the record schema, and indices mapped from it, that the read tasks write
+    themselves too (issue 41), added to ``early``: a MySQL sink of one table (not routed) without
+    declared columns, and an index of ``early`` without a declared mapping (not routed by
+    ``{topic}``), in a window of :func:`early_window`. The record schemas of each range's first
+    records (``peek``: (schema_id, row_schema, version), :func:`first_schemas`) make the table or the
+    index ready before the read, as the window would after it (created, or changed by
+    ``schema_changes``): the target then has columns (a table) or mappings (an index), and
+    ``schema_ids``, the schemas it was made for. A read task writes the changes of those schemas,
+    and deletes (a tombstone has no schema); a change of another schema (the source table changed
+    within the window) goes the staged way: the window makes the table or the index ready for it
+    after the read, then writes it (``project.sort_out``). Returns the schema changes run."""
+    tables = [t for t in job.sinks if is_dynamic(t, job) and isinstance(t.config, MySqlSinkConfig)
+              and not t.config.columns and not is_routed(t.config)]
+    indices = [t for t in early.values() if mapped_by_records(t) and "{topic}" not in t.config.index]
+    if not (tables or indices) or not early_window(job):
         return []
     seen = sorted((peek or first_schemas)(job), key=lambda s: s[2])
     descriptions = list(dict.fromkeys(text for _id, text, _v in seen))  # first by version
@@ -111,13 +113,17 @@ def schema_tables(job: WindowJob, early: dict[str, SinkTarget],
         return []
     ids = tuple(sorted({schema_id for schema_id, _text, _v in seen}))
     changes: list[dict[str, Any]] = []
-    for target in candidates:
+    for target in tables:
         table = target.config.table
         eff = derive_from_connect(target, table, descriptions)
         group = TableGroup(target, {table: replace(target, config=eff)}, {table: descriptions})
         group, found = prepare_derived(group, job.schema_changes, dict(job.schema_decisions), job.pipeline)
         changes += found
         early[target.config.name] = replace(group.tables[table], schema_ids=ids)
+    for target in indices:
+        target, found = mapped_index(job, target, {None: descriptions})
+        changes += found
+        early[target.config.name] = replace(target, schema_ids=ids)
     if changes:
         faults.checkpoint("after_ddl", job.faults)
     return changes
@@ -195,16 +201,8 @@ def ready_targets(job: WindowJob, tallies: list[dict[str, Any]]) -> Targets:
         cfg = target.config
         if is_static(target):
             if isinstance(cfg, ElasticsearchSinkConfig) and cfg.mapping is None:
-                target = replace(target, mappings=tuple(es_mappings(cfg, schemas_seen(tallies, cfg.name))))
-                if target.mappings:  # indices that exist get the new fields (schema_changes)
-                    with opened(target) as sink:
-                        found = sink.evolve_mappings(job.schema_changes, dict(job.schema_decisions), job.pipeline)
-                    changes += found
-                    left_out: dict[str, list[str]] = {}
-                    for c in found:
-                        if c["change"] == "add" and not c["applied"]:
-                            left_out.setdefault(c["table"], []).append(c["column"])
-                    target = replace(target, left_out=tuple((i, tuple(f)) for i, f in sorted(left_out.items())))
+                target, found = mapped_index(job, target, schemas_seen(tallies, cfg.name))
+                changes += found
             SINK_TYPES[cfg.type].prepare(target)
             static[cfg.name] = target
             continue
@@ -225,6 +223,25 @@ def ready_targets(job: WindowJob, tallies: list[dict[str, Any]]) -> Targets:
                 faults.checkpoint("after_ddl", job.faults)
         groups[cfg.name] = group
     return Targets(static, groups, changes)
+
+
+def mapped_index(job: WindowJob, target: SinkTarget,
+                 by_route: dict[Any, list[str]]) -> tuple[SinkTarget, list[dict[str, Any]]]:
+    """An index without a declared mapping given the mapping of the record schemas ``by_route``
+    (``sinks.es_mappings``); an index that exists gets their new fields as ``schema_changes`` says,
+    and the fields it left out are written without (``left_out``). Returns the schema changes run."""
+    cfg = target.config
+    assert isinstance(cfg, ElasticsearchSinkConfig)
+    target = replace(target, mappings=tuple(es_mappings(cfg, by_route)))
+    if not target.mappings:
+        return target, []
+    with opened(target) as sink:  # indices that exist get the new fields (schema_changes)
+        found = sink.evolve_mappings(job.schema_changes, dict(job.schema_decisions), job.pipeline)
+    left_out: dict[str, list[str]] = {}
+    for c in found:
+        if c["change"] == "add" and not c["applied"]:
+            left_out.setdefault(c["table"], []).append(c["column"])
+    return replace(target, left_out=tuple((i, tuple(f)) for i, f in sorted(left_out.items()))), found
 
 
 @contextmanager

@@ -23,6 +23,7 @@ from spark_jobs import row_transforms
 from spark_jobs.blobs import BAD, CHANGES, DELETES, ROWS, TALLY, bucketed, pack, packed
 from spark_jobs.dead_letters import first_per_record, send_first
 from spark_jobs.job import MAX_EXAMPLES, TRUNCATE_TO_DLQ, WindowJob
+from spark_jobs.partial import fill_kept
 from spark_jobs.prepare import is_static, mapped_by_records
 from spark_jobs.read import reader
 from spark_jobs.sinks import SinkTarget, by_content, is_routed
@@ -36,6 +37,7 @@ _ROUTE = r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,248}$"  # spark_jobs/records.ROUTE, in
 
 
 _RESERVED = r"^(?i)cdcflow[_-]"
+LATER = "later"  # an early index's rows of schemas it was not made for: handed on as ROWS (sort_out)
 
 
 def _join(parts: list[pa.Array], sep: str, nulls: str) -> pa.Array:
@@ -228,11 +230,11 @@ def read_task(job: WindowJob, tasks: int, early: dict[str, SinkTarget] | None = 
         out = sort_out(job, decoded, early)
         reported = send_first(job, out.bad, out.info["examples"])  # before any of this task's writes
         plain = any(mapped_by_records(t) for t in early.values()) and schemaless(decoded)
-        whole = [name for name, t in early.items() if mapped_by_records(t) and not plain]
+        whole = [name for name, t in early.items() if mapped_by_records(t) and not t.schema_ids and not plain]
         rows = {name: table for name, kind, table, _cols in out.rows
                 if name in early and name not in whole and kind == ROWS}
         # a table from the record schema: the changes of a schema it was not made for (prepare.schema_tables)
-        handed = whole + sorted({name for name, kind, _t, _c in out.rows if name in early and kind == CHANGES})
+        handed = whole + sorted({name for name, kind, _t, _c in out.rows if name in early and kind in (CHANGES, LATER)})
         later = {name: deletes for name, deletes in ((n, mysql_deletes(early[n], t)) for n, t in rows.items())
                  if deletes is not None}
         for name, deletes in later.items():
@@ -241,7 +243,7 @@ def read_task(job: WindowJob, tasks: int, early: dict[str, SinkTarget] | None = 
         written = [b.to_pylist()[0] for b in write_now(job, early, {n: t for n, t in rows.items() if t.num_rows})]
         for name, kind, table, columns in out.rows:
             if not (kind == ROWS and name in rows):
-                yield from bucketed(task, kind, name, table, columns, tasks)
+                yield from bucketed(task, ROWS if kind == LATER else kind, name, table, columns, tasks)
         yield packed(task, TALLY, "", info={**out.info, "written": written, "reported": reported, "handed": handed})
     return run
 
@@ -349,12 +351,13 @@ def _static_rows(target: SinkTarget, valid: pa.Table, schemas: dict[str, list[li
         projected = project_documents(valid, cfg)
         if cfg.mapping is None and projected.num_rows:  # the index mapping from the record schemas
             routes = valid.column("route") if "{topic}" in cfg.index else pa.nulls(valid.num_rows, pa.string())
-            schemas[cfg.name] = _schemas(valid, routes, known)
+            schemas.setdefault(cfg.name, []).extend(_schemas(valid, routes, known))  # ours and LATER's
     unfit = pc.is_valid(projected.column("error_message"))
     if pc.any(unfit).as_py():
         rejected = projected.filter(unfit)
         bad_parts.append(_bad_rows(rejected, "transform", rejected.column("error_message"), target.component))
         projected = projected.filter(pc.invert(unfit))
+    projected = fill_kept(projected, cfg, keys)  # partial changes take their key's earlier values first
     rows = latest_rows(projected, keys, keep_unresolved=True) if keys and projected.num_rows else projected
     return (cfg.name, ROWS, rows, keys) if rows.num_rows else None
 
@@ -362,18 +365,24 @@ def _static_rows(target: SinkTarget, valid: pa.Table, schemas: dict[str, list[li
 def _made_table_rows(made: SinkTarget, target: SinkTarget, valid: pa.Table, schemas: dict[str, list[list[Any]]],
                      bad_parts: list[pa.Table], known: dict[str, str],
                      ) -> list[tuple[str, str, pa.Table, list[str] | None]]:
-    """A table from the record schema made ready before the read (``prepare.schema_tables``): the
-    changes of the schemas it was made for, and the deletes without a schema (tombstones), as a
-    static target's rows (``made``: the table's columns as written); the others tagged for the
-    window, which makes the table ready for their schemas after the read (:func:`_tagged_changes`)."""
+    """A table from the record schema, or an index mapped from it, made ready before the read
+    (``prepare.schema_tables``): the changes of the schemas it was made for, and the deletes without
+    a schema (tombstones), as a static target's rows (``made``: the table's columns, the index's
+    mapping, as written); the others for the window, which makes the table or the index ready for
+    their schemas after the read: a table's tagged (:func:`_tagged_changes`), an index's as
+    :data:`LATER` rows."""
     schema_id = valid.column("schema_id")
     ours = pc.or_(pc.fill_null(pc.is_in(schema_id, value_set=pa.array(made.schema_ids, pa.string())), False),
                   pc.and_(pc.is_null(schema_id), pc.fill_null(pc.equal(valid.column("change_op"), "delete"), False)))
     if pc.all(ours).as_py():
-        found = [_static_rows(made, valid, schemas, bad_parts, known)]
+        return [f for f in [_static_rows(made, valid, schemas, bad_parts, known)] if f is not None]
+    found = [_static_rows(made, valid.filter(ours), schemas, bad_parts, known)]
+    others = valid.filter(pc.invert(ours))
+    if isinstance(made.config, ElasticsearchSinkConfig):
+        later = _static_rows(made, others, schemas, bad_parts, known)
+        found.append(None if later is None else (later[0], LATER, later[2], later[3]))
     else:
-        found = [_static_rows(made, valid.filter(ours), schemas, bad_parts, known),
-                 _tagged_changes(target, valid.filter(pc.invert(ours)), schemas, bad_parts, known)]
+        found.append(_tagged_changes(target, others, schemas, bad_parts, known))
     return [f for f in found if f is not None]
 
 

@@ -92,9 +92,10 @@ def test_read_tasks_that_write_give_the_rows_of_the_staged_path_and_of_the_sourc
 @pytest.mark.parametrize("wrapped", [True, False], ids=["with-schemas", "schemas.enable=false"])
 def test_an_index_mapped_from_the_records_gets_the_mapping_of_the_staged_path(
         config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch, wrapped: bool) -> None:
-    """An index without a declared mapping: a read task whose records carry a schema hands its
-    documents on (the window maps the index from the schemas first); one whose records carry none
-    (the JsonConverter with schemas.enable=false: the payload alone) writes them itself."""
+    """An index without a declared mapping: mapped before the read from the schemas of each range's
+    first records (prepare.schema_tables, issue 41), and written by the read tasks, as the staged
+    path maps and writes it; records that carry no schema (the JsonConverter with
+    schemas.enable=false: the payload alone) are written as they are, dynamically mapped."""
     tag = unique("earlyes")
     topic = f"{tag}.inventory.orders"
     events = [cdcgen.Event(k, v if wrapped or v is None else json.dumps(json.loads(v)["payload"]).encode())
@@ -120,7 +121,8 @@ def test_an_index_mapped_from_the_records_gets_the_mapping_of_the_staged_path(
     assert [(i, c) for i, c, _a in docs] == [(i, r["customer"]) for i, r in sorted(o.FINAL.items())]
     if wrapped:  # Decimal bytes read by their schema; without one they stay Connect's base64 text
         assert [Decimal(str(a)) for _i, _c, a in docs] == [r["amount"] for _i, r in sorted(o.FINAL.items())]
-    assert ("sinks" in stats["early"]["stages"]) is wrapped  # handed on only when the records carry a schema
+    assert "sinks" not in stats["early"]["stages"] and "sinks" in stats["staged"]["stages"]  # nothing handed on
+    assert stats["early"]["sinks"]["e"]["upserted"] == stats["staged"]["sinks"]["e"]["upserted"]
 
 
 def test_a_table_not_keyed_by_the_record_key_gets_the_sources_values(
@@ -234,21 +236,37 @@ def test_a_table_from_the_record_schema_is_written_by_the_read_tasks_as_the_stag
     events += [later(_changed_at_the_source, _changed_rows)] if changed else []
     cdcgen.produce(bootstrap(), topic, events, partitions=1)
 
-    stats, rows, shapes = {}, {}, {}
+    stats, rows, shapes, mappings, docs = {}, {}, {}, {}, {}
     for path in ("early", "staged"):
         if path == "staged":
             monkeypatch.setenv("CDCFLOW_WINDOW_PATH", "staged")
         table = f"{tag}_{path}"
         cfg = load_pipeline(write_pipeline(config_dir, table, topic, table, sinks=[
-            {"type": "mysql", "name": "m", "conn_id": "cdcflow_mysql", "table": table, "create_table": True}]))
+            {"type": "mysql", "name": "m", "conn_id": "cdcflow_mysql", "table": table, "create_table": True},
+            {"type": "elasticsearch", "name": "e", "conn_id": "cdcflow_elasticsearch", "index": table.lower(),
+             "id_fields": ["id"]}]))
         stats[path] = runner.run_window(cfg, path, store=store, spark=spark)
         shapes[path] = columns(table)
+        es = es_client()
+        es.indices.refresh(index=table.lower())
+        mappings[path] = es.indices.get_mapping(index=table.lower())[table.lower()]["mappings"]
+        docs[path] = [h["_source"] for h in es.search(index=table.lower(), size=100, sort=[{"id": "asc"}])["hits"]["hits"]]
         names = [c for c in sorted(shapes[path]) if c != VERSION_COLUMN]
         with mysql_engine().connect() as conn:
             rows[path] = [dict(zip(names, r, strict=True)) for r in conn.exec_driver_sql(
                 f"SELECT {', '.join(f'`{c}`' for c in names)} FROM `{table}` ORDER BY id")]
 
     assert shapes["early"] == shapes["staged"]
+    # the index: mapped from the first schemas before the read (and given the later one's new fields
+    # after it), as the staged path maps it from both
+    assert mappings["early"] == mappings["staged"]
+    assert ("c_note" in mappings["early"]["properties"]) is changed
+    # its documents: each key's last change; but row 1's change of the later schema, whose
+    # c_mediumint (widened to BIGINT at the source) the index's integer field cannot hold, goes to the
+    # DLQ on both paths, where the early path has written row 1's earlier change, as two windows would
+    assert docs["early"] == ([docs["early"][0]] if changed else []) + docs["staged"]
+    assert [d["id"] for d in docs["early"]] == [r["id"] for r in rows["early"]]
+    assert {p: stats[p]["sinks"]["e"]["failed"] for p in stats} == {"early": changed, "staged": changed}
     # The columns the source dropped (c_varchar) or renamed (c_text) keep what the table held. Row 1's
     # earlier values of them were written by the early path, which makes the table from the first
     # schema and writes its changes, as two windows would (test_schema_changes.py's lenient test);
@@ -256,7 +274,7 @@ def test_a_table_from_the_record_schema_is_written_by_the_read_tasks_as_the_stag
     gone = {"c_varchar", "c_text"} if changed else set()
     assert [{c: v for c, v in e.items() if s[c] != v} for e, s in zip(rows["early"], rows["staged"], strict=True)] == [
         {c: e[c] for c in gone if e["id"] == 1} for e in rows["early"]]
-    assert stats["early"]["dead_lettered"] == stats["staged"]["dead_lettered"] == 0, stats
+    assert stats["early"]["dead_lettered"] == stats["staged"]["dead_lettered"] == changed, stats
     assert [r["id"] for r in rows["early"]] == sorted(
         r["id"] for r in all_types.ROWS if r["id"] != 3)  # id 3 deleted
     if not changed:
@@ -264,6 +282,7 @@ def test_a_table_from_the_record_schema_is_written_by_the_read_tasks_as_the_stag
     counts = {p: (stats[p]["sinks"]["m"]["upserted"], stats[p]["sinks"]["m"]["deleted"]) for p in stats}
     assert counts == {"early": (2 + changed, 0), "staged": (2, 0)}  # rows 1 and 2 (3 is deleted in the window);
     # the early path writes row 1 under each schema: its change of the first, then that of the later one
+    assert {p: stats[p]["sinks"]["e"]["upserted"] for p in stats} == {"early": 2, "staged": 2 - changed}
     # handed on to a write task only for the later schema's change; the deletes written by the driver
     assert ("sinks" in stats["early"]["stages"]) is changed and "deletes" in stats["early"]["stages"]
     if changed:
