@@ -121,8 +121,9 @@ def run_partition_path(spark: SparkSession, job: WindowJob, on_read: OnRead,
     from pyspark.sql import functions as F  # noqa: PLC0415
 
     stages: dict[str, float] = {}
-    early = prepare.early_targets(job)  # written by the read tasks themselves, prepared now
-    made = prepare.schema_tables(job, early)  # and the tables from the record schema, made from its first records
+    with timing.timed(stages, "prepare"):  # the peek at the first records included (prepare.first_schemas)
+        early = prepare.early_targets(job)  # written by the read tasks themselves, prepared now
+        made = prepare.schema_tables(job, early)  # and the tables and indices from the record schema
     with timing.timed(stages, "read+decode"):
         # read → decode → project → last change per key (→ the early targets' writes), in the read
         # tasks; checkpointed, so no later stage re-reads Kafka (a recomputation could see a
