@@ -22,6 +22,7 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from cdcflow.config_errors import format_validation_error
 from connectors.elasticsearch.config import ElasticsearchSinkConfig
@@ -220,6 +221,39 @@ class PipelineConfig(StrictModel):
     spark: SparkConfig = SparkConfig()
     monitor: MonitorConfig = MonitorConfig()
     retention: RetentionConfig = RetentionConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _placeholder_default(cls, data: Any) -> Any:
+        """``unavailable_value`` defaults to Debezium's placeholder for Debezium sources only: the other
+        formats write every value they have."""
+        if not isinstance(data, dict) or not isinstance(data.get("sinks"), list):
+            return data
+        source = data.get("source")
+        if not isinstance(source, dict) or source.get("format", "debezium") == "debezium":
+            return data
+        sinks = [{**s, "unavailable_value": None} if isinstance(s, dict) and "unavailable_value" not in s else s
+                 for s in data["sinks"]]
+        return {**data, "sinks": sinks}
+
+    @model_validator(mode="after")
+    def _soft_deletes(self) -> PipelineConfig:
+        """What ``delete: soft`` needs of the pipeline, reported on the sink's ``delete``."""
+        problems = []
+        for i, sink in enumerate(self.sinks):
+            if sink.delete != "soft":
+                continue
+            if self.versioning != "source_ts_ms":
+                problems.append((i, ("delete: soft needs versioning: source_ts_ms (the deleted time is the delete's "
+                                     "source time, which a version from kafka_offset does not hold)")))
+            elif self.truncate == "apply":
+                problems.append((i, ("delete: soft with truncate: apply is not supported yet (a TRUNCATE deletes the "
+                                     "rows it removes): use delete: hard, or truncate: ignore or dlq")))
+        if problems:
+            raise ValidationError.from_exception_data("PipelineConfig", [InitErrorDetails(
+                type=PydanticCustomError("value_error", message), loc=("sinks", i, "delete"), input="soft")
+                for i, message in problems])
+        return self
 
     @model_validator(mode="after")
     def _cross_checks(self) -> PipelineConfig:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 
@@ -35,3 +36,11 @@ ConnId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,250}$")]
 class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+
+
+def field_errors(model: str, problems: list[tuple[tuple[str | int, ...], str, Any]]) -> ValidationError:
+    """A cross-field check's problems, each reported on its own field ((field path, message, value)):
+    raised from a model validator, the config's errors name the field and its line, not the model."""
+    return ValidationError.from_exception_data(model, [
+        InitErrorDetails(type=PydanticCustomError("value_error", message), loc=loc, input=value)
+        for loc, message, value in problems])

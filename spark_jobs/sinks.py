@@ -151,7 +151,8 @@ def derive_mysql(cfg: MySqlSinkConfig, table: str, schema: T.StructType) -> MySq
     names = {c["name"] for c in columns}
     columns += [{"name": f.name, "type": mysql_type(f.dataType, f.name in pk)}
                 for f in value_t.fields if f.name not in names]
-    data = {**cfg.model_dump(), "table": table, "columns": columns, "primary_key": pk}
+    data = {**cfg.model_dump(), "table": table, "columns": columns, "primary_key": pk,
+            "ignore_null_updates": _present(cfg.ignore_null_updates, [c["name"] for c in columns], pk)}
     try:
         return MySqlSinkConfig.model_validate(data)
     except ValidationError as exc:
@@ -317,7 +318,8 @@ def derive_from_connect(target: SinkTarget, table: str, descriptions: list[str],
                           f"({list(columns)})")
     data = {**cfg.model_dump(), "table": table, "primary_key": pk,
             "columns": [{"name": c["name"], "type": c["type"], "nullable": c["nullable"] and c["name"] not in pk}
-                        for c in columns.values()]}
+                        for c in columns.values()],
+            "ignore_null_updates": _present(cfg.ignore_null_updates, list(columns), pk)}
     try:
         return MySqlSinkConfig.model_validate(data)
     except ValidationError as exc:
@@ -325,11 +327,17 @@ def derive_from_connect(target: SinkTarget, table: str, descriptions: list[str],
         raise ConfigError(f"sink {cfg.name!r}: cannot create table {table!r} from the record schema: {problems}") from None
 
 
+def _present(listed: list[str], columns: list[str], key: list[str]) -> list[str]:
+    """A routed sink's ``ignore_null_updates`` for one of its tables: the listed columns it has."""
+    return [c for c in listed if c in columns and c not in key]
+
+
 def _existing_table(target: SinkTarget, table: str) -> tuple[dict[str, dict[str, Any]], list[str]]:
     from connectors.mysql.sink import existing_columns  # noqa: PLC0415
 
     cfg = target.config
-    found = existing_columns(target.url, table)
+    assert isinstance(cfg, MySqlSinkConfig)
+    found = existing_columns(target.url, table, [cfg.deleted_column] if cfg.delete == "soft" else [])
     if found is None:
         raise ConfigError(f"sink {cfg.name!r}: table {table!r} does not exist and this window's changes of it carry "
                           "no Connect schema to create it from (schemas.enable=false, or only deletes): declare the "

@@ -180,6 +180,7 @@ def _write_sinks(spark: SparkSession, job: WindowJob, per_sink: list[tuple[Any, 
     per target, submitted from its own thread; every job finishes before the first error is raised.
     Exactly-once: the offset sink writes last, once every other sink and the DLQ have succeeded."""
     from spark_jobs.debezium import latest_per_key  # noqa: PLC0415
+    from spark_jobs.partial import fill_kept_frame  # noqa: PLC0415
 
     small = result.records <= SMALL_WINDOW
     commit = job.offset_commit(result.ends)
@@ -202,6 +203,7 @@ def _write_sinks(spark: SparkSession, job: WindowJob, per_sink: list[tuple[Any, 
         keys = kind.key_columns(target.config)
         if small:  # one task: a single partition already satisfies the per-key window, so no shuffle
             projected = projected.coalesce(1)
+        projected = fill_kept_frame(projected, target.config, keys)  # partial changes: their key's earlier values
         # a target that reports its own errors: what does not fit never wins its key, the writer dead-letters it
         latest = latest_per_key(projected, keys, keep_unfit=_target_key(target) in own_targets) if keys else projected
         if holds_offsets:  # exactly-once: the window's one transaction is written by one task

@@ -7,9 +7,12 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from connectors.models import ConnId, Duration, StrictModel
+from connectors.models import ConnId, Duration, StrictModel, field_errors
+from connectors.partial import DEBEZIUM_UNAVAILABLE, placeholder_bytes
 
 _INDEX = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+METADATA_FIELDS = frozenset({"_id", "_index", "_source", "_routing", "_version", "_seq_no", "_primary_term", "_ignored",
+                             "_field_names", "_doc_count", "_tier", "_meta", "_data_stream_timestamp"})
 
 
 class ElasticsearchSinkConfig(StrictModel):
@@ -33,6 +36,38 @@ class ElasticsearchSinkConfig(StrictModel):
     max_retries: int = Field(default=5, ge=0, le=20)
     retry_backoff: Duration = 0.5
     request_timeout: Duration = 30.0
+    delete: Literal["hard", "soft"] = Field(
+        default="hard", description="hard: a delete removes the document; soft: the document stays and "
+        "deleted_field is set to the delete's source time (ISO 8601, UTC); a newer change of the key clears it "
+        "(docs/soft-deletes.md).")
+    deleted_field: str = Field(default="__deleted_at", min_length=1, max_length=255,
+                               description="delete: soft: the document field that holds the delete's source time.")
+    unavailable_value: str | None = Field(
+        default=DEBEZIUM_UNAVAILABLE, min_length=1, description="A value that stands for one the source did not send "
+        "(Debezium's unavailable.value.placeholder for unchanged TOASTed PostgreSQL columns): such a field keeps "
+        "the value the stored document holds. Default for Debezium sources; null: every value is written as it is.")
+    ignore_null_updates: list[str] = Field(
+        default_factory=list, description="Document fields where a null keeps the value the stored document holds "
+        "(an update of binlog_row_image=MINIMAL, whose after image has only the key and the changed columns).")
+
+    @field_validator("unavailable_value")
+    @classmethod
+    def _placeholder(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                placeholder_bytes(value)
+            except ValueError:
+                raise ValueError(f"expected a placeholder text, or hex: followed by hexadecimal octets (as "
+                                 f"Debezium's unavailable.value.placeholder takes it); got {value!r}") from None
+        return value
+
+    @field_validator("deleted_field")
+    @classmethod
+    def _deleted_field(cls, value: str) -> str:
+        if "." in value or not value.strip() or value in METADATA_FIELDS:
+            raise ValueError("expected a top-level document field name (no '.', not one of Elasticsearch's metadata "
+                             f"fields {', '.join(sorted(METADATA_FIELDS))}); got {value!r}")
+        return value
 
     @field_validator("index")
     @classmethod
@@ -52,4 +87,21 @@ class ElasticsearchSinkConfig(StrictModel):
                              "unless key_ignore is true")
         if self.key_ignore and self.id_fields:
             raise ValueError("id_fields and key_ignore: true exclude each other")
+        listed = self.ignore_null_updates
+        problems: list[tuple[tuple[str | int, ...], str, Any]] = []
+        repeated = sorted({f for f in listed if listed.count(f) > 1})
+        if repeated:
+            problems.append((("ignore_null_updates",), f"each field once, repeated: {repeated}", listed))
+        ids = [f for f in listed if f in self.id_fields]
+        if ids:
+            problems.append((("ignore_null_updates",), f"{ids} form the document id, which always has a value", listed))
+        if self.delete == "soft" and self.key_ignore:
+            problems.append((("delete",), ("delete: soft needs documents keyed by the record (key_ignore: true appends "
+                                           "every change as a document of its own: there is no document to mark "
+                                           "deleted)"), self.delete))
+        if self.delete == "soft" and self.deleted_field in self.id_fields:
+            problems.append((("deleted_field",), "expected a field that is not part of the document id",
+                             self.deleted_field))
+        if problems:
+            raise field_errors("ElasticsearchSinkConfig", problems)
         return self

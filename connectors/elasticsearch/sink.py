@@ -18,6 +18,10 @@
   ``fail`` they are returned as failed records (DLQ with tolerance all, else the window fails). A
   rejected delete or tombstone is always a failed record: skipped, it would let a replay bring the
   document back.
+* ``delete: soft`` and partial updates (connectors/elasticsearch/documents.py): a soft delete
+  indexes the stored document with the delete's time and version; an upsert that keeps some stored
+  values indexes the stored document with its fields laid over it, at its version. Both read the
+  stored documents in one mget before the bulk request.
 * ``truncate: apply`` (:meth:`ElasticsearchSink.truncate`): a TRUNCATE of the source table at version
   V raises the index's TRUNCATE mark (a document of ``cdcflow-tombstones`` whose external version is
   V) and deletes the index's documents older than V by versioned deletes, so a newer document
@@ -26,21 +30,21 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from connectors.base import Change, FailedRecord, SinkStats, newest_per_key
 from connectors.elasticsearch.config import ElasticsearchSinkConfig
+from connectors.elasticsearch.documents import STORED_ANSWER, TOMBSTONES, Item, items_for, resolve, tombstone_id
 from connectors.errors import ConfigError, SinkUnavailable
+from connectors.partial import PartialRule
 
 log = logging.getLogger(__name__)
 
-TOMBSTONES = "cdcflow-tombstones"
+__all__ = ["TOMBSTONES", "ElasticsearchSink", "tombstone_id"]  # tombstone_id: the fault campaign reads tombstones
 TOMBSTONE_FIELDS = {"index": {"type": "keyword"}, "deleted_at": {"type": "date", "format": "epoch_millis"}}
 RETRY_STATUS = frozenset({429, 502, 503, 504})
 # Only what the sink reads of a bulk or mget answer: per item its status (and error), per document
@@ -50,18 +54,6 @@ BULK_ANSWER = ["items.*.status", "items.*.error"]
 MGET_ANSWER = ["docs._index", "docs._id", "docs.found", "docs._version"]  # _index, _id: no doc is left empty
 TRUNCATE_ID = "\x00truncate"  # the TRUNCATE mark's tombstone id (a document id never starts with NUL)
 SCAN_PAGE = 1_000
-
-
-@dataclass
-class _Item:
-    change: Change
-    kind: str  # "index" | "delete" | "tombstone"
-    lines: bytes
-
-
-def tombstone_id(index: str, doc_id: str) -> str:
-    raw = f"{index}|{doc_id}"
-    return raw if len(raw.encode()) <= 512 else hashlib.sha1(raw.encode()).hexdigest()
 
 
 class ElasticsearchSink:
@@ -78,7 +70,8 @@ class ElasticsearchSink:
         self.url = url
         self.auth = auth
         self.stats = SinkStats()
-        self._pending: list[_Item] = []
+        self.rule = PartialRule.of(cfg, never=cfg.id_fields)  # the values that keep the stored ones
+        self._pending: list[Item] = []
         self._pending_bytes = 0
         self._known_indices: set[str] = set()
         self._client: Any = None
@@ -137,40 +130,27 @@ class ElasticsearchSink:
             self._client = None
 
     # -- building actions --------------------------------------------------------------------------
-    def _items(self, change: Change) -> list[_Item]:
-        index, doc_id = change.key
-        if change.op == "upsert":
-            meta: dict[str, Any] = {"_index": index, "_id": doc_id}
-            if not self.cfg.key_ignore:
-                meta.update(version=change.version, version_type="external_gte")
-            doc = change.values["doc"]
-            if index in self._left_out:  # schema_changes ignore: the index keeps the fields it has
-                doc = json.dumps({k: v for k, v in json.loads(doc).items() if k not in self._left_out[index]})
-            return [_Item(change, "index", json.dumps({"index": meta}).encode() + b"\n" + doc.encode() + b"\n")]
-        versioned = {"_id": doc_id, "version": change.version, "version_type": "external_gte"}
-        tomb = {"_index": TOMBSTONES, "_id": tombstone_id(index, doc_id), "version": change.version,
-                "version_type": "external_gte"}
-        return [
-            _Item(change, "delete", json.dumps({"delete": {"_index": index, **versioned}}).encode() + b"\n"),
-            _Item(change, "tombstone", json.dumps({"index": tomb}).encode() + b"\n"
-                  + json.dumps({"index": index, "id": doc_id, "deleted_at": int(time.time() * 1000)}).encode()
-                  + b"\n"),
-        ]
+    def _items(self, change: Change) -> list[Item]:
+        return items_for(change, self.cfg, self.rule, self._left_out)
 
     # -- sending -----------------------------------------------------------------------------------
     def _send(self) -> list[FailedRecord]:
         items, self._pending, self._pending_bytes = self._pending, [], 0
+        items, missing = resolve(items, self.cfg, lambda docs: self._call(
+            "reading the documents that soft deletes and partial changes keep", lambda: self._client.mget(
+                docs=docs, filter_path=STORED_ANSWER))["docs"])
+        self.stats.unchanged += missing  # a soft delete of a document the index does not hold
         items = self._drop_held(items)
         # a bulk delete creates a missing index too, with a dynamic mapping: so before deletes as well
         for index in {i.change.key[0] for i in items if i.kind in ("index", "delete")}:
-            self._ensure_index(index, self._mappings.get(index, self.cfg.mapping), self.cfg.settings)
+            self._ensure_index(index, self._with_deleted(self._mappings.get(index, self.cfg.mapping)), self.cfg.settings)
         failed: list[FailedRecord] = []
         attempt = 0
         while items:
             body = b"".join(i.lines for i in items)
             response = self._call("sending a bulk request", lambda body=body: self._client.bulk(
                 operations=body, filter_path=BULK_ANSWER))
-            retry: list[_Item] = []
+            retry: list[Item] = []
             last_error: dict[str, Any] = {}
             for item, result in zip(items, response["items"], strict=True):
                 outcome = next(iter(result.values()))
@@ -179,7 +159,7 @@ class ElasticsearchSink:
                     if item.kind == "index":
                         self.stats.upserted += 1
                         self.stats.count(item.change.key[0], upserted=1)
-                    elif item.kind == "delete":
+                    elif item.kind in ("delete", "soft"):
                         self.stats.deleted += 1
                         self.stats.count(item.change.key[0], deleted=1)
                 elif status == 409:
@@ -201,7 +181,13 @@ class ElasticsearchSink:
             items = retry
         return failed
 
-    def _malformed(self, item: _Item, error: dict[str, Any]) -> list[FailedRecord]:
+    def _with_deleted(self, mapping: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A created index's mapping with the soft delete's field as a date (a dynamic mapping finds it)."""
+        if self.cfg.delete != "soft" or mapping is None or self.cfg.deleted_field in mapping.get("properties", {}):
+            return mapping
+        return {**mapping, "properties": {**mapping.get("properties", {}), self.cfg.deleted_field: {"type": "date"}}}
+
+    def _malformed(self, item: Item, error: dict[str, Any]) -> list[FailedRecord]:
         etype, reason = str(error.get("type", "unknown")), str(error.get("reason", ""))
         caused = error.get("caused_by") or {}
         if caused:
@@ -225,8 +211,8 @@ class ElasticsearchSink:
                                    extra_headers=(("__cdcflow.errors.es.type", etype.encode()),
                                                   ("__cdcflow.errors.es.reason", reason.encode())))]
 
-    def _drop_held(self, items: list[_Item]) -> list[_Item]:
-        """Skip the index actions whose change the index already holds or has passed, counted: stale
+    def _drop_held(self, items: list[Item]) -> list[Item]:
+        """Skip the index actions (and soft deletes) whose change the index already holds or has passed, counted: stale
         when not newer than their document's tombstone (no resurrection), their index's TRUNCATE mark
         or the document's version; unchanged when the document has their version and the same
         source. One mget for all of it (a second, of the sources, only for equal versions: replays).
@@ -234,7 +220,7 @@ class ElasticsearchSink:
         sent: ``external_gte`` replaces it."""
         if self.cfg.key_ignore:
             return items
-        indexed = [i for i in items if i.kind == "index"]
+        indexed = [i for i in items if i.kind in ("index", "soft")]  # a soft delete indexes the stored document
         if not indexed:
             return items
         tombs = [tombstone_id(*i.change.key) for i in indexed]
@@ -248,10 +234,12 @@ class ElasticsearchSink:
         held = [d.get("_version") if d.get("found") else None for d in found[len(dead_ids):]]
         floor = {index: dead.get(mark, -1) for index, mark in marks.items()}
         skip: set[int] = set()
-        equal: list[_Item] = []
+        equal: list[Item] = []
         for item, tomb, version in zip(indexed, tombs, held, strict=True):
             v = item.change.version
-            if max(dead.get(tomb, -1), floor[item.change.key[0]]) >= v or (version is not None and version > v):
+            # a soft delete's own tombstone has its version: a replay of it meets it, and is compared below
+            tombstoned = dead.get(tomb, -1) > v if item.kind == "soft" else dead.get(tomb, -1) >= v
+            if tombstoned or floor[item.change.key[0]] >= v or (version is not None and version > v):
                 self.stats.stale += 1
                 skip.add(id(item))
             elif version == v:

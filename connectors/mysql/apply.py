@@ -7,6 +7,10 @@
   (connectors/mysql/bulk.py) into temporary tables with the target's column types, then one
   ``INSERT … SELECT … ON DUPLICATE KEY UPDATE`` with the version guard, one ``DELETE … JOIN`` and one
   tombstone ``INSERT … SELECT``: no per-row Python.
+
+Soft deletes and partial updates (connectors/mysql/sql.py) take the same paths: a soft delete is the
+delete statement's ``UPDATE`` form; the upserts that keep some columns' stored values are applied by
+one statement per set of kept columns (connectors/partial.py), the others by the plain one.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from connectors.mysql.config import MySqlSinkConfig
 from connectors.mysql.sql import (
     DELETE_STAGE,
     HASH_COLUMN,
+    KEEP_CODE_SEPARATOR,
+    KEPT_COLUMN,
     KEY_JSON_COLUMN,
     TOMBSTONES,
     UPSERT_STAGE,
@@ -68,12 +74,11 @@ def apply_rows(conn: sa.Connection, sql: Statements, batch: list[Change], newest
         stats.stale += len(upserts) - len(live)
         if live:
             held = _held(conn, sql, live)
-            affected = conn.exec_driver_sql(sql.upsert_sql, [
-                (*(c.values.get(col) for col in sql.columns), c.version) for c in live]).rowcount
+            affected = _upsert_rows(conn, sql, live)
             count_upserts(stats, len(live), sum(v is not None and v > c.version for v, c in zip(held, live, strict=True)),
                           sum(v is not None for v in held), affected)
     if deletes:
-        gone = conn.exec_driver_sql(sql.delete_sql, [(*c.key, c.version) for c in deletes]).rowcount
+        gone = conn.exec_driver_sql(sql.delete_sql, [sql.delete_params(c.key, c.version) for c in deletes]).rowcount
         # after the deletes, before their tombstones: a row still there is newer than its delete
         held, tombs = _held(conn, sql, deletes), _tombstoned(conn, sql, deletes)
         kept = sum((v is not None and v > c.version) or (v is None and t is not None and t > c.version)
@@ -82,6 +87,24 @@ def apply_rows(conn: sa.Connection, sql: Statements, batch: list[Change], newest
             (sql.cfg.table, *key_hash(c.key), c.version) for c in deletes])
         count_deletes(stats, len(deletes), gone, kept)
     return stats
+
+
+def _upsert_rows(conn: sa.Connection, sql: Statements, live: list[Change]) -> int:
+    """The upserts, as MySQL counts their affected rows: those that keep no stored value in one
+    multi-row statement, the others by the statement of the columns they keep (sql.partial_upsert_sql)."""
+    by_kept: dict[frozenset[str], list[Change]] = {}
+    for change in live:
+        by_kept.setdefault(sql.kept(change.values), []).append(change)
+    affected = 0
+    for kept, changes in by_kept.items():
+        if not kept:
+            affected += conn.exec_driver_sql(sql.upsert_sql, [
+                (*(c.values.get(col) for col in sql.columns), c.version) for c in changes]).rowcount
+            continue
+        written = [col for col in sql.columns if col not in kept]
+        affected += conn.exec_driver_sql(sql.partial_upsert_sql(kept), [
+            (*(c.values.get(col) for col in written), c.version, *c.key) for c in changes]).rowcount
+    return affected
 
 
 LOOKUP_CHUNK = 500  # keys per lookup statement (a scalar subquery each)
@@ -186,13 +209,18 @@ def newest_rows(table: pa.Table, keys: list[str]) -> tuple[pa.Table, int]:
 def _upsert_set(cursor: Any, sql: Statements, upserts: pa.Table, newest_tombstone: int | None,
                 payload_bytes: int, stats: SinkStats) -> None:
     columns = [upserts.column(f"c_{i}") for i in range(len(sql.columns))] + [upserts.column("version")]
+    names = [*sql.columns, VERSION_COLUMN]
+    codes, masks = kept_codes(sql, upserts)  # None: no upsert keeps a stored value (the usual set)
+    if codes is not None:  # a kept value is staged as NULL, and each row says which columns it keeps
+        columns = [_null_where(masks[i], col) if i in masks else col for i, col in enumerate(columns)] + [codes]
+        names.append(KEPT_COLUMN)
     guarded = newest_tombstone is not None and pc.min(upserts.column("version")).as_py() <= newest_tombstone
     if guarded:  # a tombstone may be newer than some of these: look them up in the join
         columns.append(pa.array([h.hex() for h, _text in key_hashes(key_parts(upserts, sql))], pa.string()))
-    cursor.execute(sql.stage_sql)
+        names.append(HASH_COLUMN)
+    cursor.execute(sql.stage_sql if codes is None else sql.stage_partial_sql)
     started = time.perf_counter()
-    load(cursor, UPSERT_STAGE, [*sql.columns, VERSION_COLUMN] + ([HASH_COLUMN] if guarded else []), columns,
-         payload_bytes)
+    load(cursor, UPSERT_STAGE, names, columns, payload_bytes)
     started = lap(stats, "load_s", started)
     tombstoned = 0
     if guarded:
@@ -200,10 +228,42 @@ def _upsert_set(cursor: Any, sql: Statements, upserts: pa.Table, newest_tombston
         tombstoned = int(cursor.fetchone()[0])
     cursor.execute(sql.set_held_sql(guarded))  # what the table holds of these keys, before
     newer, present = cursor.fetchone()
-    cursor.execute(sql.set_upsert_live_sql if guarded else sql.set_upsert_sql)
+    if codes is None:
+        cursor.execute(sql.set_upsert_live_sql if guarded else sql.set_upsert_sql)
+        affected = cursor.rowcount
+    else:  # one statement per set of kept columns
+        affected = 0
+        for code in pc.unique(codes).to_pylist():
+            kept = frozenset(sql.data_columns_at(code))
+            cursor.execute(sql.partial_upsert_sql(kept, staged=True, guarded=guarded, code=code))
+            affected += cursor.rowcount
     stats.stale += tombstoned
-    count_upserts(stats, upserts.num_rows - tombstoned, int(newer or 0), int(present), cursor.rowcount)
+    count_upserts(stats, upserts.num_rows - tombstoned, int(newer or 0), int(present), affected)
     lap(stats, "upsert_s", started)
+
+
+def kept_codes(sql: Statements, upserts: pa.Table) -> tuple[pa.Array | None, dict[int, pa.Array]]:
+    """Per upsert, the indices of the columns whose values keep the stored ones, each followed by
+    ``KEEP_CODE_SEPARATOR`` ('' for none), and each such column's mask; (None, {}) when no upsert
+    keeps any (connectors/partial.py)."""
+    if not sql.rule.active:
+        return None, {}
+    masks = {}
+    for i, name in enumerate(sql.columns):
+        mask = sql.rule.kept(name, upserts.column(f"c_{i}"))
+        if mask is not None and pc.any(mask).as_py():
+            masks[i] = mask
+    if not masks:
+        return None, {}
+    parts = [pc.if_else(mask, f"{i}{KEEP_CODE_SEPARATOR}", "") for i, mask in masks.items()]
+    return (parts[0] if len(parts) == 1 else pc.binary_join_element_wise(*parts, "")), masks
+
+
+def _null_where(mask: pa.Array, column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """A staged column with its kept values (the placeholder, a kept null) as NULL: the statement
+    reads the stored value in their place."""
+    values = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    return pc.if_else(mask, pa.nulls(len(values), values.type), values)
 
 
 def _delete_set(cursor: Any, sql: Statements, deletes: pa.Table, payload_bytes: int, stats: SinkStats) -> None:

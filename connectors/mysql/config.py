@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from connectors.models import ConnId, Identifier, StrictModel
+from connectors.models import ConnId, Identifier, StrictModel, field_errors
 from connectors.mysql.types import EXPECTED as MYSQL_TYPES
 from connectors.mysql.definitions import (
     ColumnDefinition,
@@ -23,6 +23,7 @@ from connectors.mysql.types import (
     TypeSyntaxError,
     parse_type,
 )
+from connectors.partial import DEBEZIUM_UNAVAILABLE, placeholder_bytes
 
 # what a declared column's ``encoding`` may be, by the kind of column (for values without a schema)
 ENCODINGS = {"binary": ("base64", "hex", "text"), "decimal": ("base64", "text"), "date": ("days", "text"),
@@ -194,6 +195,59 @@ class MySqlSinkConfig(StrictModel):
         "rows: multi-row upserts of batch_size rows.")
     set_rows: int = Field(default=50_000, ge=100, le=1_000_000,
                           description="Changes per set-based transaction (apply: set).")
+    delete: Literal["hard", "soft"] = Field(
+        default="hard", description="hard: a delete removes the row; soft: the row stays and deleted_column is set "
+        "to the delete's source time (UTC); a newer change of the key clears it (docs/soft-deletes.md).")
+    deleted_column: Identifier = Field(
+        default="__deleted_at", description="delete: soft: the DATETIME(3) column that holds the delete's source time "
+        "(NULL for a live row); added to the table.")
+    unavailable_value: str | None = Field(
+        default=DEBEZIUM_UNAVAILABLE, min_length=1, description="A value that stands for one the source did not send "
+        "(Debezium's unavailable.value.placeholder for unchanged TOASTed PostgreSQL columns): such a column keeps "
+        "the value the row holds. Default for Debezium sources; null: every value is written as it is.")
+    ignore_null_updates: list[Identifier] = Field(
+        default_factory=list, description="Columns where a null keeps the value the row holds (an update of "
+        "binlog_row_image=MINIMAL, whose after image has only the key and the changed columns).")
+
+    @field_validator("unavailable_value")
+    @classmethod
+    def _placeholder(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                placeholder_bytes(value)
+            except ValueError:
+                raise ValueError(f"expected a placeholder text, or hex: followed by hexadecimal octets (as "
+                                 f"Debezium's unavailable.value.placeholder takes it); got {value!r}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _partial_and_soft(self) -> MySqlSinkConfig:
+        listed = self.ignore_null_updates
+        problems: list[tuple[tuple[str | int, ...], str, Any]] = []
+        repeated = sorted({c for c in listed if listed.count(c) > 1})
+        if repeated:
+            problems.append((("ignore_null_updates",), f"each column once, repeated: {repeated}", listed))
+        keys = [c for c in listed if c in self.primary_key]
+        if keys:
+            problems.append((("ignore_null_updates",), f"{keys} are primary key columns, which always have a value",
+                             listed))
+        names = [c.name for c in self.columns]
+        unknown = [c for c in listed if c not in names]
+        if self.columns and unknown:
+            problems.append((("ignore_null_updates",), f"expected columns of this sink {names}; {unknown} are not",
+                             listed))
+        taken = {n.lower() for n in names} | {"__cdc_version", *KAFKA_PK_COLUMNS}
+        if self.delete == "soft" and self.deleted_column.lower() in taken:
+            problems.append((("deleted_column",), ("expected a column the table does not have otherwise (it holds the "
+                                                   "delete time); this one is a column of the sink or cdcflow's own"),
+                             self.deleted_column))
+        if self.delete == "soft" and self.pk_mode == "kafka":
+            problems.append((("delete",), ("delete: soft needs rows keyed by the record (pk_mode kafka appends every "
+                                           "change as a row of its own: there is no row to mark deleted)"),
+                             self.delete))
+        if problems:
+            raise field_errors("MySqlSinkConfig", problems)
+        return self
 
     @model_validator(mode="after")
     def _keys_are_columns(self) -> MySqlSinkConfig:

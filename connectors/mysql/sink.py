@@ -9,6 +9,8 @@
 * Re-applying a window is therefore a no-op, and so is replaying an older one.
 * A batch that MySQL rejects for its data is retried row by row; the rows it still rejects are
   returned as failed records (they go to the DLQ). Connection and server failures raise.
+* ``delete: soft`` and partial updates (``unavailable_value``, ``ignore_null_updates``) are statements
+  of the same paths under the same guard (connectors/mysql/sql.py, docs/soft-deletes.md).
 Identifiers are always quoted.
 
 Two ways to apply, with the same guarantees (``apply`` in the sink config):

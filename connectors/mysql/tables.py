@@ -26,6 +26,7 @@ from connectors.mysql.sql import (
     VERSION_COLUMN,
     Statements,
     column_sql,
+    deleted_column_sql,
     quote,
 )
 
@@ -38,9 +39,9 @@ def run_ddl(conn: sa.Connection, statement: str) -> None:
     conn.exec_driver_sql(statement.replace("%", "%%"))
 
 
-def existing_columns(url: str, table: str) -> tuple[list[dict[str, Any]], list[str]] | None:
-    """A table's columns ({name, type, nullable}, without cdcflow's own) and primary key, as MySQL
-    has them; None when the table does not exist."""
+def existing_columns(url: str, table: str, own: Sequence[str] = ()) -> tuple[list[dict[str, Any]], list[str]] | None:
+    """A table's columns ({name, type, nullable}, without cdcflow's own: the version, and ``own``,
+    e.g. a soft delete's column) and primary key, as MySQL has them; None when the table does not exist."""
     engine = sa.create_engine(url, poolclass=NullPool, connect_args={"connect_timeout": 10})
     try:
         with engine.connect() as conn:
@@ -52,7 +53,8 @@ def existing_columns(url: str, table: str) -> tuple[list[dict[str, Any]], list[s
     if found is None:
         return None
     columns, key = found
-    return [{"name": c.name, "type": c.type, "nullable": c.nullable} for c in columns if c.name != VERSION_COLUMN], key
+    skip = {VERSION_COLUMN.lower(), *(n.lower() for n in own)}
+    return [{"name": c.name, "type": c.type, "nullable": c.nullable} for c in columns if c.name.lower() not in skip], key
 
 
 def _existing(conn: sa.Connection, tables: Sequence[str]) -> dict[str, tuple[list[evolution.Column], list[str]]]:
@@ -95,6 +97,12 @@ def _check_table(conn: sa.Connection, cfg: MySqlSinkConfig, have: set[str] | Non
     if not have:
         raise ConfigError(f"sink {cfg.name!r}: table {cfg.table!r} does not exist; create it or "
                           "set create_table: true")
+    if cfg.delete == "soft" and cfg.deleted_column.lower() not in have:
+        if not (cfg.create_table or cfg.auto_evolve):
+            raise ConfigError(f"sink {cfg.name!r}: table {cfg.table!r} lacks the soft delete's column "
+                              f"{cfg.deleted_column!r}; add it with: ALTER TABLE {quote(cfg.table)} ADD COLUMN "
+                              f"{deleted_column_sql(cfg.deleted_column)} (or set create_table or auto_evolve: true)")
+        run_ddl(conn, f"ALTER TABLE {quote(cfg.table)} ADD COLUMN {deleted_column_sql(cfg.deleted_column)}")
     missing = [c for c in [*(c.name for c in cfg.columns), VERSION_COLUMN] if c.lower() not in have]
     evolvable = [c for c in cfg.columns if c.name in missing and c.name not in cfg.primary_key]
     if missing and cfg.auto_evolve and len(evolvable) == len(missing):
@@ -187,7 +195,8 @@ def _evolve(conn: sa.Connection, cfg: MySqlSinkConfig, existing: tuple[list[evol
             pipeline: str, generic: Mapping[str, str] | None = None) -> MySqlSinkConfig:
     columns, key = existing
     found = evolution.changes(cfg.table, [evolution.Column(c.name, c.type, c.nullable) for c in cfg.columns],
-                              cfg.primary_key, columns, key, protected=frozenset({VERSION_COLUMN.lower()}),
+                              cfg.primary_key, columns, key, protected=frozenset(
+                                  {VERSION_COLUMN.lower()} | ({cfg.deleted_column.lower()} if cfg.delete == "soft" else set())),
                               generic=generic)
     apply, ignored = evolution.decide(found, policy, decisions, pipeline)
     for change in apply:

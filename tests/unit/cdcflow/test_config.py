@@ -235,3 +235,73 @@ def test_the_dead_letter_breaker_takes_a_count_a_ratio_or_both(tmp_path: Path) -
         with pytest.raises(ConfigError) as err:
             limit(bad, "none" if says.startswith("max_dead_letters needs") else "all")
         assert "b.yaml" in str(err.value) and "errors" in str(err.value) and says in str(err.value), str(err.value)
+
+
+SOFT_AND_PARTIAL = """\
+name: p
+source: {topics: [a]%s}
+versioning: %s
+sinks:
+  - type: mysql
+    table: t
+    primary_key: [id]
+    columns: [{name: id, type: BIGINT}, {name: body, type: TEXT}, {name: qty, type: INT}]
+    delete: %s
+    deleted_column: %s
+    unavailable_value: %s
+    ignore_null_updates: %s
+  - type: elasticsearch
+    index: d
+    id_fields: [id]
+    delete: soft
+    deleted_field: %s
+    ignore_null_updates: [qty]
+errors: {tolerance: all, dlq_topic: a.dlq}
+"""
+
+
+def _soft(tmp_path: Path, source: str = "", versioning: str = "source_ts_ms", delete: str = "soft",
+          column: str = "__deleted_at", placeholder: str = "__debezium_unavailable_value",
+          listed: str = "[qty]", field: str = "__deleted_at") -> Path:
+    path = tmp_path / "soft.yaml"
+    path.write_text(SOFT_AND_PARTIAL % (source, versioning, delete, column, placeholder, listed, field))
+    return path
+
+
+def test_soft_deletes_and_partial_updates_are_read_with_their_defaults(tmp_path: Path) -> None:
+    cfg = load_pipeline(_soft(tmp_path))
+    mysql, es = cfg.sinks
+    assert (mysql.delete, mysql.deleted_column, mysql.unavailable_value, mysql.ignore_null_updates) == (
+        "soft", "__deleted_at", "__debezium_unavailable_value", ["qty"])
+    assert (es.delete, es.deleted_field, es.unavailable_value) == ("soft", "__deleted_at", "__debezium_unavailable_value")
+    # the placeholder is Debezium's: another format's sinks do not look for it unless told to
+    canal = load_pipeline(_soft(tmp_path, source=", format: canal", placeholder="null"))
+    assert [s.unavailable_value for s in canal.sinks] == [None, None]
+    told = load_pipeline(_soft(tmp_path, source=", format: canal", placeholder="'hex:5f5f'"))
+    assert [s.unavailable_value for s in told.sinks] == ["hex:5f5f", None]
+
+
+@pytest.mark.parametrize(("change", "where", "said"), [
+    ({"delete": "softly"}, "line 9, sinks.0.delete", "expected input should be 'hard' or 'soft'; got 'softly'"),
+    ({"versioning": "kafka_offset"}, "line 9, sinks.0.delete",
+     "delete: soft needs versioning: source_ts_ms (the deleted time is the delete's source time"),
+    ({"column": "body"}, "line 10, sinks.0.deleted_column",
+     "expected a column the table does not have otherwise (it holds the delete time)"),
+    ({"column": "__cdc_version"}, "line 10, sinks.0.deleted_column", "got '__cdc_version'"),
+    ({"placeholder": "'hex:zz'"}, "line 11, sinks.0.unavailable_value",
+     "expected a placeholder text, or hex: followed by hexadecimal octets"),
+    ({"placeholder": "''"}, "line 11, sinks.0.unavailable_value", "at least 1 character"),
+    ({"listed": "[id]"}, "line 12, sinks.0.ignore_null_updates", "['id'] are primary key columns"),
+    ({"listed": "[qty, nope]"}, "line 12, sinks.0.ignore_null_updates",
+     "expected columns of this sink ['id', 'body', 'qty']; ['nope'] are not; got ['qty', 'nope']"),
+    ({"listed": "qty"}, "line 12, sinks.0.ignore_null_updates", "expected input should be a valid list"),
+    ({"field": "a.b"}, "line 17, sinks.1.deleted_field", "expected a top-level document field name"),
+    ({"field": "id"}, "line 17, sinks.1.deleted_field", "expected a field that is not part of the document id"),
+])
+def test_bad_soft_delete_and_partial_update_settings_name_the_file_line_field_and_what_was_expected(
+        tmp_path: Path, change: dict[str, str], where: str, said: str) -> None:
+    path = _soft(tmp_path, **change)
+    with pytest.raises(ConfigError) as exc:
+        load_pipeline(path)
+    msg = str(exc.value)
+    assert msg.startswith(f"{path}: ") and f"{where}: " in msg and said in msg, msg
