@@ -43,7 +43,7 @@ def read_once(spark: object, topic: str, consumer_conf: dict[str, object], ends:
     t0 = time.perf_counter()
     idx = spark.range(0, PARTITIONS, 1, PARTITIONS).select(F.col("id").cast("int").alias("idx"))  # type: ignore[attr-defined]
     # read and decoded in the read tasks, as a window does (the Debezium path)
-    frame = idx.mapInArrow(reader(job, PARTITIONS, decode=True),
+    frame = idx.mapInArrow(reader(job, tuple((r,) for r in ranges), decode=True),
                            f"{RAW_SPARK_SCHEMA}, {DECODED_SPARK_COLUMNS}").localCheckpoint(eager=True)
     seconds = time.perf_counter() - t0
     return frame.count(), seconds

@@ -9,9 +9,10 @@ partition: its end offset, its records, and the bad records per stage.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from connectors import timing
@@ -139,12 +140,68 @@ class Counted(NamedTuple):
 Tally = dict[tuple[str | None, str, int], Counted]  # (bad stage or None for what was read, topic, partition)
 
 
+Pieces = tuple[tuple[ReadRange, ...], ...]  # per read task, the ranges (or pieces of ranges) it reads
+MIN_PIECE = 2_000  # records: a range's rest this close to a task's share is read by that task whole
+
+
+def read_pieces(ranges: tuple[ReadRange, ...], slots: int = 0) -> Pieces:
+    """Per read task, the ranges it reads: task i reads ranges i, i + n, … (:func:`read_tasks`),
+    except in a window whose ranges all end by themselves and that ``slots`` tasks running at once
+    would read in uneven waves (3 partitions on 2 cores: two tasks, then one alone; 1 partition on
+    2 cores: one task). Such a window is read by a multiple of ``slots`` tasks of equal shares, a
+    range cut into consecutive pieces where a share ends (:func:`_linear`). A piece but the last of
+    its range stops at its stop offset or EOF, never at the deadline (``ReadRange.piece``): no
+    offset is left unread behind the next piece, so the window's end per partition is its last
+    piece's. The records of one partition then sit in two tasks, as a key's may today (in two
+    partitions): the version guard, the deletes written after every read task
+    (``project.mysql_deletes``) and the write tasks' reduction across read tasks keep the newer."""
+    tasks = read_tasks(ranges)
+    plain = tuple(tuple(ranges[i::tasks]) for i in range(tasks))
+    if slots < 2 or len(ranges) >= 4 * slots or not ends_by_themselves(ranges):
+        return plain
+    total = sum(max(r.max_records, 0) for r in ranges)
+    even = slots * max(1, len(ranges) // slots)
+    if total < even * MIN_PIECE:
+        return plain
+    share = -(-total // even)
+    if even == tasks and max(sum(max(r.max_records, 0) for r in t) for t in plain) <= share + MIN_PIECE:
+        return plain  # already even
+    return _linear(ranges, even, share)
+
+
+def _linear(ranges: tuple[ReadRange, ...], tasks: int, share: int) -> Pieces:
+    """``ranges`` in order filled into ``tasks`` tasks of ``share`` records, cut where a task is
+    full; a range's pieces go to consecutive tasks, so no task reads two pieces of one partition."""
+    out: list[list[ReadRange]] = [[] for _ in range(tasks)]
+    t = load = 0
+    for r in ranges:
+        start, left = r.start, max(r.max_records, 0)
+        if left == 0:
+            out[t].append(r)
+            continue
+        while left > 0:
+            take = left if t == tasks - 1 or left <= share - load + MIN_PIECE else share - load
+            last = take == left
+            out[t].append(r if start == r.start and last else replace(
+                r, start=start, max_records=take, stop=r.stop if last else start + take,
+                deadline=r.deadline if last else math.inf, piece=not last))
+            start, left, load = start + take, left - take, load + take
+            if load >= share and t < tasks - 1:
+                t, load = t + 1, 0
+    return tuple(tuple(t) for t in out if t)
+
+
+def ends_by_themselves(ranges: tuple[ReadRange, ...]) -> bool:
+    """Every range ends at EOF, a known stop or its budget, never by waiting for new records."""
+    return all(r.stop_on_eof or r.stop is not None for r in ranges)
+
+
 def read_tasks(ranges: tuple[ReadRange, ...]) -> int:
     """How many Spark tasks read the window: one per partition range, except that a small window
     whose ranges all end by themselves (at EOF, a known stop or their budget, never by waiting for
     new records) is read by fewer tasks, one after another: a task costs more to schedule (~0.1 s)
     than reading a few thousand records takes."""
-    if not all(r.stop_on_eof or r.stop is not None for r in ranges):
+    if not ends_by_themselves(ranges):
         return len(ranges)  # a range that waits until the deadline must not delay the next one
     planned = sum(max(r.max_records, 0) for r in ranges)
     return max(1, min(len(ranges), -(-planned // RECORDS_PER_READ_TASK)))

@@ -22,7 +22,7 @@ from connectors.mysql.config import MySqlSinkConfig
 from spark_jobs import row_transforms
 from spark_jobs.blobs import BAD, CHANGES, DELETES, ROWS, TALLY, bucketed, pack, packed
 from spark_jobs.dead_letters import first_per_record, send_first
-from spark_jobs.job import MAX_EXAMPLES, TRUNCATE_TO_DLQ, WindowJob
+from spark_jobs.job import MAX_EXAMPLES, TRUNCATE_TO_DLQ, Pieces, WindowJob
 from spark_jobs.partial import fill_kept
 from spark_jobs.prepare import is_static, mapped_by_records
 from spark_jobs.read import reader
@@ -204,14 +204,15 @@ def truncate_policy(job: WindowJob, decoded: pa.Table) -> pa.Table:
     return decoded.set_column(decoded.schema.get_field_index("error_stage"), "error_stage", stage)
 
 
-def read_task(job: WindowJob, tasks: int, early: dict[str, SinkTarget] | None = None,
+def read_task(job: WindowJob, pieces: Pieces, early: dict[str, SinkTarget] | None = None,
               ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The default path's read task: its partition ranges read and decoded (spark_jobs/read.py),
     ``truncate`` applied, then :func:`sort_out` by target. The ``early`` targets (prepared before the
     read: ``prepare.early_targets``) it writes itself, after sending its dead letters (but an index
     mapped from the records, unless they are :func:`schemaless`: ``handed`` on); the others' rows, and
     the dead letters when no target is early, it packs for the driver. Last, its tally."""
-    decode = reader(job, tasks, decode=True, typed=True)
+    decode = reader(job, pieces, decode=True, typed=True)
+    tasks = len(pieces)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         batches = list(batches)

@@ -10,11 +10,11 @@ import pyarrow as pa
 from connectors import faults
 from connectors.kafka.reader import KafkaRangeReader
 from spark_jobs.decode import as_maps, change_decoder
-from spark_jobs.job import WindowJob
+from spark_jobs.job import Pieces, WindowJob
 
 
-def reader(job: WindowJob, tasks: int, decode: bool = False,
-            typed: bool = False) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def reader(job: WindowJob, pieces: Pieces, decode: bool = False,
+           typed: bool = False) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The read task; with ``decode``, it also decodes what it read into changes, by the pipeline's
     source.format (connectors/formats.py: values read by their schema, or by the declared columns).
     The images stay typed with ``typed`` (the records stay in the worker: spark_jobs/window.py);
@@ -24,7 +24,7 @@ def reader(job: WindowJob, tasks: int, decode: bool = False,
         decoder = change_decoder(job) if decode else None
         for batch in batches:
             for idx in batch.column("idx").to_pylist():
-                ranges = list(job.ranges[idx::tasks])  # several only in a small window (read_tasks)
+                ranges = list(pieces[idx])  # several in a small window, or a split one (job.read_pieces)
                 for raw in reader.read_ranges(ranges, midway=lambda: faults.checkpoint("during_read", job.faults)):
                     if decoder is None:
                         yield raw

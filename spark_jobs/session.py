@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import re
 import sys
 from typing import TYPE_CHECKING
 
@@ -175,6 +176,22 @@ def _opened(cls: type[SparkSession], target: str, app_name: str) -> SparkSession
         _close_client(spark)  # not handed out: closed now, so that it calls nothing at exit
         raise
     return spark
+
+
+def read_slots(spark: SparkSession) -> int:
+    """How many read tasks run at once (``job.read_pieces``): N of ``local[N]``, this machine's cores
+    for ``local[*]`` (the session runs here, or on a Spark Connect server that it starts on this
+    machine), else ``spark.cores.max`` or ``spark.default.parallelism`` when set; 0 (unknown: a
+    window's ranges are not split) otherwise."""
+    master = spark.conf.get("spark.master", None) or ""
+    local = re.fullmatch(r"local\[(\d+|\*)(?:,\s*\d+)?\]", master)
+    if local:
+        return (os.cpu_count() or 1) if local.group(1) == "*" else int(local.group(1))
+    for key in ("spark.cores.max", "spark.default.parallelism"):
+        value = spark.conf.get(key, None)
+        if value and value.isdigit():
+            return int(value)
+    return 1 if master == "local" else 0
 
 
 def describe(spark: SparkSession) -> str:

@@ -33,7 +33,7 @@ from spark_jobs.job import (
     count_written,
     ends_of,
     read_result,
-    read_tasks,
+    read_pieces,
 )
 from spark_jobs.read import reader
 from spark_jobs.session import activate
@@ -109,13 +109,14 @@ def _decoded(spark: SparkSession, job: WindowJob, checkpoint: Checkpoints,
     the read tasks (its ends come from its tally later: empty here)."""
     from pyspark.sql import functions as F  # noqa: PLC0415
 
-    n = read_tasks(job.ranges)
+    pieces = read_pieces(job.ranges)  # not split (no slots): the older path is read as it was
+    n = len(pieces)
     # task i reads ranges i, i+n, ...: range(0, n, 1, n) puts exactly one id in each of its n
     # partitions (works on a classic session and on Spark Connect, which has no sparkContext)
     ranges = spark.range(0, n, 1, n).select(F.col("id").cast("int").alias("idx"))
     if job.transforms:
         # converters and transforms infer one schema per topic from its records: read first
-        raw = checkpoint(ranges.mapInArrow(reader(job, n), RAW_SPARK_SCHEMA))
+        raw = checkpoint(ranges.mapInArrow(reader(job, pieces), RAW_SPARK_SCHEMA))
         read_tally = _tally(raw, None)
         ends = ends_of(job, read_tally)
         if not any(c for _e, c in ends.values()):
@@ -123,7 +124,7 @@ def _decoded(spark: SparkSession, job: WindowJob, checkpoint: Checkpoints,
         return _change_frames(raw, job, ends, checkpoint), ends, read_tally
     # decoded in the read task and checkpointed there (the frame keeps the raw columns), so later
     # stages never re-read Kafka: a recomputation could see a different range
-    decoded = ranges.mapInArrow(reader(job, n, decode=True), f"{RAW_SPARK_SCHEMA}, {DECODED_SPARK_COLUMNS}")
+    decoded = ranges.mapInArrow(reader(job, pieces, decode=True), f"{RAW_SPARK_SCHEMA}, {DECODED_SPARK_COLUMNS}")
     return [_truncates(job, checkpoint(decoded))], {}, {}
 
 

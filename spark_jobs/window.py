@@ -74,12 +74,12 @@ from spark_jobs.job import (
     count_written,
     ends_of,
     larger,
+    read_pieces,
     read_result,
-    read_tasks,
     smaller,
 )
 from spark_jobs.project import read_task
-from spark_jobs.session import Checkpoints, out_of_memory, server_lost, spark_unavailable
+from spark_jobs.session import Checkpoints, out_of_memory, read_slots, server_lost, spark_unavailable
 from spark_jobs.write import at_once, commit_without_rows, write_static, write_task
 
 if TYPE_CHECKING:
@@ -128,9 +128,10 @@ def run_partition_path(spark: SparkSession, job: WindowJob, on_read: OnRead,
         # read → decode → project → last change per key (→ the early targets' writes), in the read
         # tasks; checkpointed, so no later stage re-reads Kafka (a recomputation could see a
         # different range, and would write the early targets again)
-        tasks = read_tasks(job.ranges)
+        pieces = read_pieces(job.ranges, read_slots(spark))
+        tasks = len(pieces)
         ranges = spark.range(0, tasks, 1, tasks).select(F.col("id").cast("int").alias("idx"))
-        packed = checkpoint(ranges.mapInArrow(read_task(job, tasks, early), PACKED_SCHEMA))
+        packed = checkpoint(ranges.mapInArrow(read_task(job, pieces, early), PACKED_SCHEMA))
         collected = packed.where(F.col("kind").isin(TALLY, DELETES)).select("kind", "target", "blob", "info").collect()
         tallies = [json.loads(r.info) for r in collected if r.kind == TALLY]
         tally = merge_tallies(tallies)

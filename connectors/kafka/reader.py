@@ -55,6 +55,10 @@ class ReadRange:
     stop: int | None  # exclusive; set when replaying a range whose end is known
     deadline: float  # epoch seconds
     stop_on_eof: bool
+    # a piece of a partition's range that another read task goes on from (spark_jobs/job.read_pieces):
+    # it ends at its stop, its budget or EOF, never at a deadline, so no offset is left unread behind
+    # the next piece's records
+    piece: bool = False
 
 
 @dataclass
@@ -218,11 +222,17 @@ class KafkaRangeReader:
             reading = [st for st in states if not st.done]
             if reading:
                 consumer.assign([TopicPartition(st.rng.topic, st.rng.partition, st.rng.start) for st in reading])
-            deadline = max((st.rng.deadline for st in reading), default=0.0)
             while reading:
-                remaining_time = deadline - time.time()
-                if remaining_time <= 0:
-                    break
+                now = time.time()
+                expired = [st for st in reading if st.rng.deadline <= now]  # each range its own deadline
+                if expired:  # (they differ only in a window split into pieces: job.read_pieces)
+                    for st in expired:
+                        st.done = True  # its outcome's reason: "deadline"
+                    reading = [st for st in reading if not st.done]
+                    if not reading:
+                        break
+                    consumer.pause([TopicPartition(st.rng.topic, st.rng.partition) for st in expired])
+                remaining_time = min(st.rng.deadline for st in reading) - now
                 want = min(1000, max(st.rng.max_records - st.outcome.records for st in reading))
                 msgs = consumer.consume(num_messages=want, timeout=min(1.0, remaining_time))
                 if msgs:
@@ -240,7 +250,7 @@ class KafkaRangeReader:
                     err = msg.error()
                     if err is not None:
                         if err.code() == KafkaError._PARTITION_EOF:
-                            if rng.stop_on_eof and rng.stop is None:
+                            if rng.stop_on_eof and (rng.stop is None or rng.piece):
                                 out.reason, st.done = "eof", True
                                 ended.append(st)
                             continue

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import signal
 import time
 from pathlib import Path
@@ -246,6 +247,39 @@ def test_timeout_mid_partition_resumes_with_no_gap_and_no_overlap(config_dir: Pa
         seen += batch.column("offset").to_pylist()
     assert second.reason == "eof"
     assert seen == list(range(20_000))  # no gap, no overlap
+
+
+def test_a_piece_of_a_range_reads_to_its_stop_or_eof_whatever_the_deadline(config_dir: Path) -> None:
+    """A piece of a partition's range that another read task goes on from (job.read_pieces) is read
+    to its stop, or to EOF though it has a stop, never cut at a deadline: read beside a range whose
+    deadline passes at once, and beside one that waits for records until its deadline."""
+    cfg = make_pipeline(config_dir)
+    topic = cfg.source.topics[0]
+    cdcgen.produce(bootstrap(), topic, [cdcgen.Event(str(i).encode(), b"x" * 100) for i in range(3_000)],
+                   partitions=2)
+    reader = KafkaRangeReader(clients.consumer_conf(cfg))
+
+    def read(*ranges: ReadRange) -> tuple[list[ReadOutcome], dict[int, list[int]]]:
+        outcomes = [ReadOutcome(0, 0, "") for _ in ranges]
+        seen: dict[int, list[int]] = {0: [], 1: []}
+        for batch in reader.read_ranges(list(ranges), outcomes):
+            for p, o in zip(batch.column("partition").to_pylist(), batch.column("offset").to_pylist(), strict=True):
+                seen[p].append(o)
+        return outcomes, seen
+
+    piece = ReadRange(topic, 0, 0, 1_000, 1_000, math.inf, True, piece=True)
+    expired = ReadRange(topic, 1, 0, 1_000_000, None, time.time() - 1, True)
+    (mine, other), seen = read(piece, expired)
+    assert (mine.reason, mine.end, other.reason, other.records) == ("limit", 1_000, "deadline", 0)
+    assert seen[0] == list(range(1_000)) and seen[1] == []
+
+    past_the_end = ReadRange(topic, 0, 0, 10_000, 10_000, math.inf, True, piece=True)  # EOF before its stop
+    waiting = ReadRange(topic, 1, 0, 1_000_000, None, time.time() + 1.5, False)  # waits for new records
+    started = time.monotonic()
+    (mine, other), seen = read(past_the_end, waiting)
+    assert (mine.reason, other.reason, mine.records + other.records) == ("eof", "deadline", 3_000)
+    assert seen[0] == list(range(mine.records)) and seen[1] == list(range(other.records))
+    assert time.monotonic() - started < 10  # the waiting range ended at its deadline, the piece at EOF
 
 
 def _killed_after_sinks(config_dir: Path, run_id: str, stream: cdcgen.Stream) -> tuple[Any, cdcgen.Stream]:

@@ -49,14 +49,24 @@ def _documents(index: str) -> list[tuple[Any, ...]]:
     return [(h["_source"]["id"], h["_source"]["customer"], h["_source"]["amount"]) for h in hits]
 
 
+@pytest.mark.parametrize("split", [False, True], ids=["a-task-per-partition", "one-partition-in-two-pieces"])
 def test_read_tasks_that_write_give_the_rows_of_the_staged_path_and_of_the_source(
-        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch, split: bool) -> None:
+    """``one-partition-in-two-pieces``: the topic has one partition, which two read tasks read in two
+    pieces (job.read_pieces, as in a big window on two cores; MIN_PIECE lowered to this fixture's
+    size): a key's create in one and its update, delete and tombstone in the other."""
+    from spark_jobs import window
+
     tag = unique("early")
     topic = f"{tag}.inventory.orders"
     events = [cdcgen.Event(k, v) for k, v in fx.events()]
     events.insert(4, cdcgen.Event(b'{"schema": null, "payload": {"id": 9}}', BROKEN))
-    cdcgen.produce(bootstrap(), topic, events, partitions=3)
+    cdcgen.produce(bootstrap(), topic, events, partitions=1 if split else 3)
     monkeypatch.setattr(window_job, "RECORDS_PER_READ_TASK", 1)  # a task per partition, as in a big window
+    monkeypatch.setattr(window_job, "MIN_PIECE", 1 if split else 10**9)
+    planned: list[Any] = []
+    monkeypatch.setattr(window, "read_pieces", lambda ranges, slots: planned.append(
+        window_job.read_pieces(ranges, slots)) or planned[-1])
 
     stats = {}
     for path in ("early", "staged"):
@@ -80,13 +90,25 @@ def test_read_tasks_that_write_give_the_rows_of_the_staged_path_and_of_the_sourc
     early, staged = stats["early"], stats["staged"]
     # nothing handed on to write tasks; the table's deletes written by the driver (project.mysql_deletes)
     assert "sinks" not in early["stages"] and "deletes" in early["stages"] and "sinks" in staged["stages"]
-    assert {n: (s["upserted"], s["deleted"]) for n, s in early["sinks"].items()} == {
-        n: (s["upserted"], s["deleted"]) for n, s in staged["sinks"].items()}
+    counts = {p: {n: (s["upserted"], s["deleted"]) for n, s in stats[p]["sinks"].items()} for p in stats}
+    if split:  # a key created before the cut and deleted after it: each task wrote its change, the row came
+        # and went (the staged path reduces the window first); the table ends with the same rows
+        assert {n: u - d for n, (u, d) in counts["early"].items()} == {n: u - d for n, (u, d) in counts["staged"].items()}
+        assert counts["early"]["m"][1] > 0 and counts["staged"]["m"][1] == 0
+    else:
+        assert counts["early"] == counts["staged"]
     assert early["dead_letters"] == staged["dead_letters"]
 
     again = runner.run_window(_pipeline(config_dir, f"{tag}_early", topic, f"{tag}_early", f"{tag}-early"),
                               "again", store=store, spark=spark)
     assert again["records"] == 0  # the offsets moved past the window, the dead letter included
+    if split:  # the partition in two pieces, each read by its own task, the first ending where the second starts
+        first, second = [task for task, in planned[0]]
+        assert (first.piece, first.start, second.start, first.stop, second.piece) == (
+            True, 0, first.max_records, first.max_records, False)
+        assert first.max_records + second.max_records == len(events)
+    else:
+        assert [len(task) for task in planned[0]] == [1, 1, 1]
 
 
 @pytest.mark.parametrize("wrapped", [True, False], ids=["with-schemas", "schemas.enable=false"])
