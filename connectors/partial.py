@@ -42,6 +42,17 @@ def placeholder_bytes(placeholder: str) -> bytes:
     return placeholder.encode("utf-8")
 
 
+def checked_placeholder(value: str | None) -> str | None:
+    """A sink's ``unavailable_value`` as its config takes it (MySQL and Elasticsearch sinks alike)."""
+    if value is not None:
+        try:
+            placeholder_bytes(value)
+        except ValueError:
+            raise ValueError(f"expected a placeholder text, or hex: followed by hexadecimal octets (as "
+                             f"Debezium's unavailable.value.placeholder takes it); got {value!r}") from None
+    return value
+
+
 class PartialOptions(Protocol):
     """What a sink config says of partial updates (connectors/mysql/config.py, connectors/elasticsearch/config.py)."""
 

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from connectors.models import ConnId, Duration, StrictModel, field_errors
-from connectors.partial import DEBEZIUM_UNAVAILABLE, placeholder_bytes
+from connectors.partial import DEBEZIUM_UNAVAILABLE, checked_placeholder
 
 _INDEX = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 METADATA_FIELDS = frozenset({"_id", "_index", "_source", "_routing", "_version", "_seq_no", "_primary_term", "_ignored",
@@ -53,13 +53,7 @@ class ElasticsearchSinkConfig(StrictModel):
     @field_validator("unavailable_value")
     @classmethod
     def _placeholder(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                placeholder_bytes(value)
-            except ValueError:
-                raise ValueError(f"expected a placeholder text, or hex: followed by hexadecimal octets (as "
-                                 f"Debezium's unavailable.value.placeholder takes it); got {value!r}") from None
-        return value
+        return checked_placeholder(value)
 
     @field_validator("deleted_field")
     @classmethod

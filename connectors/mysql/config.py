@@ -23,7 +23,7 @@ from connectors.mysql.types import (
     TypeSyntaxError,
     parse_type,
 )
-from connectors.partial import DEBEZIUM_UNAVAILABLE, placeholder_bytes
+from connectors.partial import DEBEZIUM_UNAVAILABLE, checked_placeholder
 
 # what a declared column's ``encoding`` may be, by the kind of column (for values without a schema)
 ENCODINGS = {"binary": ("base64", "hex", "text"), "decimal": ("base64", "text"), "date": ("days", "text"),
@@ -212,13 +212,7 @@ class MySqlSinkConfig(StrictModel):
     @field_validator("unavailable_value")
     @classmethod
     def _placeholder(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                placeholder_bytes(value)
-            except ValueError:
-                raise ValueError(f"expected a placeholder text, or hex: followed by hexadecimal octets (as "
-                                 f"Debezium's unavailable.value.placeholder takes it); got {value!r}") from None
-        return value
+        return checked_placeholder(value)
 
     @model_validator(mode="after")
     def _partial_and_soft(self) -> MySqlSinkConfig:
