@@ -256,6 +256,19 @@ class PipelineConfig(StrictModel):
         return self
 
     @model_validator(mode="after")
+    def _history(self) -> PipelineConfig:
+        """What ``mode: history`` needs of the pipeline, reported on the sink's ``mode``."""
+        wrong = [i for i, s in enumerate(self.sinks) if getattr(s, "mode", "state") == "history"
+                 and self.versioning != "source_ts_ms"]
+        if wrong:
+            raise ValidationError.from_exception_data("PipelineConfig", [InitErrorDetails(
+                type=PydanticCustomError("value_error", (
+                    "mode: history needs versioning: source_ts_ms (a version's interval starts at the change's "
+                    "source time, which a version from kafka_offset does not hold)")),
+                loc=("sinks", i, "mode"), input="history") for i in wrong])
+        return self
+
+    @model_validator(mode="after")
     def _cross_checks(self) -> PipelineConfig:
         names = [s.name for s in self.sinks]
         if len(set(names)) != len(names):

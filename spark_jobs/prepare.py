@@ -15,6 +15,7 @@ from typing import Any
 
 from connectors import faults
 from connectors.elasticsearch.config import ElasticsearchSinkConfig
+from connectors.errors import ConfigError
 from connectors.elasticsearch.sink import ElasticsearchSink
 from connectors.mysql.config import MySqlSinkConfig
 from spark_jobs import row_transforms
@@ -39,6 +40,13 @@ def is_static(target: SinkTarget) -> bool:
     return bool(cfg.columns) and not is_routed(cfg) and cfg.pk_mode != "kafka"
 
 
+def is_history(target: SinkTarget) -> bool:
+    """A history table (``mode: history``): every version of a key is kept, so the reductions keep one
+    change per key and version (spark_jobs/tables.latest_rows), and its changes are written by the
+    write tasks, where every change of a key meets in one task (connectors/mysql/history.py)."""
+    return isinstance(target.config, MySqlSinkConfig) and target.config.mode == "history"
+
+
 def is_dynamic(target: SinkTarget, job: WindowJob) -> bool:
     """A MySQL sink whose tables or columns come from the records (spark_jobs/tables.py)."""
     cfg = target.config
@@ -58,6 +66,21 @@ def eligible(job: WindowJob) -> bool:
     return all(is_static(t) or is_dynamic(t, job) for t in job.sinks)
 
 
+def refuse_older_path(job: WindowJob) -> None:
+    """A history table is written on this path only (the older one keeps the last change per key, which
+    would lose versions): a pipeline that takes the older one with a history sink fails its window,
+    naming why, before any read."""
+    history = [t.config.name for t in job.sinks if is_history(t)]
+    if not history:
+        return
+    if os.environ.get("CDCFLOW_WINDOW_PATH") == "spark":
+        why = "CDCFLOW_WINDOW_PATH=spark is set"
+    else:
+        why = (row_transforms.unserved(job) if job.transforms else None) or "a sink this path does not serve"
+    raise ConfigError(f"sinks {history}: mode: history is written on the per-partition window path only, and "
+                      f"this pipeline takes the older Spark path ({why}); remove what sends it there or use mode: state")
+
+
 def early_targets(job: WindowJob) -> dict[str, SinkTarget]:
     """The targets the read tasks write themselves, prepared now, before the read (issue 25: no
     checkpoint of their rows, no shuffle, and a task's writes overlap the next task's read): static
@@ -73,7 +96,7 @@ def early_targets(job: WindowJob) -> dict[str, SinkTarget]:
         return {}
     early = {}
     for target in job.sinks:
-        if is_static(target) and target.config.name != job.offsets_sink:
+        if is_static(target) and target.config.name != job.offsets_sink and not is_history(target):
             SINK_TYPES[target.config.type].prepare(target)
             early[target.config.name] = target
     return early
@@ -279,6 +302,8 @@ def apply_truncates(job: WindowJob, targets: Targets, tallies: list[dict[str, An
                 deleted = sink.truncate(merged[name])
             unit = "documents"
         else:
-            deleted, unit = truncate_tables(target.url, merged[name], name), "rows"
+            history = target.config if target.config.mode == "history" else None
+            deleted = truncate_tables(target.url, merged[name], name, history)
+            unit = "rows" if history is None else "versions closed"
         result.truncates += [{"sink": name, "table": t, "version": v, "deleted": deleted[t], "unit": unit}
                              for t, v in sorted(merged[name].items())]

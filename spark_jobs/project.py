@@ -24,7 +24,7 @@ from spark_jobs.blobs import BAD, CHANGES, DELETES, ROWS, TALLY, bucketed, pack,
 from spark_jobs.dead_letters import first_per_record, send_first
 from spark_jobs.job import MAX_EXAMPLES, TRUNCATE_TO_DLQ, Pieces, WindowJob
 from spark_jobs.partial import fill_kept
-from spark_jobs.prepare import is_static, mapped_by_records
+from spark_jobs.prepare import is_history, is_static, mapped_by_records
 from spark_jobs.read import reader
 from spark_jobs.sinks import SinkTarget, by_content, is_routed
 from spark_jobs.tables import RAW_COLUMNS, TABLE_COLUMN, latest_rows, project_rows
@@ -359,7 +359,8 @@ def _static_rows(target: SinkTarget, valid: pa.Table, schemas: dict[str, list[li
         bad_parts.append(_bad_rows(rejected, "transform", rejected.column("error_message"), target.component))
         projected = projected.filter(pc.invert(unfit))
     projected = fill_kept(projected, cfg, keys)  # partial changes take their key's earlier values first
-    rows = latest_rows(projected, keys, keep_unresolved=True) if keys and projected.num_rows else projected
+    rows = latest_rows(projected, keys, keep_unresolved=True, every_version=is_history(target)) \
+        if keys and projected.num_rows else projected
     return (cfg.name, ROWS, rows, keys) if rows.num_rows else None
 
 

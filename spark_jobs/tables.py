@@ -240,14 +240,16 @@ def _codes(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
 
 
-def latest_rows(projected: pa.Table, key_columns: list[str], keep_unresolved: bool = False) -> pa.Table:
+def latest_rows(projected: pa.Table, key_columns: list[str], keep_unresolved: bool = False,
+                every_version: bool = False) -> pa.Table:
     """The last change per key, by version, then offset, then partition, then row_index (the changes
     of one record, connectors/changes.py); the rules of ``debezium.latest_per_key`` with
     ``keep_unfit``: a tombstone (null version) deletes at the version of the change before it in the
     log (none: dropped); a row that does not fit (error_message set) never wins its key and is kept,
     for the writer to send to the DLQ. ``keep_unresolved``: a key whose only changes here are
     tombstones keeps its last one, version null, for a later reduction that sees the changes before it
-    (the rows of a key from several read tasks, spark_jobs/write.py)."""
+    (the rows of a key from several read tasks, spark_jobs/write.py). ``every_version``: the last
+    change per key and version instead (a history table keeps every version: prepare.is_history)."""
     n = projected.num_rows
     if n == 0:
         return projected
@@ -279,9 +281,14 @@ def latest_rows(projected: pa.Table, key_columns: list[str], keep_unresolved: bo
     candidate = fit[order] & resolved & keyed
     rows = order[candidate]
     cand_group, cand_version = group[candidate], filled[candidate]
-    pick = np.lexsort((sub[rows], partition[rows], offset[rows], cand_version, cand_group))
+    order_keys = [sub[rows], partition[rows], offset[rows], cand_version, cand_group]
+    if every_version:  # of a delete and its tombstone (one version) the delete wins: it has the before image
+        order_keys.insert(3, has_version[rows])
+    pick = np.lexsort(order_keys)
     last = np.ones(len(pick), dtype=bool)
     last[:-1] = cand_group[pick][1:] != cand_group[pick][:-1]
+    if every_version:
+        last[:-1] |= cand_version[pick][1:] != cand_version[pick][:-1]
     winners = rows[pick][last]
     unfit = np.flatnonzero(~fit)
     take = np.sort(np.concatenate([winners, unfit]))

@@ -97,6 +97,7 @@ def run_window_job(spark: SparkSession, job: WindowJob, on_read: OnRead) -> Wind
         with Deadline(spark, job.spark_timeout, what) as deadline:
             if prepare.eligible(job):  # the default path: the records stay in the Python workers
                 return run_partition_path(spark, job, on_read, checkpoints)
+            prepare.refuse_older_path(job)
             return spark_path.run_spark_path(spark, job, on_read, deadline, checkpoints)
     except CdcflowError:
         raise

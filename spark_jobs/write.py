@@ -27,7 +27,7 @@ from spark_jobs.blobs import unpack
 from spark_jobs.dead_letters import dead_letter_reporter, failed_from_row
 from spark_jobs.job import CHANGED_KEY, DLQ_CLASS_KEY, SECONDS_KEY, SINK_OFFSETS_KEY, UNFIT_KEY, WindowJob
 from spark_jobs.partial import fill_kept
-from spark_jobs.prepare import Targets
+from spark_jobs.prepare import Targets, is_history
 from spark_jobs.sinks import SINK_TYPES, SinkTarget, TableGroup
 from spark_jobs.tables import by_table, key_columns, latest_rows, project_rows
 
@@ -230,7 +230,7 @@ def write_static(job: WindowJob, target: SinkTarget, table: pa.Table, several: b
     come from ``several`` read tasks or hold tombstones whose delete was not resolved."""
     keys = row_keys(target)
     if keys and (several or table.column("version").null_count):
-        table = latest_rows(fill_kept(table, target.config, keys), keys)
+        table = latest_rows(fill_kept(table, target.config, keys), keys, every_version=is_history(target))
     return write_target(job, target, iter(table.to_batches()), SINK_TYPES[target.config.type].open(target),
                         dead_letter_reporter(job), commit)
 

@@ -161,6 +161,7 @@ def _canonical(key: str, value: Any) -> Any:
         raise ValueError(f"{key} {text!r}: {exc}") from None
 
 
+HISTORY_OWN = ("__valid_from", "__valid_to", "__current", "__op", "__version")  # mode: history (mysql/history.py)
 KAFKA_PK_COLUMNS = ("__connect_topic", "__connect_partition", "__connect_offset")
 # what a MySQL sink's table name may route by, as the Debezium JDBC sink's collection.name.format
 TABLE_PLACEHOLDERS = ("{topic}", "{source.table}", "{source.db}")
@@ -201,6 +202,12 @@ class MySqlSinkConfig(StrictModel):
     deleted_column: Identifier = Field(
         default="__deleted_at", description="delete: soft: the DATETIME(3) column that holds the delete's source time "
         "(NULL for a live row); added to the table.")
+    mode: Literal["state", "history"] = Field(
+        default="state", description="state: one row per key, its latest change; history: one row per version of "
+        "a key with __valid_from, __valid_to, __current, __op and __version (SCD type 2, docs/history.md).")
+    track_history: list[Identifier] = Field(
+        default_factory=list, description="mode: history: the columns whose change opens a new version; a change "
+        "that touches none of them updates the current version in place (empty: every change opens one).")
     unavailable_value: str | None = Field(
         default=DEBEZIUM_UNAVAILABLE, min_length=1, description="A value that stands for one the source did not send "
         "(Debezium's unavailable.value.placeholder for unchanged TOASTed PostgreSQL columns): such a column keeps "
@@ -239,9 +246,32 @@ class MySqlSinkConfig(StrictModel):
             problems.append((("delete",), ("delete: soft needs rows keyed by the record (pk_mode kafka appends every "
                                            "change as a row of its own: there is no row to mark deleted)"),
                              self.delete))
+        problems += self._history_problems(names)
         if problems:
             raise field_errors("MySqlSinkConfig", problems)
         return self
+
+    def _history_problems(self, names: list[str]) -> list[tuple[tuple[str | int, ...], str, Any]]:
+        """What ``mode: history`` and ``track_history`` need (reported on those fields)."""
+        if self.mode != "history":
+            return [(("track_history",), "expected only with mode: history", self.track_history)] \
+                if self.track_history else []
+        problems: list[tuple[tuple[str | int, ...], str, Any]] = []
+        needs = [("declared columns (a history table of columns from the record schema is not supported yet)",
+                  not self.columns), ("rows keyed by the record, not pk_mode: kafka", self.pk_mode == "kafka"),
+                 ("one table, not a template (routed history tables are not supported yet)", "{" in self.table),
+                 ("delete: hard (a history keeps a delete as a version of its own, op d)", self.delete == "soft")]
+        problems += [(("mode",), f"mode: history needs {what}", self.mode) for what, missing in needs if missing]
+        own = {c.lower() for c in (*HISTORY_OWN, "__cdc_version")}
+        clash = [n for n in names if n.lower() in own]
+        if clash:
+            problems.append((("columns",), f"{clash} are the history table's own columns {list(HISTORY_OWN)}", clash))
+        data = [n for n in names if n not in self.primary_key]
+        unknown = [c for c in self.track_history if c not in data]
+        if self.columns and unknown:
+            problems.append((("track_history",), f"expected columns of this sink outside the primary key {data}; "
+                             f"{unknown} are not", self.track_history))
+        return problems
 
     @model_validator(mode="after")
     def _keys_are_columns(self) -> MySqlSinkConfig:

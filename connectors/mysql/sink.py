@@ -43,11 +43,12 @@ import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 
 from connectors.base import Change, FailedRecord, SinkStats
-from connectors.errors import CdcflowError, SinkUnavailable
-from connectors.mysql import apply, bulk
+from connectors.errors import CdcflowError, ConfigError, SinkUnavailable
+from connectors.mysql import apply, bulk, history
 from connectors.mysql import offsets as sink_offsets
 from connectors.mysql import tables as sink_tables
 from connectors.mysql.apply import arrow_changes
+from connectors.mysql.history import HistoryStatements
 from connectors.mysql.config import MySqlSinkConfig
 from connectors.mysql.connection import (
     DATA_ERRORS,
@@ -84,6 +85,7 @@ class MySqlSink:
         self.max_lock_retries = max_lock_retries
         self.stats = SinkStats()
         self.sql = Statements(cfg)
+        self.history = HistoryStatements(cfg) if cfg.mode == "history" else None  # mode: history
         self._buffer: list[Change] = []
         self._pending: list[pa.RecordBatch] = []  # apply: set
         self._pending_rows = 0
@@ -96,7 +98,7 @@ class MySqlSink:
         self._truncated_at: int | None = None  # the table's TRUNCATE mark: older changes are not written
 
     def create_table_sql(self) -> str:
-        return self.sql.create_table_sql()
+        return sink_tables.create_table_sql(self.cfg)
 
     # -- retention ---------------------------------------------------------------------------------
     def prune_tombstones(self, older_than_s: float, batch: int = 10_000) -> int:
@@ -125,6 +127,8 @@ class MySqlSink:
             raise self._infra_error("opening", exc) from exc
 
     def write(self, changes: Sequence[Change]) -> list[FailedRecord]:
+        if self.history is not None:
+            raise ConfigError(f"sink {self.name!r}: a history table is written from Arrow frames (write_arrow)")
         if self._truncated_at is not None:
             kept = [c for c in changes if c.version > self._truncated_at]
             self.stats.stale += len(changes) - len(kept)
@@ -138,7 +142,7 @@ class MySqlSink:
 
     def write_arrow(self, batch: pa.RecordBatch) -> list[FailedRecord]:
         """The set-based path (``apply: set``); ``rows`` converts the batch and takes the row path."""
-        if self.cfg.apply == "rows":
+        if self.cfg.apply == "rows" and self.history is None:
             return self.write(arrow_changes(batch, self.cfg))
         if self._truncated_at is not None:  # older than the table's TRUNCATE (a replay): not written
             newer = pc.greater(batch.column("version"), self._truncated_at)
@@ -249,6 +253,9 @@ class MySqlSink:
     def _apply_pending(self) -> list[FailedRecord]:
         table = pa.Table.from_batches(self._pending)
         self._pending, self._pending_rows = [], 0
+        if self.history is not None:
+            return self._transact(lambda: self.stats.add(self._apply_history(table)),
+                                  lambda: self._history_one_by_one(table))
 
         def by_rows() -> list[FailedRecord]:
             """Some row's data (or a column the encoder does not take): the row path finds which rows,
@@ -276,20 +283,36 @@ class MySqlSink:
         stats.count(self.cfg.table, stats.upserted, stats.deleted)  # per target: the asset events
         return stats
 
+    def _apply_history(self, table: pa.Table) -> SinkStats:
+        """One transaction (a savepoint of the window's): the changes into the history table."""
+        assert self.history is not None
+        with self._transaction() as conn:
+            return history.apply_history(conn, self.history, table, self.sql.rule, apply.load, SET_PAYLOAD_BYTES)
+
+    def _history_one_by_one(self, table: pa.Table) -> list[FailedRecord]:
+        """Some change's data MySQL refuses: each change alone, and those it still refuses to the DLQ."""
+        def one(i: int) -> None:
+            self.stats.add(self._apply_history(table.slice(i, 1)))
+
+        changes = arrow_changes(table.combine_chunks().to_batches()[0], self.cfg) if table.num_rows else []
+        return self._one_by_one(changes, one, "the change for history table")
+
     def _apply_one_by_one(self, batch: list[Change]) -> list[FailedRecord]:
+        return self._one_by_one(batch, lambda i: self._apply_rows([batch[i]]), "the row for table")
+
+    def _one_by_one(self, changes: list[Change], apply_one: Callable[[int], None], what: str) -> list[FailedRecord]:
+        """Each change applied alone; those whose data MySQL refuses become failed records, named."""
         failed: list[FailedRecord] = []
-        for change in batch:
+        for i, change in enumerate(changes):
             try:
-                self._apply_rows([change])
-            except DBAPIError as exc:
-                code = error_code(exc)
-                if code not in DATA_ERRORS:
+                apply_one(i)
+            except (DBAPIError, pymysql.MySQLError) as exc:
+                if error_code(exc) not in DATA_ERRORS:
                     raise self._infra_error("writing", exc) from exc
                 orig = driver_error(exc)
                 failed.append(change.failed(
                     "sink", f"mysql:{self.name}", f"{type(orig).__module__}.{type(orig).__name__}",
-                    f"MySQL rejected the row for table {self.cfg.table!r} (key {list(change.key)}): "
-                    f"{error_detail(exc)}"))
+                    f"MySQL rejected {what} {self.cfg.table!r} (key {list(change.key)}): {error_detail(exc)}"))
                 self.stats.failed += 1
         return failed
 

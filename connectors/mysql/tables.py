@@ -14,8 +14,8 @@ from sqlalchemy.pool import NullPool
 
 from connectors import faults
 from connectors.errors import ConfigError, SinkUnavailable
-from connectors.mysql import evolution
-from connectors.mysql.config import MySqlSinkConfig
+from connectors.mysql import evolution, history
+from connectors.mysql.config import HISTORY_OWN, MySqlSinkConfig
 from connectors.mysql.connection import driver_error, infra_error, reader_engine, where, writer_engine
 from connectors.mysql.sql import (
     TOMBSTONES,
@@ -31,6 +31,11 @@ from connectors.mysql.sql import (
 )
 
 DDL_LOCK = "cdcflow_ddl"  # GET_LOCK name (per database): one window at a time plans and runs schema changes
+
+
+def create_table_sql(cfg: MySqlSinkConfig) -> str:
+    """The table's CREATE TABLE: a state table's (connectors/mysql/sql.py) or a history table's."""
+    return history.create_table_sql(cfg) if cfg.mode == "history" else Statements(cfg).create_table_sql()
 
 
 def run_ddl(conn: sa.Connection, statement: str) -> None:
@@ -84,7 +89,7 @@ def prepare_table(conn: sa.Connection, cfg: MySqlSinkConfig, tombstones: bool = 
     if tombstones:
         conn.exec_driver_sql(TOMBSTONES_DDL)
     if cfg.create_table and not have:
-        run_ddl(conn, Statements(cfg).create_table_sql())
+        run_ddl(conn, create_table_sql(cfg))
         have = None
     _check_table(conn, cfg, have)
 
@@ -103,6 +108,8 @@ def _check_table(conn: sa.Connection, cfg: MySqlSinkConfig, have: set[str] | Non
                               f"{cfg.deleted_column!r}; add it with: ALTER TABLE {quote(cfg.table)} ADD COLUMN "
                               f"{deleted_column_sql(cfg.deleted_column)} (or set create_table or auto_evolve: true)")
         run_ddl(conn, f"ALTER TABLE {quote(cfg.table)} ADD COLUMN {deleted_column_sql(cfg.deleted_column)}")
+    if cfg.mode == "history":
+        _check_history(conn, cfg, have)
     missing = [c for c in [*(c.name for c in cfg.columns), VERSION_COLUMN] if c.lower() not in have]
     evolvable = [c for c in cfg.columns if c.name in missing and c.name not in cfg.primary_key]
     if missing and cfg.auto_evolve and len(evolvable) == len(missing):
@@ -114,6 +121,21 @@ def _check_table(conn: sa.Connection, cfg: MySqlSinkConfig, have: set[str] | Non
                 "BIGINT NOT NULL DEFAULT 0" if VERSION_COLUMN in missing else "")
         raise ConfigError(f"sink {cfg.name!r}: table {cfg.table!r} lacks columns {missing}{hint}"
                           f"{'' if hint else ' (set auto_evolve: true to add new fields as columns)'}")
+
+
+def _check_history(conn: sa.Connection, cfg: MySqlSinkConfig, have: set[str]) -> None:
+    """A history table has the history's columns, and the sink's key with ``__version`` as its primary
+    key: a state table named by mistake is refused before any write, named."""
+    key = [r[0].lower() for r in conn.exec_driver_sql(
+        "SELECT column_name FROM information_schema.statistics WHERE table_schema = DATABASE() AND table_name = %s "
+        "AND index_name = 'PRIMARY' ORDER BY seq_in_index", (cfg.table,))]
+    lacking = [c for c in HISTORY_OWN if c.lower() not in have]
+    expected = [k.lower() for k in [*cfg.primary_key, "__version"]]
+    if lacking or key != expected:
+        raise ConfigError(
+            f"sink {cfg.name!r}: table {cfg.table!r} is not a history table (mode: history): it "
+            + (f"lacks the columns {lacking}" if lacking else f"has the primary key {key}, not {expected}")
+            + "; name a new table (create_table: true creates it) or see docs/history.md for its definition")
 
 
 def prepare_tables(url: str, configs: Sequence[MySqlSinkConfig]) -> None:
@@ -254,12 +276,15 @@ def prune_tombstones(url: str, cfg: MySqlSinkConfig, older_than_s: float, batch:
         engine.dispose()
 
 
-def truncate_tables(url: str, truncates: dict[str, int], sink: str) -> dict[str, int]:
+def truncate_tables(url: str, truncates: dict[str, int], sink: str,
+                    kept: MySqlSinkConfig | None = None) -> dict[str, int]:
     """``truncate: apply``: per table, a TRUNCATE of its source table at a version. The rows written
     by older changes are deleted (``__cdc_version`` below the truncate's; a newer row, written by a
     later window a replay runs after, stays) and the table's TRUNCATE mark is raised to it, so that an
     older change replayed later is not written (:meth:`MySqlSink.write_arrow`). One transaction;
-    idempotent. Returns the rows deleted per table."""
+    idempotent. Returns the rows deleted per table. ``kept``: the sink's config when it is a history
+    table (``mode: history``), whose rows are kept: its current versions are closed instead
+    (history.truncate_sql), and the count is of those closed."""
     engine = writer_engine(url)
     deleted: dict[str, int] = {}
     try:
@@ -269,9 +294,13 @@ def truncate_tables(url: str, truncates: dict[str, int], sink: str) -> dict[str,
                 "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name IN "
                 f"({', '.join(['%s'] * len(truncates))})", tuple(truncates))}
             for table, version in sorted(truncates.items()):
-                deleted[table] = conn.exec_driver_sql(
-                    f"DELETE FROM {quote(table)} WHERE {quote(VERSION_COLUMN)} < %s", (version,)).rowcount \
-                    if table in have else 0
+                deleted[table] = 0
+                if table in have and kept is not None:  # a history table: its current versions closed
+                    for statement in history.truncate_sql(table, [c.name for c in kept.columns]):
+                        deleted[table] = conn.exec_driver_sql(statement, {"v": version}).rowcount
+                elif table in have:
+                    deleted[table] = conn.exec_driver_sql(
+                        f"DELETE FROM {quote(table)} WHERE {quote(VERSION_COLUMN)} < %s", (version,)).rowcount
                 conn.exec_driver_sql(
                     f"INSERT INTO {quote(TOMBSTONES)} (table_name, key_hash, key_json, version) VALUES (%s, %s, %s, %s) "
                     "ON DUPLICATE KEY UPDATE version = GREATEST(version, VALUES(version))",

@@ -305,3 +305,44 @@ def test_bad_soft_delete_and_partial_update_settings_name_the_file_line_field_an
         load_pipeline(path)
     msg = str(exc.value)
     assert msg.startswith(f"{path}: ") and f"{where}: " in msg and said in msg, msg
+
+
+HISTORY = """\
+name: p
+source: {topics: [a]}
+versioning: %s
+sinks:
+  - type: mysql
+    table: %s
+    primary_key: [id]
+    columns: [{name: id, type: BIGINT}, {name: status, type: TEXT}, {name: qty, type: INT}]
+    mode: %s
+    track_history: %s
+errors: {tolerance: all, dlq_topic: a.dlq}
+"""
+
+
+def test_a_history_sink_is_read_with_its_tracked_columns(tmp_path: Path) -> None:
+    path = tmp_path / "history.yaml"
+    path.write_text(HISTORY % ("source_ts_ms", "orders_history", "history", "[status]"))
+    sink = load_pipeline(path).sinks[0]
+    assert (sink.mode, sink.track_history) == ("history", ["status"])
+
+
+@pytest.mark.parametrize(("values", "where", "said"), [
+    (("kafka_offset", "h", "history", "[]"), "line 9, sinks.0.mode", "mode: history needs versioning: source_ts_ms"),
+    (("source_ts_ms", "h", "state", "[status]"), "line 10, sinks.0.track_history", "expected only with mode: history"),
+    (("source_ts_ms", "h", "history", "[id, nope]"), "line 10, sinks.0.track_history",
+     "expected columns of this sink outside the primary key ['status', 'qty']; ['id', 'nope'] are not"),
+    (("source_ts_ms", "'{topic}_h'", "history", "[]"), "line 9, sinks.0.mode",
+     "mode: history needs one table, not a template"),
+    (("source_ts_ms", "h", "scd2", "[]"), "line 9, sinks.0.mode", "expected input should be 'state' or 'history'"),
+])
+def test_bad_history_settings_name_the_file_line_field_and_what_was_expected(
+        tmp_path: Path, values: tuple[str, ...], where: str, said: str) -> None:
+    path = tmp_path / "history.yaml"
+    path.write_text(HISTORY % values)
+    with pytest.raises(ConfigError) as exc:
+        load_pipeline(path)
+    msg = str(exc.value)
+    assert msg.startswith(f"{path}: ") and f"{where}: " in msg and said in msg, msg
