@@ -21,7 +21,8 @@ from spark_jobs.row_timestamps import java_strftime
 
 # the transforms after ExtractNewRecordState that row_transforms.STEPS applies
 SERVED_STEPS = frozenset({"Cast", "ReplaceField", "TimestampConverter", "MaskField", "InsertField", "RegexRouter",
-                          "Filter", "TombstoneHandler"})
+                          "Filter", "TombstoneHandler", "Drop", "SetSchemaMetadata", "TimestampRouter",
+                          "ExtractTopic", "ValueToKey"})
 
 
 # -- which chains this path serves ------------------------------------------------------------------
@@ -44,6 +45,8 @@ def unserved(job: Any) -> str | None:
         return "tables from the record schema need value_converter json_schema"
     for i, cfg in enumerate(chain):
         reason = _unserved_step(cfg, first=i == 0, versioning=job.versioning)
+        if isinstance(cfg, cfgs.ValueToKey) and any(not s.columns for s in sinks):
+            reason = "a table from the record schema takes its key from the Kafka key's schema"
         if reason is not None:
             return f"transforms.{i} ({cfg.type}): {reason}"
     return None
@@ -61,7 +64,7 @@ def _unserved_step(cfg: Any, first: bool, versioning: str) -> str | None:
         return f"add_fields {extra} (this path adds {', '.join(added)})" if extra else None
     if kind not in SERVED_STEPS:
         return "not among the transforms of this path"
-    if getattr(cfg, "target", "value") != "value":
+    if getattr(cfg, "target", "value") != "value" and kind != "SetSchemaMetadata":  # which changes no row
         return "only the value is transformed on this path"
     predicate = getattr(cfg, "predicate", None)
     if isinstance(predicate, cfgs.SqlCondition):
@@ -74,6 +77,8 @@ def _unserved_step(cfg: Any, first: bool, versioning: str) -> str | None:
         return f"the replacement {cfg.replacement!r} (groups $1-$9 and \\$ only)"
     if isinstance(cfg, cfgs.TimestampConverter) and cfg.format is not None and java_strftime(cfg.format) is None:
         return f"the format {cfg.format!r} uses more than yyyy MM dd HH mm ss SSS"
+    if isinstance(cfg, cfgs.TimestampRouter) and java_strftime(cfg.timestamp_format) is None:
+        return f"the timestamp_format {cfg.timestamp_format!r} uses more than yyyy MM dd HH mm ss SSS"
     return None
 
 

@@ -2,6 +2,7 @@
 values read as microseconds since the epoch (by a Java pattern, as an ISO text, or as a number of
 ``unix_precision`` units), and written back as the ``target_type`` asks. Java patterns of yyyy MM dd
 HH mm ss SSS are read (:func:`java_strftime`); row_chains.unserved sends the others to the older path.
+TimestampRouter (spark_jobs/row_steps.py) writes the Kafka timestamp by the same patterns (:func:`formatted`).
 """
 
 from __future__ import annotations
@@ -112,10 +113,10 @@ def timestamp_out(micros: pa.Array, cfg: cfgs.TimestampConverter) -> pa.Array:
     if cfg.target_type == "Date":
         return pc.cast(pc.floor_temporal(stamp, unit="day"), pa.date32())
     if cfg.target_type == "Time":
-        return _formatted(stamp, "%H:%M:%S.%L")
+        return formatted(stamp, "%H:%M:%S.%L")
     fmt = java_strftime(cfg.format or "yyyy-MM-dd HH:mm:ss")
     assert fmt is not None
-    return _formatted(stamp, fmt)
+    return formatted(stamp, fmt)
 
 
 
@@ -132,7 +133,7 @@ def java_strftime(java: str) -> str | None:
 
 
 
-def _formatted(stamp: pa.Array, fmt: str) -> pa.Array:
+def formatted(stamp: pa.Array, fmt: str) -> pa.Array:
     """Timestamps as text by a %-format (with %L, the milliseconds): Arrow's strftime prints a µs
     timestamp's %S with its fraction, so the fields are joined here."""
     parts = {"Y": (pc.year(stamp), 4), "m": (pc.month(stamp), 2), "d": (pc.day(stamp), 2),

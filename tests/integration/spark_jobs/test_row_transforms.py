@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -50,38 +51,97 @@ def _micros(at: dt.datetime) -> int:
 
 
 def _pipeline(config_dir: Path, tag: str, topic: str, table: str, chain: list[dict[str, Any]],
-              columns: list[dict[str, Any]], converter: str = "json") -> Any:
+              columns: list[dict[str, Any]], converter: str = "json", pk_mode: str = "record_value") -> Any:
     return load_pipeline(write_pipeline(
         config_dir, tag, topic, table, transforms=chain,
         source={"key_converter": converter, "value_converter": converter},
         sinks=[{"type": "mysql", "name": "m", "conn_id": "cdcflow_mysql", "table": table, "create_table": True,
-                "primary_key": ["id"], "columns": columns}]))
+                "primary_key": ["id"], "columns": columns, "pk_mode": pk_mode}]))
 
 
 def _older_path_fails(*_a: Any, **_k: Any) -> None:
     raise AssertionError("the chain took the older Spark path")
 
 
+# every row's last image, the deletes left out (ExtractNewRecordState's delete_handling drop)
+UPSERTED = {after["id"]: after for s in o.STATEMENTS for _before, after in s.rows if after is not None}
+
+
+def _events(at_ms: int) -> list[cdcgen.Event]:
+    """fx.events() at one Kafka timestamp, the insert that moves row 3 to id 4 with a header "purge"."""
+    out = []
+    for key, value in fx.events():
+        after = json.loads(value)["payload"]["after"] if value is not None else None
+        purge = (("purge", b""),) if after is not None and after["id"] == 4 else ()
+        out.append(cdcgen.Event(key, value, purge, timestamp=at_ms))
+    return out
+
+
+def _case(name: str, prefix: str, at_ms: int) -> tuple[list[dict[str, Any]], str, str, str, dict[int, o.Row]]:
+    """A chain: its steps, the sink's table and pk_mode, the table its rows land in, and the rows
+    the source database held there (by id)."""
+    if name == "fields":
+        return CHAIN, prefix, "record_value", prefix, o.FINAL
+    if name == "drop":  # the insert of id 4 becomes its delete
+        steps = [*CHAIN, {"type": "SetSchemaMetadata", "name": "shop.Order", "version": 2},
+                 {"type": "Drop", "predicate": {"type": "HasHeaderKey", "name": "purge"}}]
+        return steps, prefix, "record_value", prefix, {i: r for i, r in o.FINAL.items() if i != 4}
+    # routed by a field and the Kafka timestamp; the deletes dropped: on the older path a delete's
+    # value is null, so ExtractTopic fails it and ValueToKey leaves it no key (docs/transforms.md)
+    day = dt.datetime.fromtimestamp(at_ms / 1000, dt.UTC).strftime("%Y%m%d")
+    steps = [{"type": "ExtractNewRecordState"}, *CHAIN[1:], {"type": "ValueToKey", "fields": ["id"]},
+             {"type": "InsertField", "static_field": "dest", "static_value": prefix},
+             {"type": "ExtractTopic", "field": "dest"},
+             {"type": "TimestampRouter", "topic_format": "${topic}_${timestamp}", "timestamp_format": "yyyyMMdd"}]
+    return steps, "{topic}", "record_key", f"{prefix}_{day}", UPSERTED
+
+
+@pytest.mark.parametrize("case", ["fields", "drop", "routes"])
 def test_a_chain_gives_the_rows_of_the_older_path_and_of_the_source(
-        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch, case: str) -> None:
+    """fields: the steps that rewrite fields; drop: a Drop by a predicate and a SetSchemaMetadata;
+    routes: ValueToKey, ExtractTopic and TimestampRouter into tables named by the records."""
     tag = unique("rowsmt")
     topic = f"{tag}.inventory.orders"
-    cdcgen.produce(bootstrap(), topic, [cdcgen.Event(k, v) for k, v in fx.events()], partitions=2)
+    at_ms = int(time.time() * 1000)
+    cdcgen.produce(bootstrap(), topic, _events(at_ms), partitions=2)
 
-    older = _pipeline(config_dir, f"{tag}_old", topic, f"{tag}_old", CHAIN, COLUMNS, "json_schema")
+    def run(path: str) -> tuple[Any, str, dict[int, o.Row]]:
+        steps, table, pk_mode, landed, want = _case(case, f"{tag}_{path}", at_ms)
+        cfg = _pipeline(config_dir, f"{tag}_{path}", topic, table, steps, COLUMNS, "json_schema", pk_mode)
+        return runner.run_window(cfg, path, store=store, spark=spark), landed, want
+
     monkeypatch.setenv("CDCFLOW_WINDOW_PATH", "spark")
-    old_stats = runner.run_window(older, "old", store=store, spark=spark)
+    old_stats, old_table, want = run("old")
     monkeypatch.delenv("CDCFLOW_WINDOW_PATH")
-
-    rows = _pipeline(config_dir, f"{tag}_new", topic, f"{tag}_new", CHAIN, COLUMNS, "json_schema")
     monkeypatch.setattr(spark_path, "run_spark_path", _older_path_fails)
-    stats = runner.run_window(rows, "new", store=store, spark=spark)
+    stats, new_table, _same = run("new")
 
-    want = [(i, r["customer"], r["paid"], _micros(r["created"]), "shop") for i, r in sorted(o.FINAL.items())]
-    assert _rows(f"{tag}_new") == want
-    assert _rows(f"{tag}_old") == want
+    rows = [(i, r["customer"], r["paid"], _micros(r["created"]), "shop") for i, r in sorted(want.items())]
+    assert _rows(new_table) == rows
+    assert _rows(old_table) == rows
     assert (stats["dead_lettered"], old_stats["dead_lettered"]) == (0, 0)
     assert stats["records"] == old_stats["records"] == len(fx.events())
+
+
+def test_deletes_routed_by_a_field_after_a_value_to_key_delete_their_rows(
+        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where this path differs on purpose (docs/transforms.md): a delete keeps its row image, so
+    ExtractTopic routes it to the table its row was written to and ValueToKey leaves it its key
+    (the older path dead-letters such deletes: their value is null)."""
+    tag = unique("rowdel")
+    topic = f"{tag}.inventory.orders"
+    cdcgen.produce(bootstrap(), topic, [cdcgen.Event(k, v) for k, v in fx.events()], partitions=2)
+    steps = [*CHAIN, {"type": "ValueToKey", "fields": ["id"]},
+             {"type": "InsertField", "static_field": "dest", "static_value": f"{tag}_routed"},
+             {"type": "ExtractTopic", "field": "dest"}]
+    cfg = _pipeline(config_dir, tag, topic, "{topic}", steps, COLUMNS, "json_schema", "record_key")
+    monkeypatch.setattr(spark_path, "run_spark_path", _older_path_fails)
+    stats = runner.run_window(cfg, "new", store=store, spark=spark)
+
+    assert _rows(f"{tag}_routed") == [(i, r["customer"], r["paid"], _micros(r["created"]), "shop")
+                                      for i, r in sorted(o.FINAL.items())]
+    assert (stats["records"], stats["dead_lettered"]) == (len(fx.events()), 0)
 
 
 def test_what_a_transform_cannot_process_goes_to_the_dlq_with_the_transforms_words(

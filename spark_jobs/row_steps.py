@@ -1,0 +1,90 @@
+"""The SMTs of the per-partition path that act on a whole record, not on its fields: Drop,
+SetSchemaMetadata, TimestampRouter, ExtractTopic and ValueToKey (spark_jobs/row_transforms.py
+applies them in the chain's order, with the steps that rewrite fields). They act as the older path's
+(spark_jobs/transforms.py), with the differences docs/transforms.md lists:
+
+* a Drop keeps the record's row image: the delete it makes finds its row as a delete event does;
+* ExtractTopic routes a delete by its row image (its ``before`` image, a tombstone's key), so a
+  delete reaches the table its row was written to (the older path's value of a delete is null, so
+  it fails it), and takes a field's MySQL text, as Cast to ``string`` does;
+* ValueToKey leaves a delete its row image, so it still deletes its row (on the older path its
+  key, taken from a null value, is null: the delete goes to the DLQ); a field the records lack fails
+  each upsert (the older path: a config error when no record of the window has it);
+* TimestampRouter reads ``topic_format`` as text and the two placeholders (the older path reads a
+  text between them that is exactly ``ts`` or ``topic`` as a placeholder).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from connectors import images
+from spark_jobs import transform_config as cfgs
+from spark_jobs.row_changes import Rows, applies, fields_of, first_error
+from spark_jobs.row_timestamps import formatted, java_strftime
+
+_PLACEHOLDERS = re.compile(r"(\$\{topic\}|\$\{timestamp\})")
+
+
+def drop(rows: Rows, cfg: cfgs.Drop) -> None:
+    """A value Drop makes the record a tombstone, which the sinks read as a delete of its key. The
+    change keeps its row image, the image a delete finds its row by (as after an
+    ExtractNewRecordState with delete_handling none)."""
+    upsert = pc.equal(pc.fill_null(rows.column("change_op"), ""), "upsert")
+    hit = pc.and_(rows.live, pc.and_(applies(rows, cfg), upsert))
+    if pc.any(hit).as_py():
+        rows.set("change_op", pc.if_else(hit, "delete", rows.column("change_op")))
+
+
+def set_schema_metadata(_rows: Rows, _cfg: cfgs.SetSchemaMetadata) -> None:
+    """The schema's name and version change, not the rows. No sink reads them, and the Sql
+    predicates that could test them run on the older path only: nothing to do here."""
+
+
+def timestamp_router(rows: Rows, cfg: cfgs.TimestampRouter) -> None:
+    """The topic from ``topic_format``: ``${topic}`` the topic so far, ``${timestamp}`` the Kafka
+    record's timestamp in ``timestamp_format`` (UTC, the Spark session's time zone and Kafka
+    Connect's); a record without a timestamp gets no topic and fails (records.bad_route_reason)."""
+    fmt = java_strftime(cfg.timestamp_format)
+    assert fmt is not None  # unserved() refused the others
+    route = rows.column("route")
+    millis = rows.column("timestamp")
+    stamp = formatted(pc.cast(pc.multiply(millis, 1000), pa.timestamp("us")), fmt)
+    pieces = [stamp if part == "${timestamp}" else route if part == "${topic}" else part
+              for part in _PLACEHOLDERS.split(cfg.topic_format) if part]
+    if not any(isinstance(p, pa.Array) for p in pieces):  # no placeholder: one text for all
+        topic = pa.array(np.full(len(route), "".join(pieces), dtype=object), pa.string())
+    else:
+        topic = pc.binary_join_element_wise(*pieces, "")
+    rows.set("route", pc.if_else(applies(rows, cfg), topic, route))
+
+
+def extract_topic(rows: Rows, cfg: cfgs.ExtractTopic) -> None:
+    """The topic becomes the field's value (its MySQL text); a change without it fails, or keeps its
+    topic with ``skip_missing_or_null``. A delete is routed by its row image, as its upsert was."""
+    value = images.Fields(rows.column("image")).texts(cfg.field)
+    applied = applies(rows, cfg)
+    moved = pc.and_(pc.and_(applied, rows.live), pc.is_valid(value))
+    if not cfg.skip_missing_or_null:
+        rows.fail(pc.and_(applied, pc.is_null(value)),
+                  f"ExtractTopic: value.{cfg.field} is missing or null (set skip_missing_or_null to keep the topic)")
+    rows.set("route", pc.if_else(moved, value, rows.column("route")))
+
+
+def value_to_key(rows: Rows, cfg: cfgs.ValueToKey) -> None:
+    """The key becomes the value's ``fields``. This path keys a table's rows by its key columns,
+    read from the row image (pk_mode record_key too: on the older path, the key's fields where it
+    has them, which are the same values), and unserved() keeps the tables keyed by the record schema
+    on the older path: so the key changes nothing here. What stays is the check: an upsert whose
+    field is null or missing fails, the first such field named."""
+    def step(child: pa.StructArray, _at: np.ndarray) -> tuple[pa.StructArray, pa.Array | None]:
+        fields = fields_of(child)
+        errors = [pc.if_else(pc.is_null(fields[name]) if name in fields else pa.array(np.ones(len(child), bool)),
+                             f"ValueToKey: value.{name} is null", pa.scalar(None, pa.string()))
+                  for name in cfg.fields]
+        return child, first_error(*errors)
+    rows.map_images(step)
