@@ -126,7 +126,7 @@ def schema_tables(job: WindowJob, early: dict[str, SinkTarget],
     within the window) goes the staged way: the window makes the table or the index ready for it
     after the read, then writes it (``project.sort_out``). Returns the schema changes run."""
     tables = [t for t in job.sinks if is_dynamic(t, job) and isinstance(t.config, MySqlSinkConfig)
-              and not t.config.columns and not is_routed(t.config)]
+              and not t.config.columns and not is_routed(t.config) and not is_history(t)]
     indices = [t for t in early.values() if mapped_by_records(t) and "{topic}" not in t.config.index]
     if not (tables or indices) or not early_window(job):
         return []

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from connectors.base import ArrowRecords, Change, Sink
 from connectors.elasticsearch.config import ElasticsearchSinkConfig
 from connectors.errors import ConfigError
-from connectors.mysql.config import KAFKA_PK_COLUMNS, TABLE_PLACEHOLDERS, MySqlSinkConfig
+from connectors.mysql.config import HISTORY_OWN, KAFKA_PK_COLUMNS, TABLE_PLACEHOLDERS, MySqlSinkConfig
 from connectors.mysql.sink import arrow_changes
 
 if TYPE_CHECKING:
@@ -319,7 +319,8 @@ def derive_from_connect(target: SinkTarget, table: str, descriptions: list[str],
     data = {**cfg.model_dump(), "table": table, "primary_key": pk,
             "columns": [{"name": c["name"], "type": c["type"], "nullable": c["nullable"] and c["name"] not in pk}
                         for c in columns.values()],
-            "ignore_null_updates": _present(cfg.ignore_null_updates, list(columns), pk)}
+            "ignore_null_updates": _present(cfg.ignore_null_updates, list(columns), pk),
+            "track_history": _present(cfg.track_history, list(columns), pk)}
     try:
         return MySqlSinkConfig.model_validate(data)
     except ValidationError as exc:
@@ -328,7 +329,8 @@ def derive_from_connect(target: SinkTarget, table: str, descriptions: list[str],
 
 
 def _present(listed: list[str], columns: list[str], key: list[str]) -> list[str]:
-    """A routed sink's ``ignore_null_updates`` for one of its tables: the listed columns it has."""
+    """A routed sink's ``ignore_null_updates`` (``track_history``) for one of its tables: the listed
+    columns it has (a history table with none of the tracked columns opens a version per change)."""
     return [c for c in listed if c in columns and c not in key]
 
 
@@ -337,7 +339,8 @@ def _existing_table(target: SinkTarget, table: str) -> tuple[dict[str, dict[str,
 
     cfg = target.config
     assert isinstance(cfg, MySqlSinkConfig)
-    found = existing_columns(target.url, table, [cfg.deleted_column] if cfg.delete == "soft" else [])
+    own = [cfg.deleted_column] if cfg.delete == "soft" else list(HISTORY_OWN) if cfg.mode == "history" else []
+    found = existing_columns(target.url, table, own)
     if found is None:
         raise ConfigError(f"sink {cfg.name!r}: table {table!r} does not exist and this window's changes of it carry "
                           "no Connect schema to create it from (schemas.enable=false, or only deletes): declare the "

@@ -97,7 +97,8 @@ def tables_writer(job: WindowJob,
                 out = []
                 for (target, rows), sink in zip(tables, sinks, strict=True):
                     keys = key_columns(sink.cfg)
-                    latest = latest_rows(fill_kept(project_rows(rows, sink.cfg), sink.cfg, keys), keys)
+                    latest = latest_rows(fill_kept(project_rows(rows, sink.cfg), sink.cfg, keys), keys,
+                                         every_version=sink.cfg.mode == "history")
                     sink.open(prepared=True)  # the window prepared its tables and read their tombstones
                     out.append(write_target(job, target, iter(latest.to_batches()), sink, dlq, opened=True))
             yield from out  # once the tables' transaction committed

@@ -257,9 +257,7 @@ class MySqlSinkConfig(StrictModel):
             return [(("track_history",), "expected only with mode: history", self.track_history)] \
                 if self.track_history else []
         problems: list[tuple[tuple[str | int, ...], str, Any]] = []
-        needs = [("declared columns (a history table of columns from the record schema is not supported yet)",
-                  not self.columns), ("rows keyed by the record, not pk_mode: kafka", self.pk_mode == "kafka"),
-                 ("one table, not a template (routed history tables are not supported yet)", "{" in self.table),
+        needs = [("rows keyed by the record, not pk_mode: kafka", self.pk_mode == "kafka"),
                  ("delete: hard (a history keeps a delete as a version of its own, op d)", self.delete == "soft")]
         problems += [(("mode",), f"mode: history needs {what}", self.mode) for what, missing in needs if missing]
         own = {c.lower() for c in (*HISTORY_OWN, "__cdc_version")}

@@ -59,7 +59,8 @@ def existing_columns(url: str, table: str, own: Sequence[str] = ()) -> tuple[lis
         return None
     columns, key = found
     skip = {VERSION_COLUMN.lower(), *(n.lower() for n in own)}
-    return [{"name": c.name, "type": c.type, "nullable": c.nullable} for c in columns if c.name.lower() not in skip], key
+    return ([{"name": c.name, "type": c.type, "nullable": c.nullable} for c in columns if c.name.lower() not in skip],
+            [k for k in key if k.lower() not in skip])  # a history table's key: the sink's, without __version
 
 
 def _existing(conn: sa.Connection, tables: Sequence[str]) -> dict[str, tuple[list[evolution.Column], list[str]]]:
@@ -216,10 +217,12 @@ def _evolve(conn: sa.Connection, cfg: MySqlSinkConfig, existing: tuple[list[evol
             policy: str, recorded: list[dict[str, Any]], decisions: Mapping[str, str] | None,
             pipeline: str, generic: Mapping[str, str] | None = None) -> MySqlSinkConfig:
     columns, key = existing
+    own = {VERSION_COLUMN.lower()} | ({cfg.deleted_column.lower()} if cfg.delete == "soft" else set())
+    if cfg.mode == "history":  # its own columns, and its key without __version
+        own |= {c.lower() for c in HISTORY_OWN}
+        key = [k for k in key if k.lower() not in own]
     found = evolution.changes(cfg.table, [evolution.Column(c.name, c.type, c.nullable) for c in cfg.columns],
-                              cfg.primary_key, columns, key, protected=frozenset(
-                                  {VERSION_COLUMN.lower()} | ({cfg.deleted_column.lower()} if cfg.delete == "soft" else set())),
-                              generic=generic)
+                              cfg.primary_key, columns, key, protected=frozenset(own), generic=generic)
     apply, ignored = evolution.decide(found, policy, decisions, pipeline)
     for change in apply:
         assert change.statement is not None, "a change to apply has its statement"

@@ -21,7 +21,9 @@ from cdcflow.config import load_pipeline
 from cdcflow.state import StateStore
 from connectors.errors import ConfigError
 from tests.fixtures.debezium import minimal_image as mi
-from tests.helpers import bootstrap, mysql_engine, unique, write_pipeline
+from tests.fixtures.debezium import mysql_all_types as fx
+from tests.helpers import bootstrap, make_pipeline, mysql_engine, unique, write_pipeline
+from tests.integration.spark_jobs.test_schema_changes import later
 
 pytestmark = [pytest.mark.integration, pytest.mark.services("kafka", "mysql", "spark")]
 
@@ -115,3 +117,36 @@ def test_a_history_sink_on_the_older_path_fails_the_window_naming_why_before_any
                                           r"window path only.*CDCFLOW_WINDOW_PATH=spark is set"):
         runner.run_window(cfg, "w1", None, store=store, spark=spark)
     assert store.offsets.load(cfg.name) == {}  # no offset moved
+
+
+def test_a_history_table_from_the_record_schema_gains_the_column_a_later_schema_adds(
+        config_dir: Path, store: StateStore, spark: Any) -> None:
+    """Debezium's all-types table (tests/fixtures/debezium/mysql_all_types.py) into a history table made
+    from its Connect schema; an ALTER TABLE … ADD c_note at the source adds the column (schema_changes
+    lenient), and the versions before it hold NULL there."""
+    table = unique("hist_schema")
+    cfg = make_pipeline(config_dir, sinks=[{"type": "mysql", "name": "hist", "conn_id": "cdcflow_mysql",
+                                            "table": table, "create_table": True, "mode": "history"}])
+    topic = cfg.source.topics[0]
+    cdcgen.produce(bootstrap(), topic, [cdcgen.Event(k, v) for k, v in fx.events()[:4]], partitions=1)
+    _window(cfg, "w1", store, spark)  # three inserts and an update of row 1
+
+    def add_note(fields: dict[str, Any]) -> None:
+        fields["c_note"] = {"type": "string", "optional": True, "field": "c_note"}
+
+    def noted(before: dict[str, Any], after: dict[str, Any]) -> None:
+        before["c_note"], after["c_note"] = None, "added at the source"
+
+    cdcgen.produce(bootstrap(), topic, [later(add_note, noted)], partitions=1, create=False)
+    _window(cfg, "w2", store, spark)
+    with mysql_engine().connect() as conn:
+        key = [r[0] for r in conn.exec_driver_sql(
+            "SELECT column_name FROM information_schema.statistics WHERE table_schema = DATABASE() "
+            "AND table_name = %s AND index_name = 'PRIMARY' ORDER BY seq_in_index", (table,))]
+        rows = [tuple(r) for r in conn.exec_driver_sql(
+            f"SELECT id, __op, __current, c_note, __valid_from FROM `{table}` ORDER BY id, __version")]
+    assert key == ["id", "__version"]
+    start = dt.datetime(2024, 6, 1, 10, 0, 0)
+    assert rows == [(1, "c", 0, None, start), (1, "u", 0, None, start + dt.timedelta(seconds=60)),
+                    (1, "u", 1, "added at the source", start + dt.timedelta(seconds=660)),
+                    (2, "c", 1, None, start + dt.timedelta(seconds=1)), (3, "c", 1, None, start + dt.timedelta(seconds=2))]

@@ -334,8 +334,6 @@ def test_a_history_sink_is_read_with_its_tracked_columns(tmp_path: Path) -> None
     (("source_ts_ms", "h", "state", "[status]"), "line 10, sinks.0.track_history", "expected only with mode: history"),
     (("source_ts_ms", "h", "history", "[id, nope]"), "line 10, sinks.0.track_history",
      "expected columns of this sink outside the primary key ['status', 'qty']; ['id', 'nope'] are not"),
-    (("source_ts_ms", "'{topic}_h'", "history", "[]"), "line 9, sinks.0.mode",
-     "mode: history needs one table, not a template"),
     (("source_ts_ms", "h", "scd2", "[]"), "line 9, sinks.0.mode", "expected input should be 'state' or 'history'"),
 ])
 def test_bad_history_settings_name_the_file_line_field_and_what_was_expected(
