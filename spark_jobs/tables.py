@@ -281,10 +281,11 @@ def latest_rows(projected: pa.Table, key_columns: list[str], keep_unresolved: bo
     candidate = fit[order] & resolved & keyed
     rows = order[candidate]
     cand_group, cand_version = group[candidate], filled[candidate]
-    order_keys = [sub[rows], partition[rows], offset[rows], cand_version, cand_group]
-    if every_version:  # of a delete and its tombstone (one version) the delete wins: it has the before image
-        order_keys.insert(3, has_version[rows])
-    pick = np.lexsort(order_keys)
+    # at one version a delete beats its tombstone: it has the before image (delete: soft, history tables
+    # keep it); else the log order decides (a tombstone after an upsert deletes it)
+    real_delete = (pc.fill_null(pc.equal(projected.column("change_op"), "delete"), False).to_numpy(
+        zero_copy_only=False) & has_version)[rows]
+    pick = np.lexsort((sub[rows], partition[rows], offset[rows], real_delete, cand_version, cand_group))
     last = np.ones(len(pick), dtype=bool)
     last[:-1] = cand_group[pick][1:] != cand_group[pick][:-1]
     if every_version:

@@ -9,11 +9,13 @@ document first (docs/soft-deletes.md):
   ("Update requests do not support versioning"), and its internal one would leave the document's
   ``_version`` off the change's, so that the version guard of every later change would compare with
   the wrong number. Without a stored document the kept fields are left out.
-* a **soft delete** (``delete: soft``): an ``index`` of the stored document with ``deleted_field`` set
-  to the delete's source time, at the delete's version, and the tombstone a delete writes. The
-  document keeps the delete's version, so an older change is refused as it is by a newer one; a
-  newer change replaces the document, and the field with it. A soft delete of a document the index
-  does not hold writes the tombstone alone.
+* a **soft delete** (``delete: soft``): an ``index`` of the stored document with the delete's before
+  image over it (:func:`before_image`: Debezium's ``before``, when it holds more than the id) and
+  ``deleted_field`` set to the delete's source time, at the delete's version, and the tombstone a
+  delete writes. The document keeps the delete's version, so an older change is refused as it is by
+  a newer one; a newer change replaces the document, and the field with it. A soft delete of a
+  document the index does not hold writes its before image, marked, or, without one, the tombstone
+  alone.
 
 The stored documents are read in one ``mget`` per bulk request, just before it. A second writer of
 the same document between that read and the request (two tasks writing one key at once: records of
@@ -119,15 +121,26 @@ def resolve(items: list[Item], cfg: ElasticsearchSinkConfig, read: Callable[[lis
     for item, stored_doc in zip(waiting, found, strict=True):
         stored = stored_doc.get("_source") if stored_doc.get("found") else None
         if item.kind == "soft":
-            if stored is None:
+            before = before_image(item.change.values.get("doc"), cfg)
+            if stored is None and before is None:
                 dropped.add(id(item))
                 continue
-            doc = {**stored, cfg.deleted_field: deleted_at(item.change.version)}
+            doc = {**(stored or {}), **(before or {}), cfg.deleted_field: deleted_at(item.change.version)}
         else:
             assert item.doc is not None
             doc = merged(stored, item.doc, item.kept, cfg.deleted_field if cfg.delete == "soft" else None)
         item.lines = item.lines + b"\n" + _ENCODE.encode(doc) + b"\n"
     return [i for i in items if id(i) not in dropped], len(dropped)
+
+
+def before_image(doc: str | None, cfg: ElasticsearchSinkConfig) -> dict[str, Any] | None:
+    """A soft delete's document: its before image (Debezium's ``before``), unless it holds the id
+    fields alone (a tombstone's key; PostgreSQL's REPLICA IDENTITY DEFAULT): it is the document the
+    delete marks, even when the window's changes before it were reduced away."""
+    parsed = _DECODE.decode(doc) if doc else None
+    if not isinstance(parsed, dict) or all(v is None for k, v in parsed.items() if k not in cfg.id_fields):
+        return None
+    return parsed
 
 
 def merged(stored: Mapping[str, Any] | None, doc: Mapping[str, Any], kept: frozenset[str],

@@ -209,7 +209,33 @@ class MySqlSink:
 
     # -- applying ----------------------------------------------------------------------------------
     def _apply(self, batch: list[Change]) -> list[FailedRecord]:
+        """The row path's batch: ``delete: soft``'s before images first (:meth:`_before_images`)."""
+        deletes = [c for c in batch if c.op == "delete" and self._has_image(c.values)]
+        return self._before_images(deletes) + self._apply_changes(batch)
+
+    def _apply_changes(self, batch: list[Change]) -> list[FailedRecord]:
         return self._transact(lambda: self._apply_rows(batch), lambda: self._apply_one_by_one(batch))
+
+    def _has_image(self, values: dict[str, Any]) -> bool:
+        """``delete: soft``: whether a delete carries its row's values (Debezium's before image), not
+        its key alone (a tombstone; a before image of the key, as PostgreSQL's REPLICA IDENTITY
+        DEFAULT and MySQL's MINIMAL row image write)."""
+        return self.sql.deleted is not None and any(values.get(c) is not None for c in self.sql.data_columns)
+
+    def _before_images(self, deletes: list[Change]) -> list[FailedRecord]:
+        """``delete: soft``: the deletes' before images written as upserts at their versions before
+        the deletes mark them, so a soft-deleted row holds the values it had when it was deleted even
+        when the window's changes before the delete were reduced away (an insert and its delete in
+        one window leave the row, marked). Uncounted: the deletes are the changes counted."""
+        if not deletes:
+            return []
+        upserts = [Change("upsert", c.key, c.values, c.version, c.source) for c in deletes]
+        counted, self.stats = self.stats, SinkStats()
+        try:
+            return self._apply_changes(upserts)
+        finally:
+            counted.failed += self.stats.failed
+            self.stats = counted
 
     def _transact(self, attempt_once: Callable[[], None],
                   on_data_error: Callable[[], list[FailedRecord]]) -> list[FailedRecord]:
@@ -257,21 +283,30 @@ class MySqlSink:
             return self._transact(lambda: self.stats.add(self._apply_history(table)),
                                   lambda: self._history_one_by_one(table))
 
+        failed: list[FailedRecord] = []
+        if self.sql.deleted is not None:  # delete: soft: the deletes' before images first
+            deletes = table.filter(pc.equal(table.column("change_op"), "delete"))
+            failed = self._before_images([c for batch in deletes.to_batches() for c in arrow_changes(batch, self.cfg)
+                                          if self._has_image(c.values)])
+        changes = [c for batch in table.to_batches() for c in arrow_changes(batch, self.cfg)] \
+            if table.num_rows <= ROW_PATH_MAX else None
+
         def by_rows() -> list[FailedRecord]:
             """Some row's data (or a column the encoder does not take): the row path finds which rows,
             and sends only those to the DLQ."""
             self.stats.extra["set_fallbacks"] = self.stats.extra.get("set_fallbacks", 0) + 1
-            changes = [c for batch in table.to_batches() for c in arrow_changes(batch, self.cfg)]
+            every = changes if changes is not None else [
+                c for batch in table.to_batches() for c in arrow_changes(batch, self.cfg)]
             size = self.cfg.batch_size
-            return [f for i in range(0, len(changes), size) for f in self._apply(changes[i:i + size])]
+            return [f for i in range(0, len(every), size) for f in self._apply_changes(every[i:i + size])]
 
         if table.num_rows <= ROW_PATH_MAX:  # a few rows: fewer statements than the staging tables take
-            changes = [c for batch in table.to_batches() for c in arrow_changes(batch, self.cfg)]
-            return self._apply(changes)
+            assert changes is not None
+            return failed + self._apply_changes(changes)
         try:
-            return self._transact(lambda: self.stats.add(self._apply_set(table)), by_rows)
+            return failed + self._transact(lambda: self.stats.add(self._apply_set(table)), by_rows)
         except bulk.NotBulkLoadable:  # e.g. a binary column: the row path binds it as a parameter
-            return by_rows()
+            return failed + by_rows()
 
     def _apply_set(self, table: pa.Table) -> SinkStats:
         """One transaction: the set path (connectors/mysql/apply.py), timed to its commit."""

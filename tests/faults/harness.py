@@ -36,6 +36,7 @@ import yaml
 
 from cdcflow import cdcgen
 from connectors.faults import EXACTLY_ONCE_POINTS, POINTS, pause_entry
+from tests.faults import tables
 from tests.faults.forkserver import ForkServer
 from tests.helpers import state_of
 
@@ -116,9 +117,7 @@ class Campaign:
         self.forks = ForkServer(directory / "forkserver.log", self.env, ROOT)  # windows forked preloaded
 
     def _write_pipeline(self) -> None:
-        columns = [{"name": "id", "type": "BIGINT"}, {"name": "customer", "type": "VARCHAR(32)"},
-                   {"name": "status", "type": "VARCHAR(16)"}, {"name": "amount", "type": "DECIMAL(10,2)"},
-                   {"name": "updated_at", "type": "BIGINT", "field": "updated_ms"}]
+        columns = [{**c, "type": "VARCHAR(32)"} if c["name"] == "customer" else c for c in tables.COLUMNS]
         cfg = {
             "name": self.name, "retries": 0,
             "source": {"topics": [self.topic], "kafka_conn_id": "cdcflow_kafka"},
@@ -133,9 +132,10 @@ class Campaign:
                                             "status": {"type": "keyword"},
                                             "amount": {"type": "keyword"},
                                             "updated_ms": {"type": "long"}}}},
+                *tables.sinks(self.table),  # a history table and a soft-delete table (issue 44)
             ],
             "errors": {"tolerance": "all", "dlq_topic": f"{self.topic}.dlq"},
-            **({"offset_store": {"sink": "rows"}} if self.exactly_once else {}),
+            **({"offset_store": {"sink": "history"}} if self.exactly_once else {}),
         }
         (self.dir / "pipelines" / f"{self.name}.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
 
@@ -144,8 +144,7 @@ class Campaign:
         env = {**self.env, **({"CDCFLOW_FAULTS": fault} if fault else {})}
         return self.forks.run(["run", self.name, "--run-id", run_id], env, ROOT, timeout=600)
 
-    def produce_chunk(self, i: int) -> None:
-        # many keys per chunk: the sinks write several batches (set_rows 100, bulk_max_actions 100)
+    def produce_chunk(self, i: int) -> None:  # many keys: the sinks write several batches (set_rows 100 …)
         stream = cdcgen.orders_stream(self.rng.randint(250, 450), 500, seed=self.rng.randrange(10**6), broken=False,
                                       start_ts=self.ts)
         self.ts += 10 * len(stream.events) + 1000
@@ -232,6 +231,7 @@ class Campaign:
         with mysql_engine().connect() as conn:
             rows = {r[0]: r for r in conn.exec_driver_sql(
                 f"SELECT id, customer, status, amount, updated_at FROM `{self.table}`")}
+            tables.check(conn, self.table, self.events, lambda kind, key, note: _found(out, self.seen, kind, key, note))
         self._compare(out, want, {i: int(r[4]) for i, r in rows.items()},
                       {i: (r[1], r[2], _money(r[3])) for i, r in rows.items()}, "mysql", self.seen)
         docs = es_docs(self.index)

@@ -1,6 +1,7 @@
 """The short fault campaign (seeded): 24 faults, two at each kill point and two of each outage, each
-followed by retries and a drain; nothing lost, duplicated or regressed in MySQL and Elasticsearch,
-every poison record in the DLQ exactly once, the ledger without gaps. The long one:
+followed by retries and a drain; nothing lost, duplicated or regressed in MySQL and Elasticsearch
+(the state table and index, a history table and a soft-delete table: tests/faults/tables.py), every
+poison record in the DLQ exactly once, the ledger without gaps. The long one:
 python -m tests.faults.harness."""
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ def test_short_seeded_fault_campaign() -> None:
 
 
 def test_short_exactly_once_campaign() -> None:
-    """The same with offset_store.sink: one fault of each kind, with the kill inside the sink's
-    transaction (rows and offsets written, not committed)."""
+    """The same with offset_store.sink (the history table's sink): one fault of each kind, with the kill
+    inside the sink's transaction (rows and offsets written, not committed)."""
     outcomes = run_campaign(faults=len(kinds(True)), seed=12, exactly_once=True)
     _assert_every_kind_fired_and_nothing_was_damaged(outcomes, exactly_once=True)
 

@@ -152,6 +152,29 @@ def test_the_last_change_per_key_over_a_compound_key_and_partitions() -> None:
     ]
 
 
+def test_a_delete_beats_its_tombstone_and_a_history_keeps_one_change_per_version() -> None:
+    """Of a delete and its tombstone (one version) the delete is kept: its before image is what a soft
+    delete and a history table write; a tombstone after an upsert still deletes it."""
+    sink = MySqlSinkConfig(type="mysql", table="t", primary_key=["id"],
+                           columns=[{"name": "id", "type": "INT"}, {"name": "v", "type": "INT"}])
+    records = [
+        (b'{"id":1}', env("c", None, {"id": 1, "v": 1}, 5)),
+        (b'{"id":1}', env("u", {"id": 1, "v": 1}, {"id": 1, "v": 2}, 6)),
+        (b'{"id":1}', env("d", {"id": 1, "v": 2}, None, 7)),
+        (b'{"id":1}', None),  # its tombstone
+        (b'{"id":2}', env("c", None, {"id": 2, "v": 9}, 5)),
+        (b'{"id":2}', None),  # a tombstone after an upsert: it deletes it
+    ]
+    projected = project_rows(arrow_changes(records), sink)
+    latest = latest_rows(projected, key_columns(sink))
+    assert sorted(zip(latest.column("c_0").to_pylist(), latest.column("change_op").to_pylist(),
+                      latest.column("c_1").to_pylist(), strict=True)) == [("1", "delete", "2"), ("2", "delete", None)]
+    every = latest_rows(projected, key_columns(sink), every_version=True)
+    assert sorted(zip(every.column("c_0").to_pylist(), every.column("change_op").to_pylist(),
+                      every.column("c_1").to_pylist(), strict=True)) == [
+        ("1", "delete", "2"), ("1", "upsert", "1"), ("1", "upsert", "2"), ("2", "delete", None)]
+
+
 def test_a_tasks_changes_split_table_by_table_keep_every_row_in_log_order() -> None:
     changes = arrow_changes(RECORDS)
     tables = pa.array(["b", "a", "b", "c", "a", "b"][:changes.num_rows])

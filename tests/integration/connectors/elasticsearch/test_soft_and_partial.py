@@ -131,3 +131,22 @@ def test_a_partial_change_after_a_soft_delete_revives_the_document_with_its_stor
         assert es_docs(index)["1"] == {"id": 1, "name": "again", "body": "body", "qty": 5, "_version": v(3_000)}
     finally:
         sink.close()
+
+
+def test_a_soft_delete_marks_its_before_image_even_when_the_index_never_held_the_document() -> None:
+    """A window reduces an insert and its delete to the delete: Debezium's before image is what the
+    document held, so the document is there, marked (and an update then a delete: the updated values)."""
+    index = unique("soft").replace("_", "-")
+    sink = make_sink(index, delete="soft")
+    try:
+        write(sink, upsert(index, v(10_000), id=2, name="b", body="stored", qty=1))
+        before_1 = {"id": 1, "name": "a", "body": "inserted and deleted in one window", "qty": 5}
+        before_2 = {"id": 2, "name": "b2", "body": "updated then deleted", "qty": 2}
+        write(sink, *[Change("delete", (index, str(d["id"])), {"doc": json.dumps(d)}, v(20_000, d["id"]),
+                             SourceRef("t", 0, d["id"], b"k", b"v")) for d in (before_1, before_2)])
+        docs = es_docs(index)
+        assert docs["1"] == {**before_1, "__deleted_at": "1970-01-01T00:00:20.000Z", "_version": v(20_000, 1)}
+        assert docs["2"] == {**before_2, "__deleted_at": "1970-01-01T00:00:20.000Z", "_version": v(20_000, 2)}
+        assert (sink.stats.deleted, sink.stats.unchanged) == (2, 0)
+    finally:
+        sink.close()

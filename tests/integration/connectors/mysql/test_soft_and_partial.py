@@ -214,3 +214,30 @@ def test_soft_deletes_and_partial_updates_commit_with_the_offsets_or_not_at_all(
         assert offsets.load(pipeline) == {("t", 0): (3, "run-1")}
     finally:
         offsets.close()
+
+
+def test_a_soft_delete_marks_its_before_image_even_when_the_table_never_held_the_row(path: str) -> None:
+    """A window reduces an insert and its delete to the delete: Debezium's before image is what the row
+    held, so the row is there, marked; an update then a delete: the updated values. A delete known by
+    its key alone marks what the table holds."""
+    table = unique("soft")
+    sink = make_sink(table, path, delete="soft")
+    try:
+        assert apply(sink, [("upsert", v(1_000), 2, "b", "stored", 1), ("upsert", v(1_000), 3, "c", "kept", 3),
+                            *filler(100)]) == []
+        deleted_ms = 1_764_000_000_123
+        assert apply(sink, [("delete", v(deleted_ms, 1), 1, "a", "inserted and deleted in one window", 5),
+                            ("delete", v(deleted_ms, 2), 2, "b2", "updated then deleted", 2),
+                            ("delete", v(deleted_ms, 3), 3, None, None, None), *filler(200)]) == []
+        rows = read(table)
+        assert rows[1] == ("a", "inserted and deleted in one window", 5, at(deleted_ms), v(deleted_ms, 1))
+        assert rows[2] == ("b2", "updated then deleted", 2, at(deleted_ms), v(deleted_ms, 2))
+        assert rows[3] == ("c", "kept", 3, at(deleted_ms), v(deleted_ms, 3))
+        assert (sink.stats.deleted, sink.stats.upserted) == (3, 2 + (140 if FILLERS["on"] else 0))  # the images uncounted
+        sink.close()
+
+        sink = make_sink(table, path, delete="soft")  # the window again: nothing changes
+        assert apply(sink, [("delete", v(deleted_ms, 1), 1, "a", "inserted and deleted in one window", 5)]) == []
+        assert read(table)[1] == rows[1] and sink.stats.deleted == 0
+    finally:
+        sink.close()
