@@ -31,6 +31,15 @@ def schema_sink(shape: Shape, table: str) -> dict[str, Any]:
             "batch_size": BATCH}
 
 
+def es_sink(shape: Shape, index: str) -> dict[str, Any]:
+    """cdcflow's Elasticsearch sink, with the measured index settings (no replica, a 30 s refresh)."""
+    return {"type": "elasticsearch", "name": "e", "index": harness.sink_index(shape, index), "id_fields": ["id"],
+            "bulk_max_actions": 1000, "settings": {"number_of_replicas": 0, "refresh_interval": "30s"}}
+
+
+ES_WARM_WINDOWS = 4  # a fresh Elasticsearch's bulk CPU fell from 40 to 13.5 s over five runs (docs/benchmarks.md)
+
+
 def run_cdcflow(name: str, source: str | dict[str, Any], sinks: list[dict[str, Any]], spark: Any, tmp: Path,
                 extra: dict[str, Any] | None = None, window: int = 250_000) -> dict[str, Any]:
     """Windows until one finds nothing new. The rate and the CPU are over the windows that read
@@ -59,9 +68,11 @@ def run_cdcflow(name: str, source: str | dict[str, Any], sinks: list[dict[str, A
             "wall_seconds_with_final_empty_window": round(t["seconds"], 2)}
 
 
-def warm_up(spark: Any, tmp: Path, shape: Shape) -> None:
+def warm_up(spark: Any, tmp: Path, shape: Shape, es: bool = False) -> None:
     """One unrecorded window per measured sink first: the first window of a process pays the JVM's and
-    the Python workers' warm-up (~15-20 s), which would land on whichever path is measured first."""
+    the Python workers' warm-up (~15-20 s), which would land on whichever path is measured first.
+    With ``es``, :data:`ES_WARM_WINDOWS` windows into a throwaway index too: Elasticsearch's own JIT
+    warms over several bulk loads, which would otherwise land on the first MySQL+ES round."""
     tag = uuid.uuid4().hex[:8]
     events = 60_000 if shape.name == "small" else 25_000  # above SMALL_WINDOW: the shuffle path
     warm = shapes.make(shape.name, events, 20_000 if shape.name == "small" else 5_000, 3)
@@ -73,6 +84,14 @@ def warm_up(spark: Any, tmp: Path, shape: Shape) -> None:
     for kind, sink in sinks.items():
         harness.drop_tables(warm, "bench_warmup")
         run_cdcflow(f"bench_warmup_{kind}_{tag}", warm.source(tag), [sink], spark, tmp, window=shape.window)
+    for i in range(ES_WARM_WINDOWS if es else 0):
+        print(f"warm-up: Elasticsearch, window {i + 1} of {ES_WARM_WINDOWS} (not recorded) ...")
+        harness.drop_tables(warm, "bench_warmup")
+        index = f"bench-warmup-{tag}-{i}"
+        run_cdcflow(f"bench_warmup_es{i}_{tag}", warm.source(tag), [declared_sink(warm, "bench_warmup"),
+                                                                     es_sink(warm, index)], spark, tmp,
+                    window=shape.window)
+        harness.delete_indexes(f"{index}*")
     harness.drop_tables(warm, "bench_warmup")
 
 

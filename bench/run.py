@@ -118,9 +118,8 @@ def measure(rep: int, args: argparse.Namespace, shape: Shape, tag: str, state: d
     if args.only in ("sinks", "all"):
         print("cdcflow end to end, Kafka -> Spark -> MySQL + Elasticsearch ...")
         index = f"bench-cdcflow-{tag}{suffix.replace('_', '-')}"
-        es_sink = {"type": "elasticsearch", "name": "e", "index": harness.sink_index(shape, index), "id_fields": ["id"],
-                   "bulk_max_actions": 1000, "settings": {"number_of_replicas": 0, "refresh_interval": "30s"}}
-        cdcflow("cdcflow_mysql_es", "bench_cdcflow_es", [paths.declared_sink(shape, "bench_cdcflow_es"), es_sink])
+        cdcflow("cdcflow_mysql_es", "bench_cdcflow_es", [paths.declared_sink(shape, "bench_cdcflow_es"),
+                                                         paths.es_sink(shape, index)])
         checks[f"cdcflow_mysql_es.es{suffix}"] = harness.es_checks(shape, index, tag) == want
         ratios["cdcflow_mysql_es_vs_mysql"] = _ratio(out["cdcflow_mysql_es"]["events_per_s"], cdc)
     if args.only == "all":
@@ -312,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     with timed() as t:
         spark = get_spark(SparkConfig(mode="inprocess"), app_name="cdcflow-bench")
     result["spark_session_start_s"] = round(t["seconds"], 2)
-    paths.warm_up(spark, tmp, shape)
+    paths.warm_up(spark, tmp, shape, es=args.only in ("sinks", "all"))
     reps = []
     for rep in range(args.repeat):
         if args.repeat > 1:
