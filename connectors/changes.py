@@ -40,17 +40,19 @@ DECODED_FIELDS = [  # image: a union of the window's row shapes, typed (connecto
     ("change_op", pa.string()), ("image", None), ("image_json", pa.string()), ("version", pa.int64()),
     ("error_stage", pa.string()), ("error_message", pa.string()), ("route", pa.string()), ("key_image", pa.null()),
     ("source_db", pa.string()), ("source_table", pa.string()), ("schema_id", pa.string()), ("row_schema", pa.string()),
-    ("row_index", pa.int32()),
+    ("row_index", pa.int32()), ("source_op", pa.string()),
 ]
 DECODED_NAMES = [name for name, _t in DECODED_FIELDS]
 # source_db/source_table: the change's source database and table (table name templates route by them);
 # schema_id: the row's schema (null without one); row_schema: the MySQL table it describes, as JSON
 # (connectors/debezium/schema_columns.mysql_columns), on the first record of each schema_id in a task (null on
-# the others); row_index: the change's place within its record (0 for a record of one change).
+# the others); row_index: the change's place within its record (0 for a record of one change); source_op: the
+# source's operation where the format says it (Debezium's c, r, u, d; Maxwell's bootstrap-insert is r), else null.
 # The older Spark path's columns: the images as map<string,string> of exact texts (images.as_map)
 DECODED_SPARK_COLUMNS = ("change_op string, image map<string,string>, image_json string, version bigint, "
                          "error_stage string, error_message string, route string, key_image map<string,string>, "
-                         "source_db string, source_table string, schema_id string, row_schema string, row_index int")
+                         "source_db string, source_table string, schema_id string, row_schema string, row_index int, "
+                         "source_op string")
 
 JSON_DECODE = msgspec.json.Decoder(float_hook=Decimal)  # numbers keep their digits: 19.90 stays 19.90
 JSON_ENCODE = msgspec.json.Encoder(decimal_format="number")
@@ -80,6 +82,7 @@ class Change:
     schema_id: str | None = None
     row_schema: str | None = None
     row_index: int = 0
+    source_op: str | None = None
 
 
 class ChangeDecoder(Protocol):
@@ -156,6 +159,7 @@ def change_arrays(changes: list[Change], routes: pa.Array) -> list[pa.Array]:
         pa.array([c.schema_id for c in changes], pa.string()),
         pa.array([c.row_schema for c in changes], pa.string()),
         pa.array([c.row_index for c in changes], pa.int32()),
+        pa.array([c.source_op for c in changes], pa.string()),
     ]
 
 

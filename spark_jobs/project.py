@@ -412,7 +412,7 @@ def _tagged_changes(target: SinkTarget, valid: pa.Table, schemas: dict[str, list
     if not routed.num_rows:
         return None
     tagged = routed.select(["topic", "partition", "offset", "timestamp", "key", "value", "headers", "route",
-                            "change_op", "version", "row_index", "image", "key_image"]).append_column(
+                            "change_op", "version", "row_index", "image", "key_image", "source_op"]).append_column(
         TABLE_COLUMN, names)
     schemas[cfg.name] = _schemas(routed, names, known)
     return cfg.name, CHANGES, tagged, [TABLE_COLUMN]

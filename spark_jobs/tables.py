@@ -218,9 +218,10 @@ def project_rows(rows: pa.Table, sink: MySqlSinkConfig) -> pa.Table:
     base = [*RAW_COLUMNS, "route", "change_op", "version"]
     row_index = rows.column("row_index") if "row_index" in rows.column_names else pa.array([0] * rows.num_rows,
                                                                                             pa.int32())
+    source_op = rows.column("source_op") if "source_op" in rows.column_names else pa.nulls(rows.num_rows, pa.string())
     return pa.table(
-        [*[rows.column(n) for n in base], row_index, *values, message],
-        names=[*base, "row_index", *[f"c_{i}" for i in range(len(values))], "error_message"],
+        [*[rows.column(n) for n in base], row_index, *values, message, source_op],
+        names=[*base, "row_index", *[f"c_{i}" for i in range(len(values))], "error_message", "source_op"],
     )
 
 
@@ -281,11 +282,13 @@ def latest_rows(projected: pa.Table, key_columns: list[str], keep_unresolved: bo
     candidate = fit[order] & resolved & keyed
     rows = order[candidate]
     cand_group, cand_version = group[candidate], filled[candidate]
-    # at one version a delete beats its tombstone: it has the before image (delete: soft, history tables
-    # keep it); else the log order decides (a tombstone after an upsert deletes it)
-    real_delete = (pc.fill_null(pc.equal(projected.column("change_op"), "delete"), False).to_numpy(
-        zero_copy_only=False) & has_version)[rows]
-    pick = np.lexsort((sub[rows], partition[rows], offset[rows], real_delete, cand_version, cand_group))
+    # a delete beats its own tombstone (their one version): it has the before image (delete: soft,
+    # history tables keep it); else the log order decides (a tombstone after an upsert deletes it, the
+    # changes of one record keep their order)
+    is_delete = pc.fill_null(pc.equal(projected.column("change_op"), "delete"), False).to_numpy(zero_copy_only=False)
+    after_delete = np.zeros(n, dtype=bool)
+    after_delete[order] = ~has_version[order] & filled_ok & is_delete[order][np.maximum(last_valid, 0)]
+    pick = np.lexsort((sub[rows], partition[rows], offset[rows], ~after_delete[rows], cand_version, cand_group))
     last = np.ones(len(pick), dtype=bool)
     last[:-1] = cand_group[pick][1:] != cand_group[pick][:-1]
     if every_version:

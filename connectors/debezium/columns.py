@@ -286,7 +286,7 @@ def _decode_group(decoder: Decoder, batch: pa.RecordBatch, group: _Group) -> lis
     return [change_op, image, documents, version, pa.nulls(n, pa.string()),
             pa.nulls(n, pa.string()), batch.column("topic").take(pa.array(group.rows)), pa.nulls(n),
             source_db, source_table, schema_id, row_schema,
-            pa.array(np.zeros(n, np.int32))]
+            pa.array(np.zeros(n, np.int32)), op]
 
 
 # -- grouping ------------------------------------------------------------------------------------------

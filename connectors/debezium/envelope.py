@@ -271,17 +271,17 @@ class Decoder(RecordDecoder):
             if not _is_null(env.before):
                 reader = self.reader(schema, "before")
                 image, doc = self._image(env.before, reader)
-                return Change("delete", image, doc, version, **origin, **self._schema_of(reader, key))
+                return Change("delete", image, doc, version, **origin, **self._schema_of(reader, key), source_op="d")
             key_image = self._key(key)
             if key_image is None:
                 raise RecordError("transform", "delete without a 'before' row image nor a JSON key")
             return Change("delete", key_image, _ENCODE.encode(key_image).decode("utf-8") if self.need_json else None,
-                          version, **origin)
+                          version, **origin, source_op="d")
         if _is_null(env.after):
             raise RecordError("transform", f"op '{op}' without an 'after' row image")
         reader = self.reader(schema, "after")
         image, doc = self._image(env.after, reader)
-        return Change("upsert", image, doc, version, **origin, **self._schema_of(reader, key))
+        return Change("upsert", image, doc, version, **origin, **self._schema_of(reader, key), source_op=op)
 
     def _plain(self, offset: int, key: bytes | None, value: bytes) -> Change | None:
         """An upsert or a delete with its row image, in an envelope without the wrapper, decoded in
@@ -305,7 +305,8 @@ class Decoder(RecordDecoder):
             raise RecordError("converter", f"{exc}") from None
         return Change("delete" if op == "d" else "upsert", texts,
                       _ENCODE.encode(docs).decode("utf-8") if self.need_json else None, version,
-                      source_db=text(source.db), source_table=text(source.table), **self._schema_of(reader, key))
+                      source_db=text(source.db), source_table=text(source.table), **self._schema_of(reader, key),
+                      source_op=op)
 
     def _envelope_version(self, offset: int, source: _Source, ts_ms: Any) -> int:
         """An envelope's version: by source.ts_ms, else the envelope's own ts_ms."""
@@ -348,7 +349,8 @@ class Decoder(RecordDecoder):
             raise RecordError("converter", f"{exc}") from None
         doc = _ENCODE.encode(docs).decode("utf-8") if self.need_json else None
         return Change("delete" if deleted else "upsert", texts, doc, version, source_db=text(probe.get("__db")),
-                      source_table=text(probe.get("__table")), **self._schema_of(reader, key))
+                      source_table=text(probe.get("__table")), **self._schema_of(reader, key),
+                      source_op="d" if deleted else op)
 
 
 def table_of_topic(topic: str) -> tuple[str | None, str | None]:

@@ -68,8 +68,12 @@ class MaxwellDecoder(RowDecoder):
         own = frozenset(c for c in columns if isinstance(c, str)) if isinstance(columns, list) else frozenset()
         keys = self.key_fields | own | _key_fields(key)
         before = {**data, **old} if op == "update" else data if op == "delete" else None
-        return operation_changes(op, before, data if op != "delete" else None, keys, self.read, self.need_json,
-                                 version, source_db=database, source_table=table)
+        changes = operation_changes(op, before, data if op != "delete" else None, keys, self.read, self.need_json,
+                                    version, source_db=database, source_table=table)
+        if kind == "bootstrap-insert":  # a snapshot read of the row, as Debezium's op r
+            for change in changes:
+                change.source_op = "r"
+        return changes
 
 
 def _key_fields(key: bytes | None) -> frozenset[str]:

@@ -6,7 +6,8 @@ A history table has the sink's columns and five of cdcflow's:
 * ``__valid_from``: the source time of the change that opened the version (DATETIME(3), UTC);
 * ``__valid_to``: the next version's ``__valid_from``; NULL for the key's last version;
 * ``__current``: 1 for the key's last version, unless that is a delete;
-* ``__op``: ``c`` (the key's first version, or its first after a delete), ``u``, or ``d`` (a delete:
+* ``__op``: ``r`` (a snapshot read: Debezium's op r, Maxwell's bootstrap-insert), ``c`` (another
+  change that opens the key's first version, or its first after a delete), ``u``, or ``d`` (a delete:
   the key has no current version until it is inserted again);
 * ``__version``: cdcflow's ordering version of that change; the primary key is the sink's key and it.
 
@@ -74,13 +75,14 @@ class Version:
 
 @dataclass(frozen=True)
 class Event:
-    """One change of the window: ``delete`` or an upsert, its data values, and the indices of those
-    that keep the previous version's value."""
+    """One change of the window: ``delete`` or an upsert, its data values, the indices of those that
+    keep the previous version's value, and whether it is a snapshot read."""
 
     version: int
     delete: bool
     values: tuple[Any, ...]
     kept: frozenset[int] = frozenset()
+    read: bool = False  # a snapshot read (Debezium's op r, Maxwell's bootstrap-insert)
 
 
 @dataclass
@@ -122,7 +124,7 @@ def fold(stored: Sequence[Version], events: Sequence[Event], tracked: Sequence[i
                 out.upserted += 1
         else:
             row = stored[i]
-            if position > 0 and prev is not None and row.op != "d":
+            if position > 0 and prev is not None and row.op in ("c", "u"):
                 row.op = "c" if prev.op == "d" else "u"
         if tracked is not None and prev is not None and prev.op != "d" and row.op == "u" and all(
                 row.values[t] == prev.values[t] for t in tracked):
@@ -141,7 +143,7 @@ def _opened(event: Event, prev: Version | None) -> Version:
     if prev is not None and not event.delete:
         for k in event.kept:
             values[k] = prev.values[k]
-    op = "d" if event.delete else ("c" if prev is None or prev.op == "d" else "u")
+    op = "d" if event.delete else "r" if event.read else ("c" if prev is None or prev.op == "d" else "u")
     return Version(event.version, event.version, op, values)
 
 
@@ -248,12 +250,14 @@ def kept_of(sql: HistoryStatements, frame: pa.Table, rule: Any) -> tuple[list[fr
 
 def staged(sql: HistoryStatements, frame: pa.Table, masks: dict[int, pa.Array]) -> tuple[list[str], list[Any]]:
     """The staged columns of a sink frame (c_0… in the order of the config's columns; a kept value
-    as NULL), its row numbers, versions and kinds (d: a delete, u: an upsert)."""
+    as NULL), its row numbers, versions and kinds (d: a delete, r: a snapshot read, u: another upsert)."""
     columns: list[Any] = []
     for i in range(len(sql.columns)):
         values = frame.column(f"c_{i}").combine_chunks()
         columns.append(pc.if_else(masks[i], pa.nulls(len(values), values.type), values) if i in masks else values)
-    kinds = pc.if_else(pc.equal(frame.column("change_op"), "delete"), "d", "u")
+    read = pc.equal(frame.column("source_op"), "r") if "source_op" in frame.column_names else pa.nulls(
+        frame.num_rows, pa.bool_())
+    kinds = pc.if_else(pc.equal(frame.column("change_op"), "delete"), "d", pc.if_else(pc.fill_null(read, False), "r", "u"))
     return ([*sql.columns, ROW_NUMBER, VERSION, KIND],
             [*columns, pa.array(range(frame.num_rows), pa.int64()), frame.column("version"), kinds])
 
@@ -272,7 +276,7 @@ def apply_history(conn: sa.Connection, sql: HistoryStatements, frame: pa.Table, 
     cursor.execute(sql.events_sql)
     events: dict[int, list[Event]] = {}
     for group, n, version, kind, *values in cursor.fetchall():
-        events.setdefault(group, []).append(Event(version, kind == "d", tuple(values), kept[n]))
+        events.setdefault(group, []).append(Event(version, kind == "d", tuple(values), kept[n], read=kind == "r"))
     cursor.execute(sql.key_groups_sql)
     keys = {group: tuple(key) for group, *key in cursor.fetchall()}
     cursor.execute(sql.segment_sql)

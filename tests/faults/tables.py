@@ -3,9 +3,10 @@ table (``delete: soft``), and their checks against what the produced events alon
 
 The expected tables are written here from the events, by the rules docs/history.md and
 docs/soft-deletes.md state, not by cdcflow's code: per key, in source-time order (cdcgen's events are
-10 ms apart), a create or update opens a version (``c`` after nothing or a delete, else ``u``) or,
-when its status equals the current version's, updates it in place; a delete opens a ``d`` version
-with its before image; each version is valid until the next one starts.
+10 ms apart), a snapshot read opens an ``r`` version; a create or update opens a version (``c``
+after nothing or a delete, else ``u``) or, when its status equals the current version's, updates it
+in place; a delete opens a ``d`` version with its before image; each version is valid until the
+next one starts.
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ def expected_history(events: list[Any]) -> dict[int, list[tuple[Any, ...]]]:
             if op == "d":
                 if live or not rows:
                     rows.append([_values(image), ms, "d"])
+            elif op == "r":  # a snapshot read opens a version of its own
+                rows.append([_values(image), ms, "r"])
             elif live and image[HISTORY_TRACKED] == rows[-1][0][1]:
                 rows[-1][0] = _values(image)  # in place
             else:

@@ -82,6 +82,14 @@ def test_a_late_change_can_merge_a_stored_version_into_itself() -> None:
     assert shape(folded.rows) == [(10, 10, "c", ["new", "a"]), (20, 30, "u", ["paid", "b"])] and folded.gone == [30]
 
 
+def test_a_snapshot_read_opens_an_r_version_that_nothing_merges_into_and_a_later_read_is_its_own() -> None:
+    read = [Event(10, False, ("new", "a"), read=True), up(20, "new", "b"), Event(30, False, ("new", "b"), read=True)]
+    assert shape(fold([], read, TRACKED).rows) == [(10, 20, "r", ["new", "b"]), (30, 30, "r", ["new", "b"])]
+    late = fold([Version(20, 20, "u", ["new", "b"], stored=True)], [Event(10, False, ("new", "a"), read=True)],
+                TRACKED)  # the read arrives late: it is the first version, and 20 merges into it
+    assert shape(late.rows) == [(10, 20, "r", ["new", "b"])] and late.gone == [20]
+
+
 def test_without_tracked_columns_every_change_opens_a_version() -> None:
     assert [r.version for r in applied(EVENTS[:3], [[0, 1, 2]], tracked=None)] == [10, 20, 30]
 
