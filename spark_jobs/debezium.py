@@ -125,17 +125,22 @@ def latest_per_key(projected: DataFrame, key_columns: list[str], keep_unfit: boo
     order = ["partition", "offset", "row_index", "version"]
     rest = [c for c in projected.columns if c not in key_columns and c not in order]
     fit = F.col("error_message").isNull() if keep_unfit else F.lit(True)
-    packed = projected.select(*key_columns, *order, fit.alias("_fit"), F.struct(*rest).alias("_row"))
+    packed = projected.select(*key_columns, *order, fit.alias("_fit"), (F.col("change_op") == "delete").alias("_delete"),
+                              F.struct(*rest).alias("_row"))
     # One shuffle and one sort, by key then log order; both window functions below use that order
     # (a second ordering by version would sort the window's rows again).
     log = Window.partitionBy(*keys).orderBy("partition", "offset", "row_index")
     # Tombstones (version null) delete at the version of the previous change of their key in the
     # window; one whose delete was in an earlier window has nothing left to do and is dropped.
-    filled = packed.withColumn("version", F.coalesce(F.col("version"), F.last("version", ignorenulls=True).over(
-        log.rowsBetween(Window.unboundedPreceding, -1))))
-    # the winner: a fitting change first, then highest version, offset, partition, row_index (a null version
-    # sorts lowest)
-    rank = F.struct("_fit", "version", "offset", "partition", "row_index")
+    before = log.rowsBetween(Window.unboundedPreceding, -1)
+    # a delete beats its own tombstone (their one version): it has the before image (tables.latest_rows)
+    after_delete = F.col("version").isNull() & F.coalesce(F.last(F.when(
+        F.col("version").isNotNull(), F.col("_delete")), ignorenulls=True).over(before), F.lit(False))
+    filled = packed.withColumn("_kept", ~after_delete).withColumn(
+        "version", F.coalesce(F.col("version"), F.last("version", ignorenulls=True).over(before)))
+    # the winner: a fitting change first, then highest version, a delete over its tombstone, offset,
+    # partition, row_index (a null version sorts lowest)
+    rank = F.struct("_fit", "version", "_kept", "offset", "partition", "row_index")
     best = F.max(rank).over(log.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing))
     winners = filled.withColumn("_best", best).where(
         (F.col("version").isNotNull() & (rank == F.col("_best")) & F.col("_fit")) | ~F.col("_fit"))
