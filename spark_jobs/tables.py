@@ -285,9 +285,11 @@ def latest_rows(projected: pa.Table, key_columns: list[str], keep_unresolved: bo
     # a delete beats its own tombstone (their one version): it has the before image (delete: soft,
     # history tables keep it); else the log order decides (a tombstone after an upsert deletes it, the
     # changes of one record keep their order)
-    is_delete = pc.fill_null(pc.equal(projected.column("change_op"), "delete"), False).to_numpy(zero_copy_only=False)
     after_delete = np.zeros(n, dtype=bool)
-    after_delete[order] = ~has_version[order] & filled_ok & is_delete[order][np.maximum(last_valid, 0)]
+    if not has_version.all():  # tombstones only (most windows have none): no pass over change_op
+        is_delete = pc.fill_null(pc.equal(projected.column("change_op"), "delete"), False).to_numpy(
+            zero_copy_only=False)
+        after_delete[order] = ~has_version[order] & filled_ok & is_delete[order][np.maximum(last_valid, 0)]
     pick = np.lexsort((sub[rows], partition[rows], offset[rows], ~after_delete[rows], cand_version, cand_group))
     last = np.ones(len(pick), dtype=bool)
     last[:-1] = cand_group[pick][1:] != cand_group[pick][:-1]
