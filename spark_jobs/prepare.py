@@ -154,7 +154,8 @@ def schema_tables(job: WindowJob, early: dict[str, SinkTarget],
 
 def first_schemas(job: WindowJob, limit: int | None = None) -> list[tuple[str, str, int]]:
     """(schema_id, row_schema, version) of the record schemas among each range's first ``limit``
-    records (:data:`PEEK_RECORDS`), read and decoded on the driver as a read task would (spark_jobs/decode.py)."""
+    records (:data:`PEEK_RECORDS`), read and decoded on the driver as a read task would (spark_jobs/decode.py),
+    and described as the chain leaves them (``row_transforms.described``), as a read task's changes are."""
     limit = limit or PEEK_RECORDS
     from connectors.kafka.reader import KafkaRangeReader  # noqa: PLC0415
     from spark_jobs.decode import change_decoder  # noqa: PLC0415
@@ -167,6 +168,7 @@ def first_schemas(job: WindowJob, limit: int | None = None) -> list[tuple[str, s
         for schema_id, text, version in zip(*(decoded.column(c).to_pylist() for c in (
                 "schema_id", "row_schema", "version")), strict=True):
             if schema_id is not None and text is not None:
+                text = row_transforms.described(job.transforms, text) if job.transforms else text
                 found.append((schema_id, text, version or 0))
     return found
 

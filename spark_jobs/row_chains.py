@@ -34,18 +34,18 @@ def unserved(job: Any) -> str | None:
         return "the chain is applied to Debezium records read with the json converters only"
     if not chain or chain[0].type != "ExtractNewRecordState":
         return "the chain does not start with ExtractNewRecordState"
-    sinks = [t.config for t in job.sinks]
-    for sink in sinks:  # prepare.is_static or prepare.is_dynamic, MySQL
-        if not isinstance(sink, MySqlSinkConfig) or sink.pk_mode == "kafka":
-            return "a sink is not a MySQL table (Elasticsearch, or pk_mode kafka)"
+    tables = [t.config for t in job.sinks if isinstance(t.config, MySqlSinkConfig)]  # and indices: any
+    for sink in tables:  # prepare.is_static or prepare.is_dynamic
+        if sink.pk_mode == "kafka":
+            return "a MySQL sink has pk_mode kafka"
         if sink.name == job.offsets_sink and (not sink.columns or "{" in sink.table):
             return "the exactly-once sink has no declared columns"
-    if any(not s.columns for s in sinks) and job.value_converter != "json_schema":
+    if any(not s.columns for s in tables) and job.value_converter != "json_schema":
         # tables from the record schema need the Connect schemas (the older path infers them from JSON)
         return "tables from the record schema need value_converter json_schema"
     for i, cfg in enumerate(chain):
         reason = _unserved_step(cfg, first=i == 0, versioning=job.versioning)
-        if isinstance(cfg, cfgs.ValueToKey) and any(not s.columns for s in sinks):
+        if isinstance(cfg, cfgs.ValueToKey) and any(not s.columns for s in tables):
             reason = "a table from the record schema takes its key from the Kafka key's schema"
         if reason is not None:
             return f"transforms.{i} ({cfg.type}): {reason}"

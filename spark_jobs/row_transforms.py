@@ -39,6 +39,9 @@ compares the rows read back), with these differences, which docs/transforms.md l
   nothing, as a Maxwell bootstrap-start does: the window's ends stay those of what was read;
 * what the Debezium decode reads its own way stays so: a TRUNCATE (op t) follows ``truncate``, a
   row unwrapped upstream (``__deleted``, ``__op``) is read as such.
+* an Elasticsearch document holds the decode's JSON of each field the chain left as it was, and the
+  JSON of the new value of each it changed (spark_jobs/row_documents.py); the older path indexes the
+  transformed Connect value (Decimal bytes as base64).
 
 The chain sees typed images (spark_jobs/decode.py decodes every batch column-wise when there is a
 chain): a record the column-wise decode cannot read is decoded alone with a few neighbours, whose
@@ -62,7 +65,7 @@ import pyarrow.compute as pc
 from connectors import images
 from connectors.changes import VERSION_SHIFT
 from connectors.errors import ConfigError
-from spark_jobs import row_steps
+from spark_jobs import row_documents, row_steps
 from spark_jobs import transform_config as cfgs
 from spark_jobs.row_changes import Rows, applies, fields_of, first_error, struct_like
 from spark_jobs.row_casts import CAST_TYPES, cast_values  # noqa: F401
@@ -267,4 +270,4 @@ def apply(decoded: pa.Table, chain: Any, versioning: str) -> pa.Table:
                 STEPS[cfg.type](rows, cfg)
         except ConfigError as exc:
             raise ConfigError(f"transforms.{i} ({cfg.type}): {exc}") from None
-    return rows.table
+    return row_documents.rewritten(decoded, rows.table, chain)  # an index's documents, from the rewritten images

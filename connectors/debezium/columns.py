@@ -153,7 +153,7 @@ def _values(values: pa.Array, convert: Converter, documents: bool) -> tuple[pa.A
         if not documents:
             return values, None
         if pa.types.is_string(values.type):
-            return values, _json_strings(values)
+            return values, typed.json_strings(values)
         return values, images.text_of(values)  # numbers and booleans: their JSON is their text
     logical = LOGICAL.get(convert)
     if logical is not None:
@@ -172,28 +172,6 @@ def _values(values: pa.Array, convert: Converter, documents: bool) -> tuple[pa.A
         return texts, None
     return texts, pa.array([None if d is None else JSON_ENCODE.encode(d).decode("utf-8") for _t, d in converted],
                            pa.string())
-
-
-def _json_strings(values: pa.Array) -> pa.Array:
-    """Strings as JSON string literals (null stays null): quotes and backslashes escaped here, a
-    string with a control character by the JSON encoder."""
-    if pc.any(pc.match_substring_regex(values, "[\x00-\x1f]")).as_py():
-        return pa.array([None if v is None else JSON_ENCODE.encode(v).decode("utf-8") for v in values.to_pylist()],
-                        pa.string())
-    escaped = pc.replace_substring(pc.replace_substring(values, "\\", "\\\\"), '"', '\\"')
-    return pc.binary_join_element_wise('"', escaped, '"', "")
-
-
-def _documents(names: list[str], fragments: list[pa.Array], mask: pa.Array) -> pa.Array:
-    """Per row, the JSON object of its fields (each fragment already JSON; null is null)."""
-    parts: list[Any] = []
-    for i, (name, fragment) in enumerate(zip(names, fragments, strict=True)):
-        parts += [("{" if i == 0 else ",") + JSON_ENCODE.encode(name).decode("utf-8") + ":",
-                  pc.fill_null(fragment.cast(pa.string()), "null")]
-    if not parts:
-        return pc.if_else(mask, None, pa.array(["{}"] * len(mask), pa.string()))
-    documents = pc.binary_join_element_wise(*parts, "}", "")
-    return pc.if_else(mask, None, documents)
 
 
 class _Group:
@@ -273,7 +251,7 @@ def _decode_group(decoder: Decoder, batch: pa.RecordBatch, group: _Group) -> lis
         fields.append(value)
         fragments.append(fragment)
     image = images.from_columns(names, fields, is_truncate)
-    documents = _documents(names, fragments, is_truncate) if decoder.need_json else pa.nulls(n, pa.string())
+    documents = typed.documents(names, fragments, is_truncate) if decoder.need_json else pa.nulls(n, pa.string())
     schema_id = row_schema = pa.nulls(n, pa.string())
     reader = group.reader
     if reader is not None and reader.schema_id is not None:

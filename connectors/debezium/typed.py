@@ -19,7 +19,9 @@ from __future__ import annotations
 import base64
 import binascii
 from dataclasses import dataclass
+from typing import Any
 
+import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,6 +29,9 @@ import pyarrow.compute as pc
 # the years 1-9999 that Python's date and datetime (and MySQL) hold
 MIN_DAYS, MAX_DAYS = -719_162, 2_932_896
 MIN_MICROS, MAX_MICROS = -62_135_596_800_000_000, 253_402_300_799_999_999
+
+
+_ENCODE = msgspec.json.Encoder(decimal_format="number")  # connectors/changes.JSON_ENCODE (which imports this)
 
 
 class OutOfRange(ValueError):
@@ -161,3 +166,48 @@ def json_values(values: pa.Array, logical: Logical) -> pa.Array:
     if pa.types.is_timestamp(values.type):
         text = pc.replace_substring(text, " ", "T", max_replacements=1)
     return pc.binary_join_element_wise('"', text, 'Z"' if logical.kind == "zoned" else '"', "")
+
+
+def json_strings(values: pa.Array) -> pa.Array:
+    """Strings as JSON string literals (null stays null): quotes and backslashes escaped here, a
+    string with a control character by the JSON encoder."""
+    if pc.any(pc.match_substring_regex(values, "[\x00-\x1f]")).as_py():
+        return pa.array([None if v is None else _ENCODE.encode(v).decode("utf-8") for v in values.to_pylist()],
+                        pa.string())
+    escaped = pc.replace_substring(pc.replace_substring(values, "\\", "\\\\"), '"', '\\"')
+    return pc.binary_join_element_wise('"', escaped, '"', "")
+
+
+def json_of(values: pa.Array) -> pa.Array:
+    """Any image field's values as JSON (null stays null): a typed column as :func:`json_values`
+    writes it, a string as a JSON string, numbers and booleans as themselves (a float that JSON
+    cannot hold, NaN or infinite, as null)."""
+    kind = values.type
+    if pa.types.is_null(kind):
+        return pa.nulls(len(values), pa.string())
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return json_strings(values.cast(pa.string()))
+    if pa.types.is_boolean(kind):
+        return pc.if_else(values, "true", "false")
+    if pa.types.is_floating(kind):
+        finite = pc.is_finite(values)
+        return pc.if_else(finite, pc.cast(values, pa.string()), pa.nulls(len(values), pa.string()))
+    if pa.types.is_integer(kind):
+        return pc.cast(values, pa.string())
+    if pa.types.is_timestamp(kind):
+        return json_values(values, Logical("zoned" if kind.tz else "datetime"))
+    if pa.types.is_decimal(kind) or pa.types.is_date(kind) or pa.types.is_duration(kind):
+        return json_values(values, Logical("decimal" if pa.types.is_decimal(kind) else "date"))
+    return json_strings(pc.cast(values, pa.string()))
+
+
+def documents(names: list[str], fragments: list[pa.Array], mask: pa.Array) -> pa.Array:
+    """Per row, the JSON object of its fields (each fragment already JSON; null is null), null where
+    ``mask`` holds."""
+    parts: list[Any] = []
+    for i, (name, fragment) in enumerate(zip(names, fragments, strict=True)):
+        parts += [("{" if i == 0 else ",") + _ENCODE.encode(name).decode("utf-8") + ":",
+                  pc.fill_null(fragment.cast(pa.string()), "null")]
+    if not parts:
+        return pc.if_else(mask, None, pa.array(["{}"] * len(mask), pa.string()))
+    return pc.if_else(mask, None, pc.binary_join_element_wise(*parts, "}", ""))

@@ -160,7 +160,7 @@ def test_the_older_path_serves_what_this_one_does_not() -> None:
                                                                 {"type": "Flatten"}))
     assert prepare.eligible(job(MYSQL, transforms=tuple(served)))  # spark_jobs/row_transforms.py
     assert not prepare.eligible(job(MYSQL, transforms=tuple(unserved)))
-    assert not prepare.eligible(job(MYSQL, ES, transforms=tuple(served)))
+    assert prepare.eligible(job(MYSQL, ES, transforms=tuple(served)))  # an index too (spark_jobs/row_documents.py)
     assert not prepare.eligible(job(MYSQL.model_copy(update={"pk_mode": "kafka", "columns": [], "primary_key": []})))
 
 

@@ -318,7 +318,7 @@ def test_which_chains_the_partition_path_serves() -> None:
     es = ElasticsearchSinkConfig(type="elasticsearch", name="docs", index="i", id_fields=["id"])
     dynamic = MySqlSinkConfig(type="mysql", name="t", table="{topic}", create_table=True)
     cases = {
-        "a sink is not a MySQL table (Elasticsearch, or pk_mode kafka)": [job(es, transforms=ok)],
+        "a MySQL sink has pk_mode kafka": [job(MYSQL.model_copy(update={"pk_mode": "kafka"}), transforms=ok)],
         "tables from the record schema need value_converter json_schema": [job(dynamic, transforms=ok)],
         "the chain does not start with ExtractNewRecordState": [
             job(MYSQL, transforms=CHAIN.validate_python([{"type": "Cast", "spec": {"id": "int64"}}]))],
@@ -339,6 +339,7 @@ def test_which_chains_the_partition_path_serves() -> None:
         for j in jobs:
             assert rt.unserved(j) == reason
     assert rt.unserved(job(dynamic, transforms=ok, value_converter="json_schema")) is None
+    assert rt.unserved(job(es, transforms=ok)) is None  # an index, mapped or not (spark_jobs/row_documents.py)
 
 
 def test_declared_columns_name_the_fields_after_the_chain() -> None:
