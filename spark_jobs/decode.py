@@ -11,6 +11,7 @@ from typing import Any
 import pyarrow as pa
 
 from connectors import images
+from connectors.debezium.envelope import Decoder as DebeziumDecoder
 from connectors.debezium.envelope import hints_from_columns
 from connectors.elasticsearch.config import ElasticsearchSinkConfig
 from connectors.formats import decoder as format_decoder
@@ -35,7 +36,10 @@ def change_decoder(job: WindowJob) -> Any:
              if isinstance(tg.config, MySqlSinkConfig) for c in tg.config.columns)  # after the chain's renames
     hints = hints_from_columns((name, kind, encoding) for name, kind, encoding in named if name is not None)
     key_fields = frozenset(f for tg in job.sinks for f in _key_fields(tg.config))
-    decoder = format_decoder(job.source_format, job.versioning, hints, need_json, key_fields, _used_fields(job))
+    if row_transforms.record_model(job.transforms):  # the value is the row, whatever the source format
+        decoder = DebeziumDecoder(job.versioning, hints, need_json, rows=job.value_converter)
+    else:
+        decoder = format_decoder(job.source_format, job.versioning, hints, need_json, key_fields, _used_fields(job))
     decoder = registry_decoder(decoder, job.registry, job.key_converter, job.value_converter)
     if job.column_wise_min is not None and hasattr(decoder, "column_wise_min"):
         decoder.column_wise_min = job.column_wise_min

@@ -1,7 +1,8 @@
 """Which SMT chains the per-partition path serves (spark_jobs/row_transforms.py applies them), and
 what a served chain makes of the columns: a field's name before the chain's renames
 (:func:`names_before`), the row schema as the chain rewrites it (:func:`described`), and a Java
-replacement as Python's ``re`` writes it (:func:`java_replacement`)."""
+replacement as the pieces RegexRouter joins (:func:`java_replacement`, the groups
+:func:`numbered_groups` names)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from connectors.debezium.schema_columns import mysql_type
 from connectors.debezium.types import FieldSchema
 from connectors.mysql.config import MySqlSinkConfig
 from spark_jobs import transform_config as cfgs
-from spark_jobs.row_timestamps import java_strftime
+from spark_jobs.row_patterns import problem
 
 
 # the transforms after ExtractNewRecordState that row_transforms.STEPS applies
@@ -26,14 +27,21 @@ SERVED_STEPS = frozenset({"Cast", "ReplaceField", "TimestampConverter", "MaskFie
 
 
 # -- which chains this path serves ------------------------------------------------------------------
+def record_model(chain: Any) -> bool:
+    """A chain that does not start with ExtractNewRecordState reads Kafka Connect's record model:
+    each record's value is the row (connectors/debezium/envelope.Decoder ``rows``), whatever the
+    source format."""
+    chain = list(chain)
+    return bool(chain) and chain[0].type != "ExtractNewRecordState"
+
+
 def unserved(job: Any) -> str | None:
     """Why the per-partition path cannot run this pipeline's transforms (None: it can)."""
     chain = list(job.transforms)
-    if job.source_format != "debezium" or (job.key_converter, job.value_converter) not in (
-            ("json", "json"), ("json", "json_schema"), ("json_schema", "json_schema"), ("json_schema", "json")):
-        return "the chain is applied to Debezium records read with the json converters only"
-    if not chain or chain[0].type != "ExtractNewRecordState":
-        return "the chain does not start with ExtractNewRecordState"
+    if {job.key_converter, job.value_converter} - {"json", "json_schema"}:
+        return "the chain is applied to records read with the json and json_schema converters only"
+    if not record_model(chain) and job.source_format != "debezium":
+        return "ExtractNewRecordState unwraps Debezium's envelopes (source.format debezium)"
     tables = [t.config for t in job.sinks if isinstance(t.config, MySqlSinkConfig)]  # and indices: any
     for sink in tables:  # prepare.is_static or prepare.is_dynamic
         if sink.pk_mode == "kafka":
@@ -52,20 +60,24 @@ def unserved(job: Any) -> str | None:
     return None
 
 
+_KEY_STEPS = ("SetSchemaMetadata", "Drop", "ExtractTopic")  # the steps this path applies to the key too
+_NOT_DECODED = {"ts_ms": "the envelope's ts_ms", "lsn": "source.lsn", "connector": "source.connector"}
+
+
 def _unserved_step(cfg: Any, first: bool, versioning: str) -> str | None:
     kind = cfg.type
     if kind == "ExtractNewRecordState":
         if not first:
             return "only as the first transform"
-        if cfg.delete_handling == "rewrite":  # a delete without a before image stays a delete: the envelope decides
-            return "delete_handling rewrite"
-        added = ("table", "db", "source.ts_ms") if versioning == "source_ts_ms" else ("table", "db")
+        added = ("op", "table", "db", "source.ts_ms") if versioning == "source_ts_ms" else ("op", "table", "db")
         extra = [f for f in cfg.add_fields if f not in added]
-        return f"add_fields {extra} (this path adds {', '.join(added)})" if extra else None
+        why = ["the decode keeps source.ts_ms in the version only with versioning source_ts_ms" if f == "source.ts_ms"
+               else f"the decoded changes do not keep {_NOT_DECODED[f]}" for f in extra]
+        return f"add_fields {extra}: {'; '.join(why)} (this path adds {', '.join(added)})" if extra else None
     if kind not in SERVED_STEPS:
         return "not among the transforms of this path"
-    if getattr(cfg, "target", "value") != "value" and kind != "SetSchemaMetadata":  # which changes no row
-        return "only the value is transformed on this path"
+    if getattr(cfg, "target", "value") != "value" and kind not in _KEY_STEPS:
+        return "only the value is transformed on this path (the key by Drop, ExtractTopic, SetSchemaMetadata)"
     predicate = getattr(cfg, "predicate", None)
     if isinstance(predicate, cfgs.SqlCondition):
         return "a Sql predicate needs Spark"
@@ -73,12 +85,13 @@ def _unserved_step(cfg: Any, first: bool, versioning: str) -> str | None:
         return f"the pattern {predicate.pattern!r} is not an RE2 expression"
     if isinstance(cfg, cfgs.RegexRouter) and not _re2(cfg.regex):
         return f"the regex {cfg.regex!r} is not an RE2 expression"
-    if isinstance(cfg, cfgs.RegexRouter) and java_replacement(cfg.replacement, re.compile(cfg.regex).groups) is None:
-        return f"the replacement {cfg.replacement!r} (groups $1-$9 and \\$ only)"
-    if isinstance(cfg, cfgs.TimestampConverter) and cfg.format is not None and java_strftime(cfg.format) is None:
-        return f"the format {cfg.format!r} uses more than yyyy MM dd HH mm ss SSS"
-    if isinstance(cfg, cfgs.TimestampRouter) and java_strftime(cfg.timestamp_format) is None:
-        return f"the timestamp_format {cfg.timestamp_format!r} uses more than yyyy MM dd HH mm ss SSS"
+    if isinstance(cfg, cfgs.RegexRouter) and java_replacement(cfg.replacement, numbered_groups(cfg.regex)[1]) is None:
+        return (f"the replacement {cfg.replacement!r} names a group the regex lacks, or ends in a lone $ or \\ "
+                "(Java refuses it)")
+    for name in ("format", "timestamp_format"):
+        pattern = getattr(cfg, name, None) if kind in ("TimestampConverter", "TimestampRouter") else None
+        if pattern is not None and problem(pattern) is not None:
+            return f"the {name} {pattern!r}: {problem(pattern)}"
     return None
 
 
@@ -136,6 +149,8 @@ def described(chain: Any, text: str) -> str:
 
     for cfg in chain:
         if isinstance(cfg, cfgs.ExtractNewRecordState):
+            if cfg.delete_handling == "rewrite":
+                typed("__deleted", "LONGTEXT")
             for field in cfg.add_fields:
                 typed("__" + field.replace(".", "_"), "BIGINT" if field == "source.ts_ms" else "LONGTEXT")
         elif isinstance(cfg, cfgs.ReplaceField):
@@ -161,25 +176,72 @@ def described(chain: Any, text: str) -> str:
     return json.dumps({**table, "columns": list(columns.values()), "key": key, "properties": properties})
 
 
-def java_replacement(java: str, groups: int) -> str | None:
-    """A Java replacement ($1, \\$) as RE2's (\\1, $); None for what Java reads otherwise or refuses
-    (a group past $9 or past the regex's ``groups``, a $ without a group number)."""
-    out, i = [], 0
+def numbered_groups(regex: str) -> tuple[str, list[str | None]]:
+    """The regex (RE2 syntax) with its capturing groups named ``_g1``, ``_g2`` … in order (what
+    Arrow's extract_regex returns), and each group's own name (None: unnamed)."""
+    out, names, i, in_class = [], [], 0, False
+    while i < len(regex):
+        c = regex[i]
+        if regex.startswith("\\Q", i):  # quoted text, to \E
+            end = regex.find("\\E", i + 2)
+            end = len(regex) if end < 0 else end + 2
+        elif c == "\\":
+            end = i + 2
+        elif in_class:
+            in_class = c != "]"
+            close = regex.find(":]", i) if regex.startswith("[:", i) else -1  # [:alpha:]
+            end = close + 2 if close > 0 else i + 1
+        elif c == "[":
+            in_class = True
+            end = i + 1 + len(re.match(r"\^?\]?", regex[i + 1:]).group())  # a ] first in a class is itself
+        elif c == "(" and not regex.startswith("(?", i) or re.match(r"\(\?P?<\w+>", regex[i:]):
+            named = re.match(r"\(\?P?<(\w+)>", regex[i:])
+            names.append(named.group(1) if named else None)
+            out.append(f"(?P<_g{len(names)}>")
+            i += named.end() if named else 1
+            continue
+        else:
+            end = i + 1
+        out.append(regex[i:end])
+        i = end
+    return "".join(out), names
+
+
+def java_replacement(java: str, names: list[str | None]) -> list[str | int] | None:
+    """A Java replacement (Matcher.appendReplacement) over a regex of these groups, as text pieces
+    and group numbers (0: the whole match): ``$n`` takes the most digits that still name a group
+    (``$10`` is group 10 of a regex of ten or more, else group 1 and a 0), ``${name}`` a named group,
+    ``\\x`` the character x. None where Java refuses it (a group the regex lacks, a lone ``$`` or
+    trailing backslash)."""
+    pieces: list[str | int] = []
+    text: list[str] = []
+    i = 0
     while i < len(java):
         c = java[i]
-        if c == "\\" and i + 1 < len(java):
-            out.append("\\\\" if java[i + 1] == "\\" else java[i + 1])
-            i += 2
-        elif c == "$":
-            if i + 1 >= len(java) or not java[i + 1].isdigit() or int(java[i + 1]) > groups:
+        if c == "\\":
+            if i + 1 == len(java):
                 return None
-            if i + 2 < len(java) and java[i + 2].isdigit() and int(java[i + 1:i + 3]) <= groups:
-                return None  # $10 …: RE2 rewrites up to \\9
-            out.append("\\" + java[i + 1])
+            text.append(java[i + 1])
             i += 2
-        elif c == "\\":
-            return None  # a trailing backslash: Java refuses it
-        else:
-            out.append(c)
+            continue
+        if c != "$":
+            text.append(c)
             i += 1
-    return "".join(out)
+            continue
+        named = re.match(r"\{([A-Za-z][A-Za-z0-9]*)\}", java[i + 1:])
+        if named:
+            if named.group(1) not in names:
+                return None
+            group = names.index(named.group(1)) + 1
+            i += 1 + named.end()
+        else:
+            if i + 1 == len(java) or java[i + 1] not in "0123456789":
+                return None
+            group, i = int(java[i + 1]), i + 2
+            while i < len(java) and java[i] in "0123456789" and group * 10 + int(java[i]) <= len(names):
+                group, i = group * 10 + int(java[i]), i + 1
+            if group > len(names):
+                return None
+        pieces += ["".join(text), group]
+        text = []
+    return [p for p in [*pieces, "".join(text)] if p != ""]

@@ -22,9 +22,13 @@ from spark_jobs import transform_config as cfgs
 @dataclass
 class Rows:
     """The decoded changes a step rewrites; ``live`` marks the changes a step may touch: read, with a
-    row image, not failed, not dropped."""
+    row image, not failed, not dropped. The key as the chain leaves it (spark_jobs/row_steps.py):
+    ``key_from``, the row images and fields a ValueToKey made it of (None: the Kafka key), and
+    ``keyless``, the changes whose key a Drop set to null (None: none)."""
 
     table: pa.Table
+    key_from: tuple[pa.Array, tuple[str, ...]] | None = None
+    keyless: pa.Array | None = None
 
     def column(self, name: str) -> Any:
         return self.table.column(name).combine_chunks()

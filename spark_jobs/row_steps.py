@@ -1,7 +1,8 @@
 """The SMTs of the per-partition path that act on a whole record, not on its fields: Drop,
-SetSchemaMetadata, TimestampRouter, ExtractTopic and ValueToKey (spark_jobs/row_transforms.py
-applies them in the chain's order, with the steps that rewrite fields). They act as the older path's
-(spark_jobs/transforms.py), with the differences docs/transforms.md lists:
+SetSchemaMetadata, TimestampRouter, ExtractTopic and ValueToKey, Drop and ExtractTopic on the key as
+well as the value (spark_jobs/row_transforms.py applies them in the chain's order, with the steps
+that rewrite fields). They act as the older path's (spark_jobs/transforms.py), with the differences
+docs/transforms.md lists:
 
 * a Drop keeps the record's row image: the delete it makes finds its row as a delete event does;
 * ExtractTopic routes a delete by its row image (its ``before`` image, a tombstone's key), so a
@@ -12,6 +13,11 @@ applies them in the chain's order, with the steps that rewrite fields). They act
   each upsert (the older path: a config error when no record of the window has it);
 * TimestampRouter reads ``topic_format`` as text and the two placeholders (the older path reads a
   text between them that is exactly ``ts`` or ``topic`` as a placeholder).
+
+The key: ExtractTopic on the key reads the Kafka key's field (its {schema, payload} read as the
+decode reads a tombstone's key), or after a ValueToKey the value's. A Drop of the key changes no
+upsert (the rows are keyed by their images), but a delete left without a key fails at the end of
+the chain (:func:`keyless_deletes`), as on the older path, where it deletes by its (null) key.
 """
 
 from __future__ import annotations
@@ -23,9 +29,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectors import images
+from connectors.changes import RecordError
+from connectors.debezium.envelope import Decoder
+from spark_jobs import row_patterns
 from spark_jobs import transform_config as cfgs
 from spark_jobs.row_changes import Rows, applies, fields_of, first_error
-from spark_jobs.row_timestamps import formatted, java_strftime
 
 _PLACEHOLDERS = re.compile(r"(\$\{topic\}|\$\{timestamp\})")
 
@@ -33,7 +41,11 @@ _PLACEHOLDERS = re.compile(r"(\$\{topic\}|\$\{timestamp\})")
 def drop(rows: Rows, cfg: cfgs.Drop) -> None:
     """A value Drop makes the record a tombstone, which the sinks read as a delete of its key. The
     change keeps its row image, the image a delete finds its row by (as after an
-    ExtractNewRecordState with delete_handling none)."""
+    ExtractNewRecordState with delete_handling none). A key Drop marks the changes keyless."""
+    if cfg.target == "key":
+        hit = pc.fill_null(applies(rows, cfg), False)
+        rows.keyless = hit if rows.keyless is None else pc.or_(rows.keyless, hit)
+        return
     upsert = pc.equal(pc.fill_null(rows.column("change_op"), ""), "upsert")
     hit = pc.and_(rows.live, pc.and_(applies(rows, cfg), upsert))
     if pc.any(hit).as_py():
@@ -49,11 +61,10 @@ def timestamp_router(rows: Rows, cfg: cfgs.TimestampRouter) -> None:
     """The topic from ``topic_format``: ``${topic}`` the topic so far, ``${timestamp}`` the Kafka
     record's timestamp in ``timestamp_format`` (UTC, the Spark session's time zone and Kafka
     Connect's); a record without a timestamp gets no topic and fails (records.bad_route_reason)."""
-    fmt = java_strftime(cfg.timestamp_format)
-    assert fmt is not None  # unserved() refused the others
     route = rows.column("route")
     millis = rows.column("timestamp")
-    stamp = formatted(pc.cast(pc.multiply(millis, 1000), pa.timestamp("us")), fmt)
+    stamp = row_patterns.write(pc.cast(pc.multiply(millis, 1000), pa.timestamp("us")),
+                               row_patterns.tokens(cfg.timestamp_format))  # unserved() refused what it cannot
     pieces = [stamp if part == "${timestamp}" else route if part == "${topic}" else part
               for part in _PLACEHOLDERS.split(cfg.topic_format) if part]
     if not any(isinstance(p, pa.Array) for p in pieces):  # no placeholder: one text for all
@@ -65,13 +76,14 @@ def timestamp_router(rows: Rows, cfg: cfgs.TimestampRouter) -> None:
 
 def extract_topic(rows: Rows, cfg: cfgs.ExtractTopic) -> None:
     """The topic becomes the field's value (its MySQL text); a change without it fails, or keeps its
-    topic with ``skip_missing_or_null``. A delete is routed by its row image, as its upsert was."""
-    value = images.Fields(rows.column("image")).texts(cfg.field)
+    topic with ``skip_missing_or_null``. A delete is routed by its row image, as its upsert was (on
+    the key: by its key, :func:`key_texts`)."""
+    value = key_texts(rows, cfg.field) if cfg.target == "key" else images.Fields(rows.column("image")).texts(cfg.field)
     applied = applies(rows, cfg)
     moved = pc.and_(pc.and_(applied, rows.live), pc.is_valid(value))
     if not cfg.skip_missing_or_null:
-        rows.fail(pc.and_(applied, pc.is_null(value)),
-                  f"ExtractTopic: value.{cfg.field} is missing or null (set skip_missing_or_null to keep the topic)")
+        rows.fail(pc.and_(applied, pc.is_null(value)), f"ExtractTopic: {cfg.target}.{cfg.field} is missing or null "
+                                                       "(set skip_missing_or_null to keep the topic)")
     rows.set("route", pc.if_else(moved, value, rows.column("route")))
 
 
@@ -79,8 +91,11 @@ def value_to_key(rows: Rows, cfg: cfgs.ValueToKey) -> None:
     """The key becomes the value's ``fields``. This path keys a table's rows by its key columns,
     read from the row image (pk_mode record_key too: on the older path, the key's fields where it
     has them, which are the same values), and unserved() keeps the tables keyed by the record schema
-    on the older path: so the key changes nothing here. What stays is the check: an upsert whose
-    field is null or missing fails, the first such field named."""
+    on the older path: so the key changes no row here, but a later step on the key reads these
+    fields (a delete's from its row image). The check: an upsert whose field is null or missing
+    fails, the first such field named."""
+    rows.key_from, rows.keyless = (rows.column("image"), tuple(cfg.fields)), None
+
     def step(child: pa.StructArray, _at: np.ndarray) -> tuple[pa.StructArray, pa.Array | None]:
         fields = fields_of(child)
         errors = [pc.if_else(pc.is_null(fields[name]) if name in fields else pa.array(np.ones(len(child), bool)),
@@ -88,3 +103,35 @@ def value_to_key(rows: Rows, cfg: cfgs.ValueToKey) -> None:
                   for name in cfg.fields]
         return child, first_error(*errors)
     rows.map_images(step)
+
+
+def key_texts(rows: Rows, name: str) -> pa.Array:
+    """Per change, the text of field ``name`` of its key as the chain left it: the Kafka key's, the
+    value's after a ValueToKey, null after a Drop of the key (or where the key is not an object)."""
+    if rows.key_from is not None:
+        image, fields = rows.key_from
+        texts = images.Fields(image).texts(name) if name in fields else pa.nulls(len(image), pa.string())
+    else:
+        decoder = Decoder("kafka_offset")
+        texts = pa.array([_key_field(decoder, key, name) for key in rows.column("key").to_pylist()], pa.string())
+    return texts if rows.keyless is None else pc.if_else(rows.keyless, pa.scalar(None, pa.string()), texts)
+
+
+def _key_field(decoder: Decoder, key: bytes | None, name: str) -> str | None:
+    """Field ``name`` of a Kafka key, read as the decode reads a tombstone's key (the {schema,
+    payload} wrapper unwrapped, values by the key's schema); None where the key is not an object."""
+    try:
+        [change] = decoder.decode_record(0, key, None, "")
+    except RecordError:
+        return None
+    return (change.image or {}).get(name)
+
+
+def keyless_deletes(rows: Rows) -> None:
+    """After the chain: a delete whose key a Drop set to null fails (the older path deletes by the
+    key, and finds no key field in a null one); an upsert is written by its image."""
+    if rows.keyless is None:
+        return
+    deletes = pc.equal(pc.fill_null(rows.column("change_op"), ""), "delete")
+    rows.fail(pc.and_(rows.keyless, deletes), "Drop: the key is null (dropped), so this delete has no key to "
+                                              "find its row by")

@@ -7,14 +7,20 @@ as the default path does, and the chain rewrites those images in the worker, bef
 
 :func:`unserved` says why a pipeline's chain cannot run here (None: it can); spark_jobs/prepare.py
 sends the others to the older path. Served: a Debezium chain that starts with ExtractNewRecordState
-(``delete_handling`` drop or none; ``add_fields`` table, db, and source.ts_ms with source_ts_ms
-versioning), followed by Cast, ReplaceField, TimestampConverter, MaskField, InsertField, RegexRouter,
-Filter and TombstoneHandler on the value, and the steps on the whole record of spark_jobs/row_steps.py
-(Drop and ExtractTopic on the value, SetSchemaMetadata, TimestampRouter, and ValueToKey into tables
-of declared columns), with the predicates TopicNameMatches, RecordIsTombstone and HasHeaderKey
-(regexes RE2 reads as Java does; Java patterns of yyyy MM dd HH mm ss SSS), into MySQL tables of
+(every ``delete_handling``: rewrite makes a delete event its ``before`` image with ``__deleted``
+"true", an upsert of that row; ``add_fields`` op, table, db, and source.ts_ms with source_ts_ms
+versioning: the envelope's ts_ms, source.lsn and source.connector are not kept by the decode),
+followed by Cast, ReplaceField, TimestampConverter, MaskField, InsertField, RegexRouter (any Java
+replacement: ``$10``, ``${name}``), Filter and TombstoneHandler on the value, and the steps on the
+whole record of spark_jobs/row_steps.py (Drop and ExtractTopic on the value or the key,
+SetSchemaMetadata, TimestampRouter, and ValueToKey into tables of declared columns), with the
+predicates TopicNameMatches, RecordIsTombstone and HasHeaderKey (regexes RE2 reads as Java does;
+Java datetime patterns as spark_jobs/row_patterns.py lists them), into MySQL tables of
 declared columns, or created from the record schema (the json_schema converter: the row schema
-rewritten as the images are, :func:`described`). Flatten, HoistField and ExtractField stay on the
+rewritten as the images are, :func:`described`), and Elasticsearch indices. A chain that does not
+start with ExtractNewRecordState reads Kafka Connect's record model (:func:`record_model`): the
+decode reads each value, json or json_schema, as the row (connectors/debezium/envelope.Decoder
+``rows``), typed by its Connect schema. Flatten, HoistField and ExtractField stay on the
 older path: they work on nested values, which the decode reads into one MySQL text each (a
 geometry, a schemaless object), so the images here are flat. The transforms act as those of the
 older path do (tests/integration/spark_jobs/test_row_transforms.py runs both on the same records and
@@ -34,11 +40,17 @@ compares the rows read back), with these differences, which docs/transforms.md l
 * a field the records lack is left alone, but fails each upsert of a ValueToKey (the older path: a
   config error when no record of the window has it);
 * TimestampRouter reads ``topic_format`` as text and ``${topic}``, ``${timestamp}`` (the older path
-  also reads a text between them that is exactly ``ts`` or ``topic`` as a placeholder);
+  also reads a text between them that is exactly ``ts`` or ``topic`` as a placeholder); a day name
+  (``E``) in a pattern a text is read by is read, as Kafka Connect's SimpleDateFormat reads it (Spark
+  refuses it: the older path's window fails);
+* a delete whose key a Drop set to null fails with the Drop's words (the older path's: its primary
+  key field is missing);
 * a record a transform drops (Filter, a dropped delete or tombstone) is read and counted but changes
   nothing, as a Maxwell bootstrap-start does: the window's ends stay those of what was read;
 * what the Debezium decode reads its own way stays so: a TRUNCATE (op t) follows ``truncate``, a
   row unwrapped upstream (``__deleted``, ``__op``) is read as such.
+* a record-model row is read by its Connect schema (a Timestamp is a datetime, not its number), and
+  a Connect string makes a LONGTEXT column (the older path's: TEXT);
 * an Elasticsearch document holds the decode's JSON of each field the chain left as it was, and the
   JSON of the new value of each it changed (spark_jobs/row_documents.py); the older path indexes the
   transformed Connect value (Decimal bytes as base64).
@@ -54,10 +66,10 @@ message; later transforms leave it as it is.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -76,19 +88,45 @@ from spark_jobs.row_chains import (  # noqa: F401
     described,
     java_replacement,
     names_before,
+    numbered_groups,
+    record_model,
     unserved,
 )
 from spark_jobs.row_timestamps import as_micros, timestamp_out
 
 log = logging.getLogger(__name__)
 
-_ADDED = {"table": "source_table", "db": "source_db"}
+_ADDED = {"table": "source_table", "db": "source_db", "op": "source_op"}
+
+
+class _Before(msgspec.Struct):
+    """Of a change event's value: its before image, or its {schema, payload} wrapper's payload."""
+
+    before: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
+    payload: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
+
+
+_BEFORE = msgspec.json.Decoder(_Before)
+
+
+def _has_before(value: bytes) -> bool:
+    """Whether a change event (with or without the {schema, payload} wrapper) has a before image."""
+    try:
+        event = _BEFORE.decode(value)
+        if len(event.payload) and bytes(event.payload).strip() != b"null":
+            event = _BEFORE.decode(event.payload)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeDecodeError):
+        return False
+    return len(event.before) > 0 and bytes(event.before).strip() != b"null"
 
 
 # -- the steps -------------------------------------------------------------------------------------
 def extract_new_record_state(rows: Rows, cfg: cfgs.ExtractNewRecordState, versioning: str) -> None:
     """The decode already unwrapped the envelope (connectors/debezium/envelope.py): a delete event
-    is a delete of its ``before`` image, a tombstone a delete of its key. Here its options."""
+    is a delete of its ``before`` image, a tombstone a delete of its key. Here its options. With
+    ``rewrite`` a delete event with a ``before`` image becomes an upsert of that image with
+    ``__deleted`` "true" (the other changes' images get "false"), as Debezium's and the older path's
+    do; one without (its image is its key's) stays a delete, as the older path's null value does."""
     tombstone, op = pc.is_null(rows.column("value")), pc.fill_null(rows.column("change_op"), "")
     delete_event = pc.and_(pc.equal(op, "delete"), pc.invert(tombstone))
     if cfg.drop_tombstones:
@@ -96,6 +134,14 @@ def extract_new_record_state(rows: Rows, cfg: cfgs.ExtractNewRecordState, versio
     if cfg.delete_handling == "drop":
         rows.drop(delete_event)
     added: dict[str, pa.Array] = {}
+    if cfg.delete_handling == "rewrite":
+        at = np.flatnonzero(pc.and_(delete_event, rows.live).to_numpy(zero_copy_only=False))
+        rewritten = np.zeros(rows.table.num_rows, bool)
+        rewritten[at] = [_has_before(v) for v in rows.column("value").take(pa.array(at, pa.int64())).to_pylist()]
+        rows.set("change_op", pc.if_else(pa.array(rewritten), "upsert", rows.column("change_op")))
+        kept_delete = pc.and_(delete_event, pa.array(~rewritten))
+        added["__deleted"] = pc.if_else(pa.array(rewritten), "true", pc.if_else(
+            kept_delete, pa.scalar(None, pa.string()), "false"))
     for name in cfg.add_fields:
         if name == "source.ts_ms":
             version = rows.column("version")
@@ -218,12 +264,21 @@ def insert_field(rows: Rows, cfg: cfgs.InsertField) -> None:
 
 
 def regex_router(rows: Rows, cfg: cfgs.RegexRouter) -> None:
-    pattern = f"^(?:{cfg.regex})$"
+    """A topic the regex matches whole becomes the replacement, its groups (any number, by number or
+    name) taken from the match as Java's Matcher takes them (a group that matched nothing: "")."""
+    regex, names = numbered_groups(cfg.regex)
+    pattern = f"^(?:{regex})$"
     route = rows.column("route")
     hit = pc.and_(applies(rows, cfg), pc.fill_null(pc.match_substring_regex(route, pattern), False))
-    rewrite = java_replacement(cfg.replacement, re.compile(cfg.regex).groups)
-    assert rewrite is not None  # unserved() refused the others
-    rows.set("route", pc.if_else(hit, pc.replace_substring_regex(route, pattern, rewrite), route))
+    pieces = java_replacement(cfg.replacement, names)
+    assert pieces is not None  # unserved() refused the others
+    groups = pc.extract_regex(route, pattern) if names else None
+    parts = [p if isinstance(p, str) else route if p == 0 else groups.field(f"_g{p}") for p in pieces]
+    if not any(isinstance(p, pa.Array) for p in parts):  # no group: one text for all
+        renamed = pa.array(np.full(len(route), "".join(parts), dtype=object), pa.string())
+    else:
+        renamed = pc.binary_join_element_wise(*parts, "")
+    rows.set("route", pc.if_else(hit, renamed, route))
 
 
 def filter_records(rows: Rows, cfg: cfgs.Filter) -> None:
@@ -270,4 +325,5 @@ def apply(decoded: pa.Table, chain: Any, versioning: str) -> pa.Table:
                 STEPS[cfg.type](rows, cfg)
         except ConfigError as exc:
             raise ConfigError(f"transforms.{i} ({cfg.type}): {exc}") from None
+    row_steps.keyless_deletes(rows)
     return row_documents.rewritten(decoded, rows.table, chain)  # an index's documents, from the rewritten images

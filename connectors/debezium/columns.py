@@ -50,6 +50,7 @@ class Decoder(Protocol):
 
     versioning: str
     need_json: bool
+    rows: str | None
     fields: frozenset[str] | None
     hints: dict[str, ColumnHint]
     schemaless: RowReader
@@ -122,10 +123,13 @@ def declared_type(hint: ColumnHint | None, sample: Any) -> pa.DataType:
 
 
 # -- one group ----------------------------------------------------------------------------------------
-def _read(lines: pa.Array, row: pa.StructType, wrapper_fields: bool, infer: bool = False) -> pa.Table:
+def _read(lines: pa.Array, row: pa.StructType, wrapper_fields: bool, infer: bool = False,
+          rows: bool = False) -> pa.Table:
     """Envelopes (one JSON object per value) -> op, before, after, source, ts_ms columns; with
-    ``infer``, the fields the read schema does not name are read too, by their JSON types."""
-    fields = [("op", pa.string()), ("before", row), ("after", row), ("source", _SOURCE), ("ts_ms", pa.int64())]
+    ``infer``, the fields the read schema does not name are read too, by their JSON types. With
+    ``rows`` (Kafka Connect's record model) each value is a row: its fields are the columns."""
+    fields = list(zip(row.names, [f.type for f in row], strict=True)) if rows else [
+        ("op", pa.string()), ("before", row), ("after", row), ("source", _SOURCE), ("ts_ms", pa.int64())]
     if wrapper_fields:  # an unwrapped envelope must not hold the wrapper's fields
         fields += [("schema", pa.null()), ("payload", pa.null())]
     offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32)[lines.offset:lines.offset + len(lines) + 1]
@@ -138,7 +142,8 @@ def _read(lines: pa.Array, row: pa.StructType, wrapper_fields: bool, infer: bool
         table = pj.read_json(pa.BufferReader(buffer), read_options=pj.ReadOptions(use_threads=False,
                                                                                   block_size=len(buffer) + 1),
                              parse_options=pj.ParseOptions(explicit_schema=pa.schema(fields),
-                                                           unexpected_field_behavior="infer" if infer else "ignore"))
+                                                           unexpected_field_behavior="infer" if infer else
+                                                           "error" if rows else "ignore"))
     except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
         raise Unsupported(str(exc)) from None
     if table.num_rows != len(lines):
@@ -210,6 +215,8 @@ def _image_field(image: pa.StructArray, name: str, other: pa.StructArray) -> pa.
 
 def _decode_group(decoder: Decoder, batch: pa.RecordBatch, group: _Group) -> list[pa.Array]:
     """The change columns (DECODED_FIELDS) of one group's records."""
+    if decoder.rows:
+        return _decode_rows(decoder, batch, group)
     table = _read(group.lines, group.row_type, not group.wrapped, group.infer)
     n = table.num_rows
     op = table.column("op").combine_chunks()
@@ -252,19 +259,56 @@ def _decode_group(decoder: Decoder, batch: pa.RecordBatch, group: _Group) -> lis
         fragments.append(fragment)
     image = images.from_columns(names, fields, is_truncate)
     documents = typed.documents(names, fragments, is_truncate) if decoder.need_json else pa.nulls(n, pa.string())
-    schema_id = row_schema = pa.nulls(n, pa.string())
-    reader = group.reader
-    if reader is not None and reader.schema_id is not None:
-        schema_id = pc.if_else(is_truncate, None, pa.array([reader.schema_id] * n, pa.string()))
-        first = pc.index(pc.invert(is_truncate), True).as_py()
-        key = batch.column("key")[int(group.rows[first])].as_py() if first >= 0 else None
-        described = decoder.describe(reader, key) if first >= 0 else None  # once per schema and task
-        if described is not None:  # on the schema's first change, as the per-record decode does
-            row_schema = pa.array([described, None], pa.string()).take(pa.array((np.arange(n) != first).astype(np.int8)))
+    schema_id, row_schema = _schema_columns(decoder, batch, group, is_truncate)
     return [change_op, image, documents, version, pa.nulls(n, pa.string()),
             pa.nulls(n, pa.string()), batch.column("topic").take(pa.array(group.rows)), pa.nulls(n),
             source_db, source_table, schema_id, row_schema,
             pa.array(np.zeros(n, np.int32)), op]
+
+
+def _schema_columns(decoder: Decoder, batch: pa.RecordBatch, group: _Group,
+                    no_row: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """The group's schema_id, and its row_schema on its first change (``no_row``: the changes without
+    a row, a TRUNCATE), once per schema and task, as the per-record decode does."""
+    n = len(no_row)
+    schema_id = row_schema = pa.nulls(n, pa.string())
+    reader = group.reader
+    if reader is not None and reader.schema_id is not None:
+        schema_id = pc.if_else(no_row, None, pa.array([reader.schema_id] * n, pa.string()))
+        first = pc.index(pc.invert(no_row), True).as_py()
+        key = batch.column("key")[int(group.rows[first])].as_py() if first >= 0 else None
+        described = decoder.describe(reader, key) if first >= 0 else None
+        if described is not None:
+            row_schema = pa.array([described, None], pa.string()).take(pa.array((np.arange(n) != first).astype(np.int8)))
+    return schema_id, row_schema
+
+
+def _decode_rows(decoder: Decoder, batch: pa.RecordBatch, group: _Group) -> list[pa.Array]:
+    """The change columns of one group of Kafka Connect's record model (``decoder.rows``): each value
+    (or payload) a row, an upsert versioned by its offset."""
+    if decoder.versioning != "kafka_offset":
+        raise Unsupported("a row without a time")  # the per-record decode says so, per record
+    table = _read(group.lines, group.row_type, False, group.infer, rows=True)
+    n = table.num_rows
+    converters = dict(group.converters)
+    if group.infer:
+        extra = [f for f in table.schema if f.name not in converters]
+        if any(pa.types.is_struct(f.type) or pa.types.is_list(f.type) for f in extra):
+            raise Unsupported("fields beyond the first record's that are structured")
+        converters.update({f.name: group.fallback for f in extra})  # type: ignore[misc]
+    names, fields, fragments = [], [], []
+    for name, convert in converters.items():
+        value, fragment = _values(table.column(name).combine_chunks(), convert, decoder.need_json)
+        names.append(name)
+        fields.append(value)
+        fragments.append(fragment)
+    none = pa.array(np.zeros(n, bool))
+    documents = typed.documents(names, fragments, none) if decoder.need_json else pa.nulls(n, pa.string())
+    schema_id, row_schema = _schema_columns(decoder, batch, group, none)
+    return [pa.array(["upsert"] * n, pa.string()), images.from_columns(names, fields, none), documents,
+            batch.column("offset").take(pa.array(group.rows)), pa.nulls(n, pa.string()), pa.nulls(n, pa.string()),
+            batch.column("topic").take(pa.array(group.rows)), pa.nulls(n), pa.nulls(n, pa.string()),
+            pa.nulls(n, pa.string()), schema_id, row_schema, pa.array(np.zeros(n, np.int32)), pa.nulls(n, pa.string())]
 
 
 # -- grouping ------------------------------------------------------------------------------------------
@@ -275,7 +319,8 @@ def _plain_group(decoder: Decoder, rows: np.ndarray, lines: pa.Array) -> _Group:
         env = JSON_DECODE.decode(lines[0].as_py())
     except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
         raise Unsupported("the first record is not an envelope") from None
-    sample = env.get("before" if env.get("op") == "d" else "after") if isinstance(env, dict) else None
+    sample = env if decoder.rows else env.get("before" if env.get("op") == "d" else "after") if isinstance(
+        env, dict) else None
     sample = sample if isinstance(sample, dict) else {}
     infer = decoder.fields is None  # every field: the first record's, and any other the records have
     names = list(sample) if infer else sorted(decoder.fields)  # type: ignore[arg-type]
@@ -302,8 +347,8 @@ def _wrapped_group(decoder: Decoder, rows: np.ndarray, payloads: pa.Array, close
     batch's values with that prefix and the last byte cut off (``closed``: that byte is the
     wrapper's ``}``). The payloads are cut from the whole batch and then taken: a take of the
     values themselves would copy each schema again (~7 KB a record for a 33-column table)."""
-    after = decoder.reader(schema, "after")  # compiled once per schema
-    before = decoder.reader(schema, "before")
+    after = decoder.reader(schema, "" if decoder.rows else "after")  # compiled once per schema
+    before = after if decoder.rows else decoder.reader(schema, "before")
     if after.schema is None or before.schema != after.schema:
         raise Unsupported("a schema without one row struct")
     if not closed[rows].all():
@@ -356,6 +401,10 @@ def decode_columns(decoder: Decoder, batch: pa.RecordBatch,
     n = batch.num_rows
     wrapped = _starts_with(values, WRAPPED)
     plain = _starts_with(values, b"{") & ~wrapped
+    if decoder.rows == "json":  # every object is a row (a {schema, payload} one too: two fields)
+        plain, wrapped = plain | wrapped, np.zeros(n, dtype=bool)
+    elif decoder.rows == "json_schema":  # a value without the wrapper: the per-record decode refuses it
+        plain = np.zeros(n, dtype=bool)
     parts: list[tuple[np.ndarray, list[pa.Array]]] = []
     slow = np.ones(n, dtype=bool)
     if plain.any():

@@ -97,6 +97,8 @@ _ENVELOPE = msgspec.json.Decoder(_Envelope)
 _SOURCE = msgspec.json.Decoder(_Source)
 _WRAPPED = msgspec.json.Decoder(_Wrapped)
 _RAW_NULL = b"null"
+_ROW_UNVERSIONED = ("no source.ts_ms to version the change by (versioning: source_ts_ms needs a Debezium topic and an "
+                    "ExtractNewRecordState transform; otherwise set versioning: kafka_offset)")
 
 
 def _is_null(raw: msgspec.Raw | None) -> bool:
@@ -114,8 +116,10 @@ class Decoder(RecordDecoder):
     """Decodes a task's records by the compiled readers of their schemas."""
 
     def __init__(self, versioning: str, hints: Mapping[str, ColumnHint] | None = None, need_json: bool = True,
-                 fields: frozenset[str] | None = None) -> None:
+                 fields: frozenset[str] | None = None, rows: str | None = None) -> None:
         self.versioning = versioning
+        # Kafka Connect's record model, the value the row (:meth:`_row`), read by this value converter
+        self.rows = rows
         self.hints = dict(hints or {})
         self.need_json = need_json
         self.fields = fields  # the row fields the sinks use (None: all); only without documents
@@ -233,6 +237,8 @@ class Decoder(RecordDecoder):
             if image is None:
                 raise RecordError("converter", "tombstone key is not a JSON object (key.converter json)")
             return Change("delete", image, None, offset if self.versioning == "kafka_offset" else None)
+        if self.rows:
+            return self._row(offset, key, value)
         fast = self._plain(offset, key, value)
         if fast is not None:
             return fast
@@ -282,6 +288,37 @@ class Decoder(RecordDecoder):
         reader = self.reader(schema, "after")
         image, doc = self._image(env.after, reader)
         return Change("upsert", image, doc, version, **origin, **self._schema_of(reader, key), source_op=op)
+
+    def _row(self, offset: int, key: bytes | None, value: bytes) -> Change:
+        """A record of Kafka Connect's record model (a chain that does not start with
+        ExtractNewRecordState): the value, or the payload of its {schema, payload} wrapper, is the row
+        itself, an upsert of the record's key, versioned by its offset (cdcflow/config.py asks
+        versioning kafka_offset of such a chain). Every field is the row's, ``__`` ones included."""
+        schema, row_raw = None, value
+        if self.rows == "json_schema":
+            try:
+                top = _WRAPPED.decode(value)
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeDecodeError):
+                top = _Wrapped()
+            if _is_null(top.schema) and _is_null(top.payload):
+                raise RecordError("converter", "value is not a {schema, payload} JSON envelope "
+                                               "(value.converter json_schema)")
+            if _is_null(top.payload):  # the converter's null value: a tombstone
+                return self._decode(offset, key, None)
+            schema, row_raw = top.schema, top.payload
+        try:
+            row = _DECODE.decode(row_raw)
+        except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+            raise RecordError("converter", "value is not valid JSON (value.converter json)") from None
+        if not isinstance(row, dict):
+            raise RecordError("converter", f"value is JSON but not an object (value.converter {self.rows})")
+        reader = self.reader(schema, "")
+        try:
+            texts, docs = reader.read(row, self.fields)
+        except BadValue as exc:
+            raise RecordError("converter", f"{exc}") from None
+        doc = _ENCODE.encode(docs).decode("utf-8") if self.need_json else None
+        return Change("upsert", texts, doc, self._version(offset, None, _ROW_UNVERSIONED), **self._schema_of(reader, key))
 
     def _plain(self, offset: int, key: bytes | None, value: bytes) -> Change | None:
         """An upsert or a delete with its row image, in an envelope without the wrapper, decoded in

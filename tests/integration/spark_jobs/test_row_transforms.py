@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +123,124 @@ def test_a_chain_gives_the_rows_of_the_older_path_and_of_the_source(
     assert _rows(old_table) == rows
     assert (stats["dead_lettered"], old_stats["dead_lettered"]) == (0, 0)
     assert stats["records"] == old_stats["records"] == len(fx.events())
+
+
+def _old_and_new(monkeypatch: pytest.MonkeyPatch, run: Callable[[str], Any]) -> tuple[Any, Any]:
+    """``run("old")`` on the older path, then ``run("new")`` on the partition path (which must serve it)."""
+    monkeypatch.setenv("CDCFLOW_WINDOW_PATH", "spark")
+    old = run("old")
+    monkeypatch.delenv("CDCFLOW_WINDOW_PATH")
+    monkeypatch.setattr(spark_path, "run_spark_path", _older_path_fails)
+    return old, run("new")
+
+
+def _select(table: str, columns: str) -> list[tuple[Any, ...]]:
+    with mysql_engine().connect() as conn:
+        return [tuple(r) for r in conn.exec_driver_sql(f"SELECT {columns} FROM `{table}` ORDER BY id")]
+
+
+def test_rewritten_deletes_and_added_ops_give_the_rows_of_the_older_path(
+        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """delete_handling rewrite (Debezium's: a delete becomes its before image with __deleted "true",
+    an upsert) and add_fields op and table: every row the source ever held stays, as it was last."""
+    tag = unique("rowrw")
+    topic = f"{tag}.inventory.orders"
+    cdcgen.produce(bootstrap(), topic, [cdcgen.Event(k, v) for k, v in fx.events()], partitions=2)
+    steps = [{"type": "ExtractNewRecordState", "delete_handling": "rewrite", "add_fields": ["op", "table"]}, *CHAIN[1:]]
+    columns = [*COLUMNS, {"name": "deleted", "type": "VARCHAR(5)", "field": "__deleted"},
+               {"name": "op", "type": "VARCHAR(1)", "field": "__op"},
+               {"name": "source_table", "type": "VARCHAR(64)", "field": "__table"}]
+
+    def run(path: str) -> Any:
+        cfg = _pipeline(config_dir, f"{tag}_{path}", topic, f"{tag}_{path}", steps, columns, "json_schema")
+        return runner.run_window(cfg, path, store=store, spark=spark)
+
+    old, new = _old_and_new(monkeypatch, run)
+    last = {1: (o.ROW_1B, "true", "d"), 2: (o.ROW_2B, "true", "d"), 3: (o.FINAL[3], "false", "c"),
+            4: (o.FINAL[4], "false", "c")}
+    want = [(i, r["customer"], r["paid"], _micros(r["created"]), deleted, op, o.TABLE)
+            for i, (r, deleted, op) in sorted(last.items())]
+    for path in ("old", "new"):
+        assert _select(f"{tag}_{path}", "id, buyer, paid, created_us, deleted, op, source_table") == want, path
+    assert (old["dead_lettered"], new["dead_lettered"]) == (0, 0)
+    assert old["records"] == new["records"] == len(fx.events())
+
+
+@pytest.mark.parametrize("case", ["patterns", "regex"])
+def test_java_patterns_and_replacements_give_the_rows_of_the_older_path(
+        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch, case: str) -> None:
+    """patterns: Java datetime patterns beyond the digits (names, a 12-hour clock, quoted text,
+    zones, fractions) written, read and routed by; regex: a RegexRouter replacement with groups past
+    $9 ($11 group 11, $12 group 1 and a 2 in a regex of eleven groups)."""
+    tag = unique("rowjava")
+    topic = f"{tag}.inventory.orders"
+    at_ms = int(time.time() * 1000)
+    cdcgen.produce(bootstrap(), topic, [cdcgen.Event(k, v, timestamp=at_ms) for k, v in fx.events()], partitions=2)
+    sent = dt.datetime.fromtimestamp(at_ms // 1000, dt.UTC)  # the Kafka timestamp, whole seconds
+    columns = [*COLUMNS, {"name": "kafka_ts", "type": "VARCHAR(64)"}, {"name": "at", "type": "BIGINT"}]
+    tail = [{"type": "InsertField", "timestamp_field": "kafka_ts", "static_field": "at",
+             "static_value": "29 Feb 24 01:14:15.5 PM +0100"},
+            {"type": "TimestampConverter", "field": "kafka_ts", "target_type": "string",
+             "format": "EEE, dd MMM yyyy hh:mm:ss.SSS a XXX"},
+            {"type": "TimestampConverter", "field": "at", "target_type": "unix", "unix_precision": "microseconds",
+             "format": "dd MMM yy hh:mm:ss.S a Z"}]
+
+    def steps(prefix: str) -> tuple[list[dict[str, Any]], str]:
+        if case == "regex":
+            return [{"type": "ExtractNewRecordState"}, *CHAIN[1:], *tail, {
+                "type": "RegexRouter", "regex": r"(\w+)\.(i)(n)(v)(e)(n)(t)(o)(r)(y)\.(orders)",
+                "replacement": f"{prefix}_$11_$10$12"}], f"{prefix}_orders_y{tag}2"
+        return [{"type": "ExtractNewRecordState"}, *CHAIN[1:], *tail,
+                {"type": "InsertField", "static_field": "dest", "static_value": prefix},
+                {"type": "ExtractTopic", "field": "dest"},
+                {"type": "TimestampRouter", "topic_format": "${topic}_${timestamp}", "timestamp_format": "yyMMdd'T'HH"},
+                ], f"{prefix}_{sent:%y%m%dT%H}"
+
+    def run(path: str) -> Any:
+        chain, _landed = steps(f"{tag}_{path}")
+        cfg = _pipeline(config_dir, f"{tag}_{path}", topic, "{topic}", chain, columns, "json_schema")
+        return runner.run_window(cfg, path, store=store, spark=spark)
+
+    old, new = _old_and_new(monkeypatch, run)
+    shown = f"{sent:%a, %d %b %Y %I:%M:%S}.{at_ms % 1000:03d} {sent:%p} Z"
+    at = _micros(dt.datetime(2024, 2, 29, 12, 14, 15, 500000))
+    want = [(i, r["customer"], r["paid"], _micros(r["created"]), "shop", shown, at)
+            for i, r in sorted(UPSERTED.items())]
+    for path in ("old", "new"):
+        assert _select(steps(f"{tag}_{path}")[1], "id, buyer, paid, created_us, src, kafka_ts, at") == want, path
+    assert (old["dead_lettered"], new["dead_lettered"]) == (0, 0)
+
+
+@pytest.mark.parametrize("case", ["extract_topic", "drop"])
+def test_steps_on_the_key_give_the_rows_of_the_older_path(
+        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch, case: str) -> None:
+    """extract_topic: each change routed to a table by its Kafka key's id (a delete too: it deletes
+    its row there); drop: a Drop of the key changes no upsert, and each delete (three delete events,
+    three tombstones) has no key left to delete by: a dead letter on both paths."""
+    tag = unique("rowkey")
+    topic = f"{tag}.inventory.orders"
+    cdcgen.produce(bootstrap(), topic, [cdcgen.Event(k, v) for k, v in fx.events()], partitions=2)
+    unwrap = {"type": "ExtractNewRecordState", "delete_handling": "none", "drop_tombstones": False}
+    last = {"type": "ExtractTopic", "target": "key", "field": "id"} if case == "extract_topic" else {
+        "type": "Drop", "target": "key"}
+
+    def run(path: str) -> Any:
+        table = f"{tag}_{path}_{{topic}}" if case == "extract_topic" else f"{tag}_{path}"
+        cfg = _pipeline(config_dir, f"{tag}_{path}", topic, table, [unwrap, *CHAIN[1:], last], COLUMNS, "json_schema")
+        return runner.run_window(cfg, path, store=store, spark=spark)
+
+    old, new = _old_and_new(monkeypatch, run)
+    for path in ("old", "new"):
+        if case == "extract_topic":
+            assert {i: _rows(f"{tag}_{path}_{i}") for i in range(1, 5)} == {
+                i: [(i, r["customer"], r["paid"], _micros(r["created"]), "shop")] if r else []
+                for i, r in ((i, o.FINAL.get(i)) for i in range(1, 5))}, path
+        else:
+            assert _rows(f"{tag}_{path}") == [(i, r["customer"], r["paid"], _micros(r["created"]), "shop")
+                                              for i, r in sorted(UPSERTED.items())], path
+    dead = 0 if case == "extract_topic" else 6
+    assert (old["dead_lettered"], new["dead_lettered"]) == (dead, dead)
+    assert old["records"] == new["records"] == len(fx.events())
 
 
 def test_deletes_routed_by_a_field_after_a_value_to_key_delete_their_rows(

@@ -68,10 +68,14 @@ def test_timestamp_router_names_the_topic_by_the_kafka_timestamp_in_utc() -> Non
 
 
 def test_a_timestamp_format_this_path_cannot_write_goes_to_the_older_path() -> None:
-    step = {"type": "TimestampRouter", "timestamp_format": "yyyy-MM-dd'T'HH"}
+    step = {"type": "TimestampRouter", "timestamp_format": "yyyy-MM-dd G"}
     assert rt.unserved(job(MYSQL, transforms=chain(step))) == (
-        "transforms.1 (TimestampRouter): the timestamp_format \"yyyy-MM-dd'T'HH\" uses more than "
-        "yyyy MM dd HH mm ss SSS")
+        "transforms.1 (TimestampRouter): the timestamp_format 'yyyy-MM-dd G': the letter 'G' is not read on this path")
+    # Java's patterns beyond the digits: quoted text, names, a 12-hour clock, zones (UTC)
+    out = _run({"type": "TimestampRouter", "timestamp_format": "yy_MMM_dd'T'hha_EEEE_X"})
+    assert rt.unserved(job(MYSQL, transforms=chain({"type": "TimestampRouter",
+                                                    "timestamp_format": "yy_MMM_dd'T'hha_EEEE_X"}))) is None
+    assert out[0]["route"] == f"{fx.TOPIC}-23_Nov_14T10PM_Tuesday_Z"  # 2023-11-14 22:13:20 UTC
 
 
 def test_extract_topic_routes_upserts_and_deletes_by_their_row_image() -> None:
@@ -111,8 +115,10 @@ def test_value_to_key_fails_an_upsert_whose_field_is_null_and_leaves_deletes() -
 
 
 @pytest.mark.parametrize(("step", "reason"), [
-    ({"type": "Drop", "target": "key"}, "only the value is transformed on this path"),
-    ({"type": "ExtractTopic", "target": "key", "field": "id"}, "only the value is transformed on this path"),
+    ({"type": "Cast", "target": "key", "spec": {"id": "string"}},
+     "only the value is transformed on this path (the key by Drop, ExtractTopic, SetSchemaMetadata)"),
+    ({"type": "MaskField", "target": "key", "fields": ["id"]},
+     "only the value is transformed on this path (the key by Drop, ExtractTopic, SetSchemaMetadata)"),
     ({"type": "Flatten"}, "not among the transforms of this path"),
     ({"type": "HoistField", "field": "row"}, "not among the transforms of this path"),
     ({"type": "ExtractField", "field": "id"}, "not among the transforms of this path"),

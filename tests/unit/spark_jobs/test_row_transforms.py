@@ -147,17 +147,15 @@ def test_cast_follows_sparks_try_cast(values: pa.Array, kind: str, want: list[An
     ("Timestamp", "milliseconds", None, "2024-02-29 13:14:15.123456"),
     ("Date", "milliseconds", None, "2024-02-29"),
     ("Time", "milliseconds", None, "13:14:15.123"),
-    ("string", "milliseconds", "yyyy/MM/dd'T'HH:mm", None),  # a quoted literal: the older path's (unserved)
+    ("string", "milliseconds", "yyyy/MM/dd'T'HH:mm", "2024/02/29T13:14"),
     ("string", "milliseconds", "yyyy-MM-dd HH:mm:ss.SSS", "2024-02-29 13:14:15.123"),
+    ("string", "milliseconds", "EEE, d MMM yy hh:mm:ss.SSSSSS a XXX", "Thu, 29 Feb 24 01:14:15.123456 PM Z"),
 ])
-def test_timestamp_converter_targets(target: str, precision: str, fmt: str | None, want: str | None) -> None:
+def test_timestamp_converter_targets(target: str, precision: str, fmt: str | None, want: str) -> None:
     step = {"type": "TimestampConverter", "field": "created", "target_type": target, "unix_precision": precision,
             **({"format": fmt} if fmt else {})}
     steps = chain(step)
-    if want is None:
-        assert rt.unserved(job(MYSQL, transforms=steps)) == (
-            f"transforms.1 (TimestampConverter): the format {fmt!r} uses more than yyyy MM dd HH mm ss SSS")
-        return
+    assert rt.unserved(job(MYSQL, transforms=steps)) is None
     out = rows(rt.apply(decoded(fx.events()[:1]), steps, "source_ts_ms"))
     assert out[0]["image"]["created"] == want
 
@@ -272,23 +270,29 @@ def test_java_patterns_and_replacements_this_path_cannot_read_go_to_the_older_pa
     def reason(step: dict[str, Any]) -> str | None:
         return rt.unserved(job(MYSQL, transforms=chain(step)))
 
-    for fmt in ("yyyy-MM-dd HH:mm:ss.SSSSSS", "dd MMMM yyyy", "yy-MM-dd", "yyyy-MM-dd'T'HH"):
+    for fmt, why in (("G yyyy", "the letter 'G' is not read on this path"),
+                     ("dd MMMMM yyyy", "'MMMMM' is not read on this path"),
+                     ("yyyy[-MM]", "'[' (optional sections, reserved characters) is not read on this path"),
+                     ("yyyy-MM-dd'T", "a quote is not closed")):
         assert reason({"type": "TimestampConverter", "field": "a", "target_type": "string", "format": fmt}) == (
-            f"transforms.1 (TimestampConverter): the format {fmt!r} uses more than yyyy MM dd HH mm ss SSS")
+            f"transforms.1 (TimestampConverter): the format {fmt!r}: {why}")
+    for fmt in ("yyyy-MM-dd HH:mm:ss.SSSSSS", "dd MMMM yyyy", "yy-MM-dd", "yyyy-MM-dd'T'HH", "EEE hh a XXX"):
+        assert reason({"type": "TimestampConverter", "field": "a", "target_type": "string", "format": fmt}) is None
     assert reason({"type": "RegexRouter", "regex": "x[a-z&&[^c]]", "replacement": "y"}) == (
         "transforms.1 (RegexRouter): the regex 'x[a-z&&[^c]]' is not an RE2 expression")
-    for replacement in ("$x", "$2", "$10"):
-        regex = "(a)(b)(c)(d)(e)(f)(g)(h)(i)(j)" if replacement == "$10" else "(a)"
-        assert reason({"type": "RegexRouter", "regex": regex, "replacement": replacement}) == (
-            f"transforms.1 (RegexRouter): the replacement {replacement!r} (groups $1-$9 and \\$ only)")
-    assert reason({"type": "RegexRouter", "regex": "(a)(b)", "replacement": "$2$1\\$"}) is None
+    for replacement in ("$x", "$2", "$", "a\\", "${b}"):
+        assert reason({"type": "RegexRouter", "regex": "(?P<a>a)", "replacement": replacement}) == (
+            f"transforms.1 (RegexRouter): the replacement {replacement!r} names a group the regex lacks, or ends in "
+            "a lone $ or \\ (Java refuses it)")
+    for replacement in ("$2$1\\$", "$10", "${a}$0"):
+        assert reason({"type": "RegexRouter", "regex": "(?P<a>a)(b)", "replacement": replacement}) is None
     assert rt.unserved(job(MYSQL, transforms=CHAIN.validate_python(
-        [{"type": "ExtractNewRecordState", "delete_handling": "rewrite"}]))) == (
-        "transforms.0 (ExtractNewRecordState): delete_handling rewrite")
+        [{"type": "ExtractNewRecordState", "delete_handling": "rewrite", "add_fields": ["op"]}]))) is None
     kafka_offset = job(MYSQL, transforms=CHAIN.validate_python(
         [{"type": "ExtractNewRecordState", "add_fields": ["source.ts_ms"]}]))
     assert rt.unserved(replace(kafka_offset, versioning="kafka_offset")) == (
-        "transforms.0 (ExtractNewRecordState): add_fields ['source.ts_ms'] (this path adds table, db)")
+        "transforms.0 (ExtractNewRecordState): add_fields ['source.ts_ms']: the decode keeps source.ts_ms in the "
+        "version only with versioning source_ts_ms (this path adds op, table, db)")
 
 
 def test_a_route_that_cannot_name_a_table_fails_its_change_as_on_the_older_path() -> None:
@@ -320,26 +324,33 @@ def test_which_chains_the_partition_path_serves() -> None:
     cases = {
         "a MySQL sink has pk_mode kafka": [job(MYSQL.model_copy(update={"pk_mode": "kafka"}), transforms=ok)],
         "tables from the record schema need value_converter json_schema": [job(dynamic, transforms=ok)],
-        "the chain does not start with ExtractNewRecordState": [
-            job(MYSQL, transforms=CHAIN.validate_python([{"type": "Cast", "spec": {"id": "int64"}}]))],
-        "transforms.0 (ExtractNewRecordState): add_fields ['op'] (this path adds table, db, source.ts_ms)": [
-            job(MYSQL, transforms=CHAIN.validate_python([{"type": "ExtractNewRecordState", "add_fields": ["op"]}]))],
+        "ExtractNewRecordState unwraps Debezium's envelopes (source.format debezium)": [
+            job(MYSQL, transforms=ok, source_format="maxwell")],
+        "transforms.0 (ExtractNewRecordState): add_fields ['ts_ms', 'lsn']: the decoded changes do not keep the "
+        "envelope's ts_ms; the decoded changes do not keep source.lsn (this path adds op, table, db, source.ts_ms)": [
+            job(MYSQL, transforms=CHAIN.validate_python([{"type": "ExtractNewRecordState",
+                                                          "add_fields": ["op", "ts_ms", "lsn"]}]))],
         "transforms.1 (Flatten): not among the transforms of this path": [
             job(MYSQL, transforms=chain({"type": "Flatten"}))],
-        "transforms.1 (Cast): only the value is transformed on this path": [
+        "transforms.1 (Cast): only the value is transformed on this path (the key by Drop, ExtractTopic, "
+        "SetSchemaMetadata)": [
             job(MYSQL, transforms=chain({"type": "Cast", "target": "key", "spec": {"id": "int64"}}))],
         "transforms.1 (Filter): a Sql predicate needs Spark": [
             job(MYSQL, transforms=chain({"type": "Filter", "predicate": {"type": "Sql", "condition": "true"}}))],
         "transforms.1 (RegexRouter): the regex '(?=a)b' is not an RE2 expression": [
             job(MYSQL, transforms=chain({"type": "RegexRouter", "regex": "(?=a)b", "replacement": "x"}))],
-        "the chain is applied to Debezium records read with the json converters only": [
-            job(MYSQL, transforms=ok, value_converter="string")],
+        "the chain is applied to records read with the json and json_schema converters only": [
+            job(MYSQL, transforms=ok, value_converter="string"), job(MYSQL, transforms=ok, key_converter="avro")],
     }
     for reason, jobs in cases.items():
         for j in jobs:
             assert rt.unserved(j) == reason
     assert rt.unserved(job(dynamic, transforms=ok, value_converter="json_schema")) is None
     assert rt.unserved(job(es, transforms=ok)) is None  # an index, mapped or not (spark_jobs/row_documents.py)
+    # Kafka Connect's record model: the value is the row, of any source format
+    rows = CHAIN.validate_python([{"type": "Cast", "spec": {"id": "int64"}}])
+    assert rt.record_model(rows) and not rt.record_model(ok)
+    assert rt.unserved(replace(job(MYSQL, transforms=rows, source_format="maxwell"), versioning="kafka_offset")) is None
 
 
 def test_declared_columns_name_the_fields_after_the_chain() -> None:

@@ -1,0 +1,249 @@
+"""Java datetime patterns on the per-partition path: TimestampConverter's ``format`` and
+TimestampRouter's ``timestamp_format`` read into tokens (:func:`tokens`; :func:`problem` says why a
+pattern is not served), texts read by them into microseconds since the epoch (:func:`parse`) and
+timestamps written by them (:func:`write`), in UTC, as the older path's Spark (``try_to_timestamp``,
+``date_format``: Spark's datetime patterns) reads and writes them:
+
+* ``y`` the year (``yy`` its last two digits, read as 2000-2099), ``M``/``L`` the month (``MMM``
+  Jan, ``MMMM`` January), ``d``, ``H`` (0-23), ``h`` (1-12), ``K`` (0-11), ``k`` (1-24), ``m``,
+  ``s``, ``S`` a fraction of the second (as many digits as letters: ``S`` tenths, ``SSS``
+  milliseconds, ``SSSSSS`` microseconds; a text may give fewer digits), ``a`` AM or PM, ``E`` the
+  day's name (Thu, ``EEEE`` Thursday), ``X``/``x``/``Z`` a zone offset (written as UTC's: ``Z``,
+  ``+00``, ``+0000``, ``+00:00``; a text's offset is taken off, to UTC); quoted text (``'T'``,
+  ``''`` a quote) and every other character but ``[ ] { } #`` stand for themselves;
+* a number of one letter reads one or two digits, of more exactly as many (``yyyy`` four); names
+  and quoted text are read in any case (Spark's parser ignores case); a field the pattern lacks is
+  that of 1970-01-01 00:00:00; ``hh`` without ``a`` is before noon, ``kk`` 24 is midnight; ``HH``
+  with ``a`` must agree with it;
+* one difference: a day name (``E``) is read and checked to be a day's name, but the date need not
+  fall on it, as Kafka Connect's SimpleDateFormat reads it (Spark refuses ``E`` in a pattern it
+  parses by, which fails the window).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+Token = tuple[str, Any]  # (letter, count) of a field, or ("'", text) of a literal
+
+MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+          "November", "December"]
+DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]  # Arrow's day_of_week
+_COUNTS = {"y": (1, 2, 3, 4), "M": (1, 2, 3, 4), "L": (1, 2, 3, 4), "d": (1, 2), "H": (1, 2), "h": (1, 2),
+           "K": (1, 2), "k": (1, 2), "m": (1, 2), "s": (1, 2), "S": tuple(range(1, 10)), "a": (1,),
+           "E": (1, 2, 3, 4), "X": (1, 2, 3, 4, 5), "x": (1, 2, 3, 4, 5), "Z": (1, 2, 3, 5)}
+_RANGES = {"M": (1, 12), "L": (1, 12), "H": (0, 23), "h": (1, 12), "K": (0, 11), "k": (1, 24), "m": (0, 59),
+           "s": (0, 59)}
+_OFFSETS = {1: r"[+-]\d{2}(?:\d{2})?", 2: r"[+-]\d{4}", 3: r"[+-]\d{2}:\d{2}", 4: r"[+-]\d{4}(?:\d{2})?",
+            5: r"[+-]\d{2}:\d{2}(?::\d{2})?"}
+_UTC = {("x", 1): "+00", ("x", 2): "+0000", ("x", 3): "+00:00", ("x", 4): "+0000", ("x", 5): "+00:00"}
+_SPECIAL = set("\\.+*?()|[]{}^$")  # what RE2 reads as other than itself
+
+
+def tokens(java: str) -> list[Token]:
+    """The pattern's fields and literals; ValueError naming what this path does not read."""
+    out: list[Token] = []
+    i = 0
+    while i < len(java):
+        c = java[i]
+        if java.startswith("''", i):  # a quote
+            out.append(("'", "'"))
+            i += 2
+        elif c == "'":  # quoted text, '' in it a quote
+            text, j = [], i + 1
+            while True:
+                end = java.find("'", j)
+                if end < 0:
+                    raise ValueError("a quote is not closed")
+                text.append(java[j:end])
+                if not java.startswith("''", end):
+                    break
+                text.append("'")
+                j = end + 2
+            out.append(("'", "".join(text)))
+            i = end + 1
+        elif c.isascii() and c.isalpha():
+            count = len(java) - i - len(java[i:].lstrip(c))
+            if c not in _COUNTS:
+                raise ValueError(f"the letter {c!r} is not read on this path")
+            if count not in _COUNTS[c]:
+                raise ValueError(f"{c * count!r} is not read on this path")
+            out.append((c, count))
+            i += count
+        elif c in "[]{}#":
+            raise ValueError(f"{c!r} (optional sections, reserved characters) is not read on this path")
+        else:
+            out.append(("'", c))
+            i += 1
+    if not out:
+        raise ValueError("the pattern is empty")
+    return out
+
+
+def problem(java: str) -> str | None:
+    """Why this path does not read or write by the pattern (None: it does)."""
+    try:
+        tokens(java)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+# -- reading ------------------------------------------------------------------------------------------
+def _regex(letter: str, count: int) -> str:
+    if letter in "ML" and count >= 3:
+        return "(?:" + "|".join(m if count == 4 else m[:3] for m in MONTHS) + ")"
+    if letter == "E":
+        return "(?:" + "|".join(d if count == 4 else d[:3] for d in DAYS) + ")"
+    if letter == "a":
+        return "(?:AM|PM)"
+    if letter == "S":
+        return rf"\d{{1,{count}}}"
+    if letter == "y":
+        return {1: r"\d{1,4}", 2: r"\d{2}", 3: r"\d{3,4}", 4: r"\d{4}"}[count]
+    if letter in "XxZ":
+        offset = _OFFSETS[5 if letter == "Z" and count == 5 else 2 if letter == "Z" else count]
+        return f"(?:Z|{offset})" if letter == "X" or count == 5 else offset
+    return r"\d{1,2}" if count == 1 else r"\d{2}"
+
+
+def _literal(text: str) -> str:
+    return "".join("\\" + c if c in _SPECIAL else c for c in text)
+
+
+def parse(texts: pa.Array, pattern: list[Token]) -> pa.Array:
+    """Texts read by the pattern: microseconds since the epoch (UTC), null where a text does not
+    match it or names no valid time (2024-02-30, 24:00 by HH …)."""
+    regex = "(?i)^" + "".join(_literal(v) if k == "'" else f"(?P<f{i}>{_regex(k, v)})"  # any case, as Spark's
+                              for i, (k, v) in enumerate(pattern)) + "$"
+    n = len(texts)
+    fields = [(f"f{i}", k, v) for i, (k, v) in enumerate(pattern) if k != "'"]
+    if not fields:  # literals only: a text that is the pattern is 1970-01-01
+        same = pc.fill_null(pc.equal(pc.utf8_lower(texts), "".join(v for _k, v in pattern).lower()), False)
+        return pc.if_else(same, 0, pa.scalar(None, pa.int64()))
+    found = pc.extract_regex(texts, regex)
+    ok = found.is_valid().to_numpy(zero_copy_only=False).copy()
+    parts: dict[str, np.ndarray] = {}
+
+    def put(part: str, values: np.ndarray) -> None:
+        if part in parts:  # a field twice: both must say the same
+            ok[:] &= parts[part] == values
+        parts[part] = values
+
+    for name, letter, count in fields:
+        text = pc.struct_field(found, name)  # null where the text did not match
+        if letter == "E":
+            continue  # a day's name (the regex read it), not checked against the date
+        if letter in "ML" and count >= 3:
+            names = [m if count == 4 else m[:3] for m in MONTHS]
+            put("month", _ints(pc.add(pc.index_in(pc.utf8_lower(text), pa.array([m.lower() for m in names])), 1)))
+        elif letter == "a":
+            put("pm", _ints(pc.equal(pc.utf8_upper(text), "PM")))
+        elif letter == "S":  # a fraction: its digits, then zeros, to six (µs; more digits are cut)
+            put("micro", _ints(pc.utf8_slice_codeunits(pc.utf8_rpad(text, 6, "0"), 0, 6)))
+        elif letter in "XxZ":
+            offset = _offset_seconds(text)
+            ok &= np.abs(offset) <= 18 * 3_600
+            put("offset", offset)
+        else:
+            values = _ints(text)
+            low, high = _RANGES.get(letter, (0, 10**9))
+            ok &= (values >= low) & (values <= high)
+            part = {"y": "year", "M": "month", "L": "month", "d": "day", "m": "minute", "s": "second"}.get(letter)
+            if letter == "y" and count == 2:
+                values = values + 2000
+            put(part or letter, values)
+    year, month, day = parts.get("year", np.full(n, 1970)), parts.get("month", np.ones(n, np.int64)), parts.get(
+        "day", np.ones(n, np.int64))
+    ok &= (day >= 1) & (day <= days_in_month(year, month))
+    pm = parts.get("pm")
+    if "H" in parts:
+        hour = parts["H"]
+        if pm is not None:  # 13:00 PM, 01:00 AM; not 01:00 PM
+            ok &= (hour >= 12) == (pm == 1)
+    elif "k" in parts:
+        hour = parts["k"] % 24
+    else:
+        hour = parts.get("h", parts.get("K", np.zeros(n, np.int64))) % 12 + (12 * pm if pm is not None else 0)
+    seconds = (days_from_civil(year, month, day) * 86_400 + hour * 3_600 + parts.get("minute", 0) * 60
+               + parts.get("second", 0) - parts.get("offset", 0))
+    micros = seconds * 1_000_000 + parts.get("micro", 0)
+    return pa.array(micros, pa.int64(), mask=~ok)
+
+
+def _ints(values: pa.Array) -> np.ndarray:
+    """Digits (or numbers) as int64, 0 where null (the row is not read then)."""
+    return pc.cast(values, pa.int64(), safe=False).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _offset_seconds(text: pa.Array) -> np.ndarray:
+    """A zone offset's text (Z, +01, +0130, -01:30:15) as seconds east of UTC."""
+    digits = pc.replace_substring_regex(text, "[:Zz]", "")
+    sign = np.where(pc.starts_with(digits, "-").to_numpy(zero_copy_only=False), -1, 1)
+    hours, minutes, seconds = [_ints(pc.if_else(pc.equal(part, ""), "0", part))
+                               for part in (pc.utf8_slice_codeunits(digits, at, at + 2) for at in (1, 3, 5))]
+    valid = (minutes < 60) & (seconds < 60)  # else past the range parse() checks
+    return np.where(valid, sign * (hours * 3_600 + minutes * 60 + seconds), 10**6)
+
+
+def days_in_month(year: np.ndarray, month: np.ndarray) -> np.ndarray:
+    leap = (year % 4 == 0) & ((year % 100 != 0) | (year % 400 == 0))
+    lengths = np.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31])
+    return lengths[np.clip(month, 0, 12)] + (leap & (month == 2))
+
+
+def days_from_civil(year: np.ndarray, month: np.ndarray, day: np.ndarray) -> np.ndarray:
+    """Days since 1970-01-01 of proleptic Gregorian dates (March-based years: the leap day last)."""
+    y = year - (month <= 2)
+    era = np.floor_divide(y, 400)
+    of_era = y - era * 400
+    of_year = (153 * ((month + 9) % 12) + 2) // 5 + day - 1
+    return era * 146_097 + of_era * 365 + of_era // 4 - of_era // 100 + of_year - 719_468
+
+
+# -- writing ------------------------------------------------------------------------------------------
+def write(stamp: pa.Array, pattern: list[Token]) -> pa.Array:
+    """Timestamps (UTC) as text by the pattern; null stays null."""
+    stamp = pc.cast(stamp, pa.timestamp("us"))
+    pieces: list[Any] = []
+    for letter, count in pattern:
+        if letter == "'":
+            pieces.append(count)
+        elif letter in "XxZ":
+            pieces.append("Z" if letter == "X" or (letter == "Z" and count == 5)
+                          else _UTC.get((letter, count), "+0000"))
+        else:
+            pieces.append(_field_text(stamp, letter, count))
+    if not any(isinstance(p, pa.Array) for p in pieces):
+        return pc.if_else(pc.is_valid(stamp), "".join(pieces), pa.scalar(None, pa.string()))
+    return pc.binary_join_element_wise(*pieces, "")
+
+
+def _field_text(stamp: pa.Array, letter: str, count: int) -> pa.Array:
+    if letter in "ML" and count >= 3 or letter == "E":
+        index = pc.subtract(pc.month(stamp), 1) if letter != "E" else pc.day_of_week(stamp)
+        names = [v if count == 4 else v[:3] for v in (MONTHS if letter != "E" else DAYS)]
+        return pa.array(names).take(index)
+    if letter == "a":
+        return pc.if_else(pc.greater_equal(pc.hour(stamp), 12), "PM", "AM")
+    if letter == "S":  # the fraction's first digits (µs, then zeros)
+        micros = pc.add(pc.multiply(pc.millisecond(stamp), 1000), pc.microsecond(stamp))
+        digits = pc.utf8_rpad(pc.utf8_lpad(pc.cast(micros, pa.string()), 6, "0"), 9, "0")
+        return pc.utf8_slice_codeunits(digits, 0, count)
+    part = {"y": pc.year, "M": pc.month, "L": pc.month, "d": pc.day, "m": pc.minute, "s": pc.second}.get(
+        letter, pc.hour)
+    values = part(stamp).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    if letter == "h":
+        values = (values + 11) % 12 + 1
+    elif letter == "K":
+        values = values % 12
+    elif letter == "k":
+        values = np.where(values == 0, 24, values)
+    elif letter == "y" and count == 2:
+        values = values % 100
+    number = pa.array(values, pa.int64(), mask=stamp.is_null().to_numpy(zero_copy_only=False))
+    return pc.utf8_lpad(pc.cast(number, pa.string()), 1 if count == 1 else count, "0")

@@ -1,0 +1,130 @@
+"""Java syntax the per-partition path reads as the older path's Spark reads it: datetime patterns
+(spark_jobs/row_patterns.py: TimestampConverter, TimestampRouter) and RegexRouter's replacements
+(spark_jobs/row_chains.java_replacement). The texts expected here are Spark's own (``date_format``,
+``try_to_timestamp`` in a UTC session, ``regexp_replace``) for the same values, patterns and records."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from spark_jobs import row_patterns as rp
+from spark_jobs import row_transforms as rt
+from tests.fixtures import orders as o
+from tests.fixtures.debezium import orders as fx
+from tests.unit.spark_jobs.test_row_transforms import MYSQL, chain, decoded, job, rows
+
+EPOCH = dt.datetime(1970, 1, 1)
+
+
+def _micros(at: dt.datetime) -> int:
+    return (at - EPOCH) // dt.timedelta(microseconds=1)
+
+
+def _write(at: dt.datetime, pattern: str) -> str:
+    return rp.write(pa.array([_micros(at)], pa.timestamp("us")), rp.tokens(pattern))[0].as_py()
+
+
+@pytest.mark.parametrize(("at", "pattern", "want"), [
+    (dt.datetime(2024, 2, 29, 13, 4, 5, 123456), "yyyy-MM-dd'T'HH:mm:ss", "2024-02-29T13:04:05"),
+    (dt.datetime(2024, 2, 29, 13, 4, 5, 123456), "yy MMM MMMM L LLL", "24 Feb February 2 Feb"),
+    (dt.datetime(2024, 2, 29, 13, 4, 5, 123456), "EEE EEEE E", "Thu Thursday Thu"),
+    (dt.datetime(2024, 2, 29, 13, 4, 5, 123456), "hh a h K k", "01 PM 1 1 13"),
+    (dt.datetime(2024, 2, 29, 0, 4, 5), "hh a h K k", "12 AM 12 0 24"),
+    (dt.datetime(2024, 2, 29, 13, 4, 5, 123456), "S SS SSS SSSS SSSSSS SSSSSSSSS", "1 12 123 1234 123456 123456000"),
+    (dt.datetime(2024, 2, 29, 13, 4, 5), "XXX XX X Z ZZ ZZZZZ xxx xx x", "Z Z Z +0000 +0000 Z +00:00 +0000 +00"),
+    (dt.datetime(99, 2, 28), "y yy yyy yyyy", "99 99 099 0099"),
+    (dt.datetime(2024, 2, 9, 3, 4, 5), "M d H m s", "2 9 3 4 5"),
+    (dt.datetime(2024, 2, 9), "'it''s' yyyy ''", "it's 2024 '"),
+])
+def test_timestamps_are_written_as_sparks_date_format_writes_them(at: dt.datetime, pattern: str, want: str) -> None:
+    assert _write(at, pattern) == want
+
+
+@pytest.mark.parametrize(("pattern", "texts", "want"), [
+    ("yyyy-MM-dd'T'HH:mm:ss", ["2024-02-29T13:14:15", "2024-02-30T13:14:15", " 2024-02-29T13:14:15"],
+     [dt.datetime(2024, 2, 29, 13, 14, 15), None, None]),
+    ("yy-MMM-dd HH:mm", ["24-feb-29 13:14", "99-FEB-28 13:14", "24-Sept-01 13:14"],
+     [dt.datetime(2024, 2, 29, 13, 14), dt.datetime(2099, 2, 28, 13, 14), None]),
+    ("dd MMMM yyyy hh:mm a", ["29 February 2024 01:14 PM", "29 february 2024 12:14 am", "29 February 2024 13:14 PM"],
+     [dt.datetime(2024, 2, 29, 13, 14), dt.datetime(2024, 2, 29, 0, 14), None]),
+    ("HH:mm:ss.SSS", ["13:14:15.5", "13:14:15.123", "13:14:15.1234"],
+     [dt.datetime(1970, 1, 1, 13, 14, 15, 500000), dt.datetime(1970, 1, 1, 13, 14, 15, 123000), None]),
+    ("HH:mm:ss.SSSSSSSSS", ["13:14:15.123456789"], [dt.datetime(1970, 1, 1, 13, 14, 15, 123456)]),
+    ("yyyy-MM-dd'T'HH:mm:ssXXX", ["2024-02-29T13:14:15+02:00", "2024-02-29T13:14:15z", "2024-02-29T13:14:15-00:30"],
+     [dt.datetime(2024, 2, 29, 11, 14, 15), dt.datetime(2024, 2, 29, 13, 14, 15),
+      dt.datetime(2024, 2, 29, 13, 44, 15)]),
+    ("yyyy-MM-dd HH:mm:ssZ", ["2024-02-29 13:14:15+0200", "2024-02-29 13:14:15Z"],
+     [dt.datetime(2024, 2, 29, 11, 14, 15), None]),
+    ("yyyy-MM-dd HH:mm:ssX", ["2024-02-29 13:14:15+0230", "2024-02-29 13:14:15+0260", "2024-02-29 13:14:15+19"],
+     [dt.datetime(2024, 2, 29, 10, 44, 15), None, None]),
+    ("yyyy-M-d H:m:s", ["2024-2-9 3:4:5", "2024-02-09 03:04:05"], [dt.datetime(2024, 2, 9, 3, 4, 5)] * 2),
+    ("yyyy/MM/dd KK:mm a", ["2024/02/29 11:00 PM", "2024/02/29 12:00 AM"], [dt.datetime(2024, 2, 29, 23), None]),
+    ("yyyy-MM-dd kk:mm", ["2024-02-29 24:00", "2024-02-29 00:00"], [dt.datetime(2024, 2, 29), None]),
+    ("yyyy-MM-dd HH:mm a", ["2024-02-29 13:14 PM", "2024-02-29 01:14 PM"], [dt.datetime(2024, 2, 29, 13, 14), None]),
+    ("'week' yyyy", ["WEEK 2024"], [dt.datetime(2024, 1, 1)]),
+    # a day name is read but not held against the date, as SimpleDateFormat reads it (Spark refuses E)
+    ("EEE, dd MMM yyyy", ["Thu, 29 Feb 2024", "fri, 29 Feb 2024", "Fry, 29 Feb 2024"],
+     [dt.datetime(2024, 2, 29), dt.datetime(2024, 2, 29), None]),
+])
+def test_texts_are_read_as_sparks_try_to_timestamp_reads_them(pattern: str, texts: list[str],
+                                                              want: list[dt.datetime | None]) -> None:
+    got = rp.parse(pa.array(texts), rp.tokens(pattern)).to_pylist()
+    assert got == [None if w is None else _micros(w) for w in want]
+
+
+def test_a_converter_writes_and_reads_back_a_debezium_datetime_by_a_java_pattern() -> None:
+    pattern = "EEE, dd MMM yyyy hh:mm:ss.SSSSSS a XXX"
+    steps = chain({"type": "TimestampConverter", "field": "created", "target_type": "string", "format": pattern},
+                  {"type": "ReplaceField", "renames": {"created": "shown"}},
+                  {"type": "InsertField", "static_field": "again", "static_value": "29 Feb 24 13:14:15.5 +0100"},
+                  {"type": "TimestampConverter", "field": "again", "target_type": "unix",
+                   "format": "dd MMM yy HH:mm:ss.S Z", "unix_precision": "microseconds"})
+    assert rt.unserved(job(MYSQL, transforms=steps)) is None
+    out = rows(rt.apply(decoded(fx.events()[:2]), steps, "source_ts_ms"))
+    assert [r["image"]["shown"] for r in out] == ["Thu, 29 Feb 2024 01:14:15.123456 PM Z",
+                                                  "Wed, 31 Dec 1969 11:59:59.999999 PM Z"]
+    assert o.ROW_1["created"] == dt.datetime(2024, 2, 29, 13, 14, 15, 123456)
+    assert out[0]["image"]["again"] == str(_micros(dt.datetime(2024, 2, 29, 12, 14, 15, 500000)))
+
+
+def test_a_text_a_java_pattern_cannot_read_fails_its_record_with_the_pattern() -> None:
+    record = (b'{"id": 1}', json.dumps({"op": "c", "after": {"id": 1, "at": "31 Feb 2024"},
+                                        "source": {"ts_ms": 5}}).encode())
+    out = rows(rt.apply(decoded([record]), chain({"type": "TimestampConverter", "field": "at", "target_type": "unix",
+                                                  "format": "dd MMM yyyy"}), "source_ts_ms"))
+    assert out[0]["error_message"] == (
+        "TimestampConverter: value.at = '31 Feb 2024' is not a timestamp in format dd MMM yyyy")
+
+
+def _route(regex: str, replacement: str, **step: Any) -> list[str]:
+    steps = chain({"type": "RegexRouter", "regex": regex, "replacement": replacement, **step})
+    assert rt.unserved(job(MYSQL, transforms=steps)) is None
+    return [r["route"] for r in rows(rt.apply(decoded(fx.events()[:2]), steps, "source_ts_ms"))]
+
+
+def test_regex_router_reads_group_numbers_past_nine_as_java_does() -> None:
+    thirteen = r"(m)(y)(s)(q)(l)-(s)(e)(r)(v)(e)(r)-1\.(\w+)\.(\w+)"
+    # Spark's regexp_replace for these records: $14 is group 1 and a 4 (13 groups), $1x group 1 and x
+    assert _route(thirteen, "$10_$11_$12_$13_$14_$0_$1x\\$") == [
+        "e_r_inventory_orders_m4_mysql-server-1.inventory.orders_mx$"] * 2
+    assert _route(r"(m)ysql-server-1\.(\w+)\.(\w+)", "$10_$3") == ["m0_orders"] * 2
+    # a named group: Python's and RE2's syntax, which Java's Pattern refuses (the older path fails it)
+    assert _route(r"mysql-server-1\.(?P<db>\w+)\.(x)?(\w+)", "${db}_$2$3") == ["inventory_orders"] * 2
+    assert _route(r"mysql-server-1\.\w+\.\w+", "archive") == ["archive"] * 2
+    assert _route(r"other\.(.*)", "$1") == [fx.TOPIC] * 2
+    assert _route(r"(.*)", "x_$1", negate=True, predicate={"type": "TopicNameMatches", "pattern": ".*"}) == [
+        fx.TOPIC] * 2
+
+
+@pytest.mark.parametrize(("regex", "numbered", "names"), [
+    (r"a(b)(?:c)(?P<d>e)", "a(?P<_g1>b)(?:c)(?P<_g2>e)", [None, "d"]),
+    (r"\((x)[(](?i)y\Q(z)\E", r"\((?P<_g1>x)[(](?i)y\Q(z)\E", [None]),
+    (r"[]()](w)[^]a(][[:alpha:]](v)", r"[]()](?P<_g1>w)[^]a(][[:alpha:]](?P<_g2>v)", [None, None]),
+])
+def test_groups_are_numbered_as_the_regex_counts_them(regex: str, numbered: str, names: list[str | None]) -> None:
+    assert rt.numbered_groups(regex) == (numbered, names)
