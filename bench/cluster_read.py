@@ -51,7 +51,8 @@ def read_once(spark: object, topic: str, consumer_conf: dict[str, object], ends:
 
 def full_once(spark: object, topic: str, tmp: Path, r: int, want: tuple[int, int]) -> tuple[int, float]:
     """The topic through whole windows of 250,000 records into a new MySQL table: (records, seconds)."""
-    from bench.run import COLUMNS, drop_table, mysql_checksum, pipeline_yaml  # noqa: PLC0415
+    from bench.harness import drop_table, pipeline_yaml  # noqa: PLC0415
+    from bench.run import COLUMNS, mysql_checksum  # noqa: PLC0415
     from cdcflow import runner  # noqa: PLC0415
     from cdcflow.config import find_pipeline  # noqa: PLC0415
 
@@ -87,7 +88,7 @@ def main() -> None:
     topic = f"bench.cluster.{uuid.uuid4().hex[:8]}"
     t = time.perf_counter()
     if args.full:  # the recorded benchmark's workload (bench/workload.py), checked by its final state
-        from bench.run import produce  # noqa: PLC0415
+        from bench.harness import produce  # noqa: PLC0415
         from bench.workload import Workload, checksum  # noqa: PLC0415
 
         workload = Workload(args.events, max(args.events // 10, 1))

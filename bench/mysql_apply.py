@@ -15,7 +15,8 @@ from decimal import Decimal
 
 import pyarrow as pa
 
-from bench.run import COLUMNS, drop_table, mysql_url
+from bench.harness import drop_table, mysql_url
+from bench.run import COLUMNS
 from cdcflow.config import MySqlSinkConfig
 from connectors.mysql.sink import MySqlSink
 

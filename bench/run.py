@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from bench import baselines, harness, paths, shapes
-from bench.harness import Checks, Shape, drop_table, mysql_url, pipeline_yaml, produce  # noqa: F401 - re-exported
-from bench.meter import HARNESS, HARNESS_TOTAL, ROOT, descendants, timed  # noqa: F401 - descendants: re-exported
+from bench.harness import Checks, Shape, drop_table, produce
+# descendants: re-exported for tests/integration/spark_jobs/test_health.py
+from bench.meter import HARNESS, HARNESS_TOTAL, ROOT, descendants, timed  # noqa: F401
 from bench.models import SMALL
 from bench.report import print_table
 from bench.workload import Workload, checksum

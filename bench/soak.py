@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.run import descendants
+from bench.meter import descendants
 from cdcflow import cdcgen, runner
 from cdcflow.config import PipelineConfig, load_pipeline
 from tests.helpers import bootstrap, unique, write_pipeline
