@@ -10,7 +10,7 @@ ENV JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64 \
     AIRFLOW_HOME=/opt/airflow
 WORKDIR /opt/cdcflow
 COPY requirements.lock pyproject.toml README.md ./
-RUN pip install --no-cache-dir -r requirements.lock psycopg2-binary==2.9.10
+RUN pip install --no-cache-dir -r requirements.lock
 COPY cdcflow cdcflow
 COPY connectors connectors
 COPY spark_jobs spark_jobs

@@ -30,6 +30,46 @@ export AIRFLOW__CORE__DAGS_FOLDER="$CDCFLOW_ROOT/dags"
 export AIRFLOW__CORE__PLUGINS_FOLDER="$CDCFLOW_ROOT/plugins"
 export AIRFLOW__CORE__LOAD_EXAMPLES="${AIRFLOW__CORE__LOAD_EXAMPLES:-False}"
 export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-4}"
+# CDCFLOW_AIRFLOW_EXECUTOR=celery: Airflow as it runs on several machines (docs/operating.md): the
+# CeleryExecutor, Redis as its broker, PostgreSQL as the metadata DB and the result backend, each run by
+# scripts/services.sh on a loopback port of its own, and Celery workers beside the scheduler.
+# Unset (local): SQLite and the PreloadingLocalExecutor, below.
+export CDCFLOW_AIRFLOW_EXECUTOR="${CDCFLOW_AIRFLOW_EXECUTOR:-local}"
+case "$CDCFLOW_AIRFLOW_EXECUTOR" in
+  local) ;;
+  celery)
+    export CDCFLOW_REDIS_PORT="${CDCFLOW_REDIS_PORT:-16379}"
+    export CDCFLOW_POSTGRES_PORT="${CDCFLOW_POSTGRES_PORT:-15432}"
+    export CDCFLOW_POSTGRES_USER="${CDCFLOW_POSTGRES_USER:-airflow}"
+    export CDCFLOW_POSTGRES_DATABASE="${CDCFLOW_POSTGRES_DATABASE:-airflow}"
+    for secret in redis postgres; do  # generated once per machine unless given, like MySQL's
+      var="CDCFLOW_${secret^^}_PASSWORD"
+      if [ -z "${!var:-}" ]; then
+        if [ ! -s "$CDCFLOW_HOME/secrets/$secret.password" ]; then
+          mkdir -p "$CDCFLOW_HOME/secrets" && chmod 700 "$CDCFLOW_HOME/secrets"
+          (umask 077; head -c 18 /dev/urandom | base64 | tr -d '/+=' > "$CDCFLOW_HOME/secrets/$secret.password")
+        fi
+        export "$var=$(cat "$CDCFLOW_HOME/secrets/$secret.password")"
+      fi
+    done
+    export AIRFLOW__CORE__EXECUTOR=CeleryExecutor  # whatever a shell that sourced this before had set
+    # the SQLite setting below, inherited from a shell that sourced this file without the variable
+    [ "${AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS:-}" != cdcflow.airflow.database.SQLITE_CONNECT_ARGS ] ||
+      unset AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS
+    pg="postgresql+psycopg2://$CDCFLOW_POSTGRES_USER:$CDCFLOW_POSTGRES_PASSWORD@127.0.0.1:$CDCFLOW_POSTGRES_PORT/$CDCFLOW_POSTGRES_DATABASE"
+    export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-$pg}"
+    export AIRFLOW__CELERY__RESULT_BACKEND="${AIRFLOW__CELERY__RESULT_BACKEND:-db+$pg}"
+    export AIRFLOW__CELERY__BROKER_URL="${AIRFLOW__CELERY__BROKER_URL:-redis://:$CDCFLOW_REDIS_PASSWORD@127.0.0.1:$CDCFLOW_REDIS_PORT/0}"
+    # each worker imports cdcflow's task modules before its pool forks (cdcflow/airflow/celery_config.py)
+    export AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS="${AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS:-cdcflow.airflow.celery_config.CELERY_CONFIG}"
+    export CDCFLOW_AIRFLOW_WORKERS="${CDCFLOW_AIRFLOW_WORKERS:-2}"
+    export AIRFLOW__CELERY__WORKER_CONCURRENCY="${AIRFLOW__CELERY__WORKER_CONCURRENCY:-2}"  # tasks at once, per worker
+    # Airflow's default, said here (its components warn when it is not): Redis hands a task that no
+    # worker acknowledged (its worker died) to another one only after this long
+    export AIRFLOW__CELERY_BROKER_TRANSPORT_OPTIONS__VISIBILITY_TIMEOUT="${AIRFLOW__CELERY_BROKER_TRANSPORT_OPTIONS__VISIBILITY_TIMEOUT:-86400}"
+    unset pg secret var ;;
+  *) echo "scripts/env.sh: CDCFLOW_AIRFLOW_EXECUTOR=$CDCFLOW_AIRFLOW_EXECUTOR: expected local or celery" >&2; return 1 ;;
+esac
 # SQLite (the default metadata DB): wait up to 60 s for a lock instead of 5 (cdcflow/airflow/database.py)
 case "${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-sqlite}" in
   sqlite*) export AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS="${AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS:-cdcflow.airflow.database.SQLITE_CONNECT_ARGS}" ;;

@@ -5,7 +5,11 @@
 #   elasticsearch  Elasticsearch 8.12.2 (verified tarball), as a system user, loopback only
 #   airflow  Airflow's api-server (UI, REST API, the cdcflow plugin at /cdcflow), scheduler,
 #            dag-processor and triggerer (schedule: on_data), LocalExecutor on the SQLite metadata DB;
-#            loopback only
+#            loopback only. With CDCFLOW_AIRFLOW_EXECUTOR=celery: the CeleryExecutor on PostgreSQL, with
+#            Redis, and CDCFLOW_AIRFLOW_WORKERS Celery workers (2) beside them
+#   redis    Debian's Redis, the Celery broker (celery mode only); loopback only
+#   postgres Debian's PostgreSQL, Airflow's metadata DB and Celery's result backend (celery mode
+#            only), as the system user postgres; loopback only
 #   spark    the long-lived Spark that every window runs on: PySpark's Spark Connect server, local
 #            mode (CDCFLOW_SPARK_CORES), Python workers from the project's venv; loopback only
 #   prometheus  Debian's Prometheus, scraping the cdcflow plugin's /cdcflow/metrics, with the alert
@@ -145,16 +149,92 @@ start_elasticsearch() {
   say "elasticsearch is up"
 }
 
-# -- airflow (api-server, scheduler, dag-processor, triggerer) --------------------------------------
+# -- redis (the Celery broker) ----------------------------------------------------------------------
+REDIS_DIR="$SVC/redis"; REDIS_PID="$SVC/redis.pid"; REDIS_LOG="$SVC/redis.log"
+
+redis_healthy() { [ "$(REDISCLI_AUTH="$CDCFLOW_REDIS_PASSWORD" redis-cli -h 127.0.0.1 -p "$CDCFLOW_REDIS_PORT" ping)" = PONG ]; }
+
+start_redis() {
+  if pid_alive "$REDIS_PID"; then say "redis already running (pid $(cat "$REDIS_PID"), port $CDCFLOW_REDIS_PORT)"; return; fi
+  [ -x /usr/bin/redis-server ] || die "Redis is not installed: run scripts/setup.sh first"
+  [ -n "${CDCFLOW_REDIS_PASSWORD:-}" ] || die "redis runs in celery mode only: CDCFLOW_AIRFLOW_EXECUTOR=celery scripts/services.sh start redis"
+  check_port_free redis "$CDCFLOW_REDIS_PORT"
+  mkdir -p "$REDIS_DIR"
+  # the password in a file of its own (not on the command line); queued tasks survive a restart (AOF)
+  (umask 077; printf 'requirepass %s\n' "$CDCFLOW_REDIS_PASSWORD" >"$REDIS_DIR/redis.conf")
+  say "starting redis on 127.0.0.1:$CDCFLOW_REDIS_PORT"
+  nohup redis-server "$REDIS_DIR/redis.conf" --bind 127.0.0.1 --port "$CDCFLOW_REDIS_PORT" --dir "$REDIS_DIR" \
+    --appendonly yes --save "" --daemonize no >"$REDIS_LOG" 2>&1 &
+  echo $! >"$REDIS_PID"
+  wait_until 30 redis "$REDIS_LOG" "$REDIS_PID" redis_healthy
+  say "redis is up"
+}
+
+# -- postgres (Airflow's metadata DB and Celery's result backend) -----------------------------------
+# PostgreSQL refuses to run as root: it runs as Debian's postgres user, which owns its directory.
+PG_DIR="$SVC/postgres"; PG_DATA="$PG_DIR/data"; PG_PID="$SVC/postgres.pid"; PG_LOG="$SVC/postgres.log"
+PG_BIN="$(compgen -G '/usr/lib/postgresql/*/bin' | sort -V | tail -1 || true)"  # empty: not installed
+
+pg_admin() { runuser -u postgres -- "$PG_BIN/psql" -h "$PG_DIR" -p "$CDCFLOW_POSTGRES_PORT" -d postgres -qAtX -v ON_ERROR_STOP=1 "$@"; }
+pg_healthy() { runuser -u postgres -- "$PG_BIN/pg_isready" -h "$PG_DIR" -p "$CDCFLOW_POSTGRES_PORT"; }
+
+start_postgres() {
+  if pid_alive "$PG_PID"; then say "postgres already running (pid $(cat "$PG_PID"), port $CDCFLOW_POSTGRES_PORT)"; else
+    [ -x "$PG_BIN/postgres" ] || die "PostgreSQL is not installed: run scripts/setup.sh first"
+    [ -n "${CDCFLOW_POSTGRES_PASSWORD:-}" ] || die "postgres runs in celery mode only: CDCFLOW_AIRFLOW_EXECUTOR=celery scripts/services.sh start postgres"
+    check_port_free postgres "$CDCFLOW_POSTGRES_PORT"
+    mkdir -p "$PG_DIR"
+    chown postgres:postgres "$PG_DIR"
+    runuser -u postgres -- test -w "$PG_DIR" ||
+      die "postgres cannot start: the system user postgres cannot reach $PG_DIR (a parent directory closed to other users?); choose another CDCFLOW_HOME"
+    if [ ! -s "$PG_DATA/PG_VERSION" ]; then
+      say "initialising PostgreSQL data directory $PG_DATA"
+      runuser -u postgres -- "$PG_BIN/initdb" -D "$PG_DATA" -U postgres --auth-local=peer --auth-host=scram-sha-256 \
+        --encoding=UTF8 --locale=C.UTF-8 >"$PG_DIR/initdb.log" 2>&1 || fail_start postgres "$PG_DIR/initdb.log" "initdb failed"
+    fi
+    say "starting postgres (PostgreSQL $(basename "$(dirname "$PG_BIN")")) on 127.0.0.1:$CDCFLOW_POSTGRES_PORT"
+    : >"$PG_LOG"; chown postgres:postgres "$PG_LOG"
+    start-stop-daemon --start --background --make-pidfile --pidfile "$PG_PID" --chuid postgres --output "$PG_LOG" \
+      --exec "$PG_BIN/postgres" -- -D "$PG_DATA" -c listen_addresses=127.0.0.1 -p "$CDCFLOW_POSTGRES_PORT" \
+      -c unix_socket_directories="$PG_DIR" -c max_connections=200
+    wait_until 60 postgres "$PG_LOG" "$PG_PID" pg_healthy
+  fi
+  # Airflow's role and database (the superuser postgres only logs in over the socket, as its system user)
+  local pw=${CDCFLOW_POSTGRES_PASSWORD//\'/\'\'}
+  pg_admin <<SQL
+SELECT 'CREATE ROLE "$CDCFLOW_POSTGRES_USER" LOGIN' WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$CDCFLOW_POSTGRES_USER')\gexec
+ALTER ROLE "$CDCFLOW_POSTGRES_USER" PASSWORD '$pw';
+SELECT 'CREATE DATABASE "$CDCFLOW_POSTGRES_DATABASE" OWNER "$CDCFLOW_POSTGRES_USER"' WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = '$CDCFLOW_POSTGRES_DATABASE')\gexec
+SQL
+  say "postgres is up (user $CDCFLOW_POSTGRES_USER, database $CDCFLOW_POSTGRES_DATABASE)"
+}
+
+# -- airflow (api-server, scheduler, dag-processor, triggerer; in celery mode, the workers) ----------
 AF_DIR="$SVC/airflow"
 af_healthy() { curl -fsS "http://127.0.0.1:$CDCFLOW_AIRFLOW_PORT/api/v2/monitor/health"; }
+af_workers() { [ "$CDCFLOW_AIRFLOW_EXECUTOR" = celery ] && seq 1 "$CDCFLOW_AIRFLOW_WORKERS"; }
+# Celery logs "<name> ready." once the worker consumes from the broker (its pool forked, modules loaded)
+worker_ready() { grep -q "worker$1@.* ready\." "$AF_DIR/worker$1.log"; }
 
 start_airflow() {
   mkdir -p "$AF_DIR"
+  # The executor it runs with is the one of the start: another one needs a stop first.
+  if pid_alive "$AF_DIR/api-server.pid" && [ "$(cat "$AF_DIR/executor" 2>/dev/null || echo local)" != "$CDCFLOW_AIRFLOW_EXECUTOR" ]; then
+    die "airflow is running with CDCFLOW_AIRFLOW_EXECUTOR=$(cat "$AF_DIR/executor" 2>/dev/null || echo local): stop it first (scripts/services.sh stop airflow)"
+  fi
   # Airflow imports the plugin and the DAGs' code once: after a code change, restart it.
   if pid_alive "$AF_DIR/api-server.pid" && code_changed_since "$AF_DIR/api-server.pid"; then
     say "cdcflow's code changed since airflow started: restarting it"
     stop_airflow
+  fi
+  echo "$CDCFLOW_AIRFLOW_EXECUTOR" >"$AF_DIR/executor"
+  if [ "$CDCFLOW_AIRFLOW_EXECUTOR" = celery ]; then
+    start_redis
+    start_postgres
+    if ! pid_alive "$AF_DIR/api-server.pid"; then  # (setup.sh migrates the SQLite DB of the default)
+      say "airflow db migrate (PostgreSQL)"
+      airflow db migrate >"$AF_DIR/migrate.log" 2>&1 || { tail -n 25 "$AF_DIR/migrate.log" >&2; die "airflow db migrate failed"; }
+    fi
   fi
   if pid_alive "$AF_DIR/api-server.pid"; then
     say "airflow api-server already running (pid $(cat "$AF_DIR/api-server.pid"), port $CDCFLOW_AIRFLOW_PORT)"
@@ -172,19 +252,40 @@ start_airflow() {
     nohup airflow "$part" >"$AF_DIR/$part.log" 2>&1 &
     echo $! >"$AF_DIR/$part.pid"
   done
+  for i in $(af_workers); do start_worker "$i"; done
   sleep 3
   for part in scheduler dag-processor triggerer; do
     pid_alive "$AF_DIR/$part.pid" || fail_start "airflow $part" "$AF_DIR/$part.log" "the process exited"
   done
-  say "airflow is up: http://127.0.0.1:$CDCFLOW_AIRFLOW_PORT (cdcflow page: /cdcflow/)"
+  for i in $(af_workers); do wait_until 120 "airflow worker$i" "$AF_DIR/worker$i.log" "$AF_DIR/worker$i.pid" worker_ready "$i"; done
+  local workers=""; [ "$CDCFLOW_AIRFLOW_EXECUTOR" = celery ] && workers=", CeleryExecutor with $CDCFLOW_AIRFLOW_WORKERS workers"
+  say "airflow is up: http://127.0.0.1:$CDCFLOW_AIRFLOW_PORT (cdcflow page: /cdcflow/)$workers"
 }
 
+# A Celery worker, named worker<i>@<host> for Celery and on the task instances it runs
+# (cdcflow/airflow/celery_config.py::worker_hostname). Its tasks' logs are files in AIRFLOW_HOME/logs,
+# which the api-server reads on this machine: no log server (on machines of their own, each worker
+# serves its logs on [logging] worker_log_server_port, and two here would want the same port).
+start_worker() { # i
+  local pidf="$AF_DIR/worker$1.pid"
+  if pid_alive "$pidf"; then say "airflow worker$1 already running (pid $(cat "$pidf"))"; return; fi
+  say "starting airflow celery worker$1 (concurrency $AIRFLOW__CELERY__WORKER_CONCURRENCY)"
+  nohup env CDCFLOW_AIRFLOW_WORKER="worker$1" AIRFLOW__CORE__HOSTNAME_CALLABLE=cdcflow.airflow.celery_config.worker_hostname \
+    airflow celery worker --celery-hostname "worker$1@%h" --skip-serve-logs >"$AF_DIR/worker$1.log" 2>&1 &
+  echo $! >"$pidf"
+}
+
+# workers after the scheduler (no new task reaches them) and before the api-server (their running
+# tasks report to it as they finish: a worker's first SIGTERM is Celery's warm shutdown)
 stop_airflow() {
-  for part in triggerer dag-processor scheduler api-server; do stop_one "airflow $part" "$AF_DIR/$part.pid"; done
+  for part in triggerer dag-processor scheduler; do stop_one "airflow $part" "$AF_DIR/$part.pid"; done
+  for pidf in "$AF_DIR"/worker*.pid; do [ -e "$pidf" ] && stop_one "airflow $(basename "$pidf" .pid)" "$pidf"; done
+  stop_one "airflow api-server" "$AF_DIR/api-server.pid"
 }
 
 status_airflow() {
   for part in api-server scheduler dag-processor triggerer; do status_one "airflow $part" "$AF_DIR/$part.pid" "$CDCFLOW_AIRFLOW_PORT"; done
+  for i in $(af_workers); do status_one "airflow worker$i" "$AF_DIR/worker$i.pid"; done
 }
 
 # -- spark (Spark Connect server) ---------------------------------------------------------------------
@@ -322,12 +423,12 @@ YAML
 # -- common -----------------------------------------------------------------------------------------
 descendants() { local child; for child in $(pgrep -P "$1" 2>/dev/null); do echo "$child"; descendants "$child"; done; }
 
-stop_one() { # name pidfile
+stop_one() { # name pidfile [signal]
   if pid_alive "$2"; then
     local pid kids; pid=$(cat "$2")
     kids=$(descendants "$pid")  # e.g. the scheduler's log server and executor workers, which can outlive it
     say "stopping $1 (pid $pid)"
-    kill "$pid"
+    kill -s "${3:-TERM}" "$pid"
     for _ in $(seq 1 60); do proc_alive "$pid" || break; sleep 0.5; done
     proc_alive "$pid" && { say "$1 did not stop in 30s: killing"; kill -9 "$pid"; }
     for kid in $kids; do proc_alive "$kid" && kill "$kid" 2>/dev/null; done
@@ -339,13 +440,17 @@ stop_one() { # name pidfile
   rm -f "$2"
 }
 
-status_one() { # name pidfile port
-  if pid_alive "$2"; then say "$1: running (pid $(cat "$2"), port $3)"; else say "$1: stopped"; fi
+status_one() { # name pidfile [port]
+  if pid_alive "$2"; then say "$1: running (pid $(cat "$2")${3:+, port $3})"; else say "$1: stopped"; fi
 }
 
 ALL=(kafka mysql elasticsearch spark airflow prometheus)
+[ "$CDCFLOW_AIRFLOW_EXECUTOR" = celery ] && ALL=(kafka mysql elasticsearch spark redis postgres airflow prometheus)
 cmd=${1:-status}; shift || true
-targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=("${ALL[@]}")
+targets=("$@")
+if [ ${#targets[@]} -eq 0 ]; then  # all; stopped in reverse order (airflow before its broker and database)
+  targets=("${ALL[@]}"); [ "$cmd" = stop ] && mapfile -t targets < <(printf '%s\n' "${ALL[@]}" | tac)
+fi
 for t in "${targets[@]}"; do
   case "$cmd:$t" in
     start:kafka) start_kafka ;;
@@ -353,6 +458,12 @@ for t in "${targets[@]}"; do
     start:elasticsearch|start:es) start_elasticsearch ;;
     start:airflow) start_airflow ;;
     start:prometheus) start_prometheus ;;
+    start:redis) start_redis ;;
+    start:postgres) start_postgres ;;
+    stop:redis) stop_one redis "$REDIS_PID" ;;
+    stop:postgres) stop_one postgres "$PG_PID" INT ;;  # SIGINT: PostgreSQL's fast shutdown, clients or not
+    status:redis) status_one redis "$REDIS_PID" "${CDCFLOW_REDIS_PORT:-}" ;;
+    status:postgres) status_one postgres "$PG_PID" "${CDCFLOW_POSTGRES_PORT:-}" ;;
     start:spark) start_spark ;;
     stop:spark) stop_spark ;;
     status:spark) status_spark ;;

@@ -7,9 +7,13 @@ cd "$CDCFLOW_ROOT"
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 
 # 1. Debian packages: MariaDB (the MySQL server), Java for Spark, Chromium for the tests of pages,
-#    Prometheus (its server and promtool) for the metrics.
+#    Prometheus (its server and promtool) for the metrics, and Redis and PostgreSQL for Airflow's
+#    CeleryExecutor (CDCFLOW_AIRFLOW_EXECUTOR=celery). Installed whatever the mode, so that the tests
+#    of the Celery stack find them; services.sh runs its own instances, on ports of their own.
 need=()
 command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || need+=(mariadb-server)
+[ -x /usr/bin/redis-server ] || need+=(redis-server)
+compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || need+=(postgresql)
 command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
@@ -67,8 +71,13 @@ fi
 id -u "$CDCFLOW_ES_USER" >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$CDCFLOW_ES_USER"
 [ "$(stat -c %U "$CDCFLOW_ES_HOME/config")" = "$CDCFLOW_ES_USER" ] || chown -R "$CDCFLOW_ES_USER" "$CDCFLOW_ES_HOME"
 
-# 4. Airflow metadata DB (SQLite by default).
+# 4. Airflow metadata DB (SQLite by default; PostgreSQL in celery mode, which services.sh migrates
+#    once it has started PostgreSQL).
 mkdir -p "$AIRFLOW_HOME"
-say "airflow db migrate ($AIRFLOW_HOME)"
-airflow db migrate >"$CDCFLOW_HOME/airflow-migrate.log" 2>&1 || { tail -20 "$CDCFLOW_HOME/airflow-migrate.log"; exit 1; }
+if [ "$CDCFLOW_AIRFLOW_EXECUTOR" = celery ]; then
+  say "Airflow's metadata DB is PostgreSQL (CDCFLOW_AIRFLOW_EXECUTOR=celery): scripts/services.sh start airflow migrates it"
+else
+  say "airflow db migrate ($AIRFLOW_HOME)"
+  airflow db migrate >"$CDCFLOW_HOME/airflow-migrate.log" 2>&1 || { tail -20 "$CDCFLOW_HOME/airflow-migrate.log"; exit 1; }
+fi
 say "done"

@@ -1,5 +1,6 @@
 """A real Airflow api-server (with the cdcflow plugin) for tests: its own AIRFLOW_HOME and SQLite DB,
-its own pipeline directory and offset store, two users (admin may edit, viewer may only read)."""
+its own pipeline directory and offset store, two users (admin may edit, viewer may only read).
+``make_celery_server``: the same, as scripts/services.sh runs Airflow with CDCFLOW_AIRFLOW_EXECUTOR=celery."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import secrets
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -77,6 +79,9 @@ class AirflowServer:
             if time.monotonic() > deadline:
                 raise RuntimeError("api-server not healthy after 120s:\n" + self.log_tail())
             time.sleep(0.5)
+        self.login()
+
+    def login(self) -> None:
         for user, password in PASSWORDS.items():
             r = self.request("POST", "/auth/token", {"username": user, "password": password}, user=None)
             assert r.status in (200, 201), r.text
@@ -190,3 +195,65 @@ def make_server(tmp: Path) -> AirflowServer:
         "CDCFLOW_OFFSET_STORE_URL": store_url,
     })
     return AirflowServer(home, config_dir, store_url, port, env)
+
+
+@dataclass
+class CeleryAirflowServer(AirflowServer):
+    """Airflow as scripts/services.sh runs it with CDCFLOW_AIRFLOW_EXECUTOR=celery, in a CDCFLOW_HOME and
+    on ports of its own: Redis, PostgreSQL, then the api-server, scheduler, dag-processor, triggerer
+    and two Celery workers (worker1, worker2), each a process that services.sh starts and stops."""
+
+    def services(self, action: str, *names: str) -> str:
+        result = subprocess.run([str(ROOT / "scripts" / "services.sh"), action, *names], env=self.env, cwd=ROOT,
+                                capture_output=True, text=True, timeout=600, check=False)
+        if result.returncode != 0:
+            raise RuntimeError(f"services.sh {action} {' '.join(names)} failed:\n{result.stdout[-3000:]}\n"
+                               f"{result.stderr[-3000:]}\n{self.log_tail()}")
+        return result.stdout + result.stderr
+
+    def start(self) -> None:
+        self.services("start", "airflow")  # Redis and PostgreSQL first, then `airflow db migrate`
+        self.login()
+
+    def start_scheduler(self, triggerer: bool = False) -> None:
+        """services.sh started every component with the api-server."""
+
+    def revive(self) -> list[str]:
+        return []
+
+    def stop(self) -> None:
+        self.services("stop", "airflow", "postgres", "redis")
+
+    def airflow(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        """An Airflow command with the stack's settings (scripts/env.sh derives them from the ports)."""
+        result = subprocess.run(["bash", "-c", 'source scripts/env.sh && exec airflow "$@"', "airflow", *args],
+                                env=self.env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        if result.returncode != 0:
+            raise RuntimeError(f"airflow {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+        return result
+
+    @property
+    def logs(self) -> Path:
+        return Path(self.env["CDCFLOW_HOME"]) / "services"
+
+    def log_tail(self) -> str:
+        out = []
+        for path in sorted([*(self.logs / "airflow").glob("*.log"), *self.logs.glob("*.log")]):
+            out.append(f"--- {path.name}\n" + path.read_text(errors="replace")[-3000:])
+        return "\n".join(out)
+
+
+def make_celery_server(tmp: Path) -> CeleryAirflowServer:
+    """A CeleryAirflowServer whose CDCFLOW_HOME is a new directory under the system's temporary one
+    (PostgreSQL runs as the system user postgres, which cannot enter pytest's own, closed to others).
+    The caller removes ``env["CDCFLOW_HOME"]`` when done."""
+    srv = make_server(tmp)
+    home = Path(tempfile.mkdtemp(prefix="cdcflow-celery-"))
+    home.chmod(0o755)
+    env = {k: v for k, v in srv.env.items()
+           if not k.startswith(("AIRFLOW__CELERY", "CDCFLOW_REDIS_", "CDCFLOW_POSTGRES_"))
+           and k not in ("AIRFLOW__CORE__EXECUTOR", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
+                         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS")}
+    env.update({"CDCFLOW_HOME": str(home), "CDCFLOW_AIRFLOW_EXECUTOR": "celery", "CDCFLOW_AIRFLOW_PORT": str(srv.port),
+                "CDCFLOW_REDIS_PORT": str(free_port()), "CDCFLOW_POSTGRES_PORT": str(free_port())})
+    return CeleryAirflowServer(srv.home, srv.config_dir, srv.store_url, srv.port, env)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import weakref
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -162,3 +163,74 @@ def test_the_long_lived_spark_runs_as_services_sh_runs_it_on_the_cluster() -> No
         assert remote.hostname == "spark-connect" and remote.port == CONTAINER_PORTS["spark-connect"]
     loaded, _errors = load_all(ROOT / "config/pipelines")
     assert all(item.config.spark.mode == "connect" and item.config.spark.remote is None for item in loaded)
+
+
+def _env_sh_default(name: str) -> str:
+    """The default scripts/env.sh gives ``name`` (``export NAME="${NAME:-default}"``)."""
+    script = (ROOT / "scripts/env.sh").read_text()
+    match = re.search(rf'export {name}="\$\{{{name}:-([^}}]*)\}}"', script)
+    assert match, f"scripts/env.sh sets no default for {name}"
+    return match.group(1)
+
+
+def test_the_celery_profile_runs_redis_and_two_workers_as_services_sh_does() -> None:
+    celery = {name for name, svc in SERVICES.items() if "celery" in svc.get("profiles", [])}
+    assert celery == {"redis", "airflow-worker-1", "airflow-worker-2"}
+    assert SERVICES["redis"]["image"].startswith("redis:7.0.")  # Debian 12's redis-server is 7.0
+    assert SERVICES["redis"]["healthcheck"]["test"] == ["CMD", "redis-cli", "ping"]
+    assert "ports" not in SERVICES["redis"]  # reachable on the compose network only
+    # two workers, each with its own Celery name and host name (the api-server reads a running task's
+    # log from the host its task instance names), health-checked by a Celery ping to that name
+    names = []
+    for worker in ("airflow-worker-1", "airflow-worker-2"):
+        svc = SERVICES[worker]
+        match = re.fullmatch(r"airflow celery worker --celery-hostname (worker\d)@%h", svc["command"])
+        assert match, svc["command"]
+        names.append(match.group(1))
+        assert svc["hostname"] == worker
+        check = " ".join(svc["healthcheck"]["test"])
+        assert f"inspect ping -d {match.group(1)}@$${{HOSTNAME}}" in check  # $$: compose's escape for the shell's $
+        assert svc["depends_on"]["redis"] == {"condition": "service_healthy"}
+        assert svc["depends_on"]["airflow-db"] == {"condition": "service_healthy"}
+    assert len(set(names)) == 2
+    # services.sh names its workers the same way
+    script = (ROOT / "scripts/services.sh").read_text()
+    assert '--celery-hostname "worker$1@%h"' in script and _env_sh_default("CDCFLOW_AIRFLOW_WORKERS") == "2"
+    # every Airflow component waits for Redis when the profile runs, and starts without it otherwise
+    for service in AIRFLOW:
+        if service in ("airflow-init", "airflow-worker-1", "airflow-worker-2"):
+            continue
+        assert SERVICES[service]["depends_on"]["redis"] == {"condition": "service_healthy", "required": False}
+
+
+def test_every_airflow_component_has_the_celery_settings_of_scripts_env_sh() -> None:
+    redis_port = 6379
+    for service in AIRFLOW:
+        env = _env(service)
+        # the executor: the LocalExecutor that preloads, as env.sh's default; CeleryExecutor when asked
+        assert env["AIRFLOW__CORE__EXECUTOR"] == "${AIRFLOW_EXECUTOR:-cdcflow.airflow.executor.PreloadingLocalExecutor}"
+        broker = urlsplit(env["AIRFLOW__CELERY__BROKER_URL"])
+        assert broker.scheme == "redis" and broker.hostname == "redis" and broker.port == redis_port
+        # the result backend is the metadata DB (PostgreSQL), through SQLAlchemy, as in env.sh
+        backend = env["AIRFLOW__CELERY__RESULT_BACKEND"]
+        assert backend.startswith("db+postgresql+psycopg2://")
+        db, metadata = (urlsplit(re.sub(r"\$\{[^}]*\}", "secret", url))  # ${AIRFLOW_DB_PASSWORD:?...}
+                        for url in (backend.removeprefix("db+"), env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]))
+        where = [(url.hostname, url.port, url.path, url.username) for url in (db, metadata)]
+        assert where == [("airflow-db", 5432, "/airflow", "airflow")] * 2
+        for name in ("AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS",
+                     "AIRFLOW__CELERY_BROKER_TRANSPORT_OPTIONS__VISIBILITY_TIMEOUT"):
+            assert env[name] == _env_sh_default(name), name
+    script = (ROOT / "scripts/env.sh").read_text()
+    assert 'export AIRFLOW__CORE__EXECUTOR=CeleryExecutor' in script
+    assert "db+$pg" in script and "postgresql+psycopg2://" in script
+    # the configuration module exists, extends Airflow's, and preloads cdcflow as the LocalExecutor does
+    from airflow.providers.celery.executors.default_celery import DEFAULT_CELERY_CONFIG  # noqa: PLC0415
+    from celery.signals import import_modules  # noqa: PLC0415
+
+    from cdcflow.airflow import celery_config  # noqa: PLC0415
+
+    module, attr = _env("airflow-scheduler")["AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS"].rsplit(".", 1)
+    assert module == celery_config.__name__ and getattr(celery_config, attr) == DEFAULT_CELERY_CONFIG
+    receivers = [r() if isinstance(r, weakref.ref) else r for _key, r in import_modules.receivers]
+    assert celery_config.preload_before_the_pool_forks in receivers
