@@ -89,6 +89,8 @@ def text_of(values: pa.Array) -> pa.Array:
         return values
     if pa.types.is_null(kind):
         return pa.nulls(len(values), pa.string())
+    if pa.types.is_struct(kind) or pa.types.is_list(kind):  # kept whole for a chain that takes it apart
+        return typed.nested_json(values)
     if pa.types.is_decimal(kind) or pa.types.is_timestamp(kind) or pa.types.is_duration(kind) \
             or pa.types.is_date(kind):
         return typed.mysql_texts(values)

@@ -40,6 +40,8 @@ def change_decoder(job: WindowJob) -> Any:
         decoder = DebeziumDecoder(job.versioning, hints, need_json, rows=job.value_converter)
     else:
         decoder = format_decoder(job.source_format, job.versioning, hints, need_json, key_fields, _used_fields(job))
+    if row_transforms.nested(job.transforms) and hasattr(decoder, "nested"):
+        decoder.nested = True  # structs and arrays whole, for the steps that take them apart
     decoder = registry_decoder(decoder, job.registry, job.key_converter, job.value_converter)
     if job.column_wise_min is not None and hasattr(decoder, "column_wise_min"):
         decoder.column_wise_min = job.column_wise_min

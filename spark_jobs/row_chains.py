@@ -23,7 +23,13 @@ from spark_jobs.row_patterns import problem
 # the transforms after ExtractNewRecordState that row_transforms.STEPS applies
 SERVED_STEPS = frozenset({"Cast", "ReplaceField", "TimestampConverter", "MaskField", "InsertField", "RegexRouter",
                           "Filter", "TombstoneHandler", "Drop", "SetSchemaMetadata", "TimestampRouter",
-                          "ExtractTopic", "ValueToKey"})
+                          "ExtractTopic", "ValueToKey", "Flatten", "ExtractField", "HoistField"})
+NESTED_STEPS = ("Flatten", "ExtractField", "HoistField")  # spark_jobs/row_nested.py: they need nested values whole
+
+
+def nested(chain: Any) -> bool:
+    """The chain takes values apart or wraps them: the decode keeps structs and arrays whole."""
+    return any(cfg.type in NESTED_STEPS for cfg in chain)
 
 
 # -- which chains this path serves ------------------------------------------------------------------
@@ -38,8 +44,10 @@ def record_model(chain: Any) -> bool:
 def unserved(job: Any) -> str | None:
     """Why the per-partition path cannot run this pipeline's transforms (None: it can)."""
     chain = list(job.transforms)
-    if {job.key_converter, job.value_converter} - {"json", "json_schema"}:
-        return "the chain is applied to records read with the json and json_schema converters only"
+    converters = {"json", "json_schema", "string"} if record_model(chain) else {"json", "json_schema"}
+    if {job.key_converter, job.value_converter} - converters:
+        return ("the chain is applied to records read with the json and json_schema converters only (and string, "
+                "in a chain without ExtractNewRecordState)")
     if not record_model(chain) and job.source_format != "debezium":
         return "ExtractNewRecordState unwraps Debezium's envelopes (source.format debezium)"
     tables = [t.config for t in job.sinks if isinstance(t.config, MySqlSinkConfig)]  # and indices: any
@@ -53,6 +61,8 @@ def unserved(job: Any) -> str | None:
         return "tables from the record schema need value_converter json_schema"
     for i, cfg in enumerate(chain):
         reason = _unserved_step(cfg, first=i == 0, versioning=job.versioning)
+        if cfg.type in NESTED_STEPS and any(not s.columns for s in tables):
+            reason = "a table from the record schema is made from the schema before such a step"
         if isinstance(cfg, cfgs.ValueToKey) and any(not s.columns for s in tables):
             reason = "a table from the record schema takes its key from the Kafka key's schema"
         if reason is not None:

@@ -20,9 +20,9 @@ declared columns, or created from the record schema (the json_schema converter: 
 rewritten as the images are, :func:`described`), and Elasticsearch indices. A chain that does not
 start with ExtractNewRecordState reads Kafka Connect's record model (:func:`record_model`): the
 decode reads each value, json or json_schema, as the row (connectors/debezium/envelope.Decoder
-``rows``), typed by its Connect schema. Flatten, HoistField and ExtractField stay on the
-older path: they work on nested values, which the decode reads into one MySQL text each (a
-geometry, a schemaless object), so the images here are flat. The transforms act as those of the
+``rows``), typed by its Connect schema, or the string converter's text. Flatten, HoistField and
+ExtractField (spark_jobs/row_nested.py) work on nested values, which the decode keeps whole for a
+chain that has one of them (elsewhere it reads a struct into its JSON text). The transforms act as those of the
 older path do (tests/integration/spark_jobs/test_row_transforms.py runs both on the same records and
 compares the rows read back), with these differences, which docs/transforms.md lists:
 
@@ -77,7 +77,7 @@ import pyarrow.compute as pc
 from connectors import images
 from connectors.changes import VERSION_SHIFT
 from connectors.errors import ConfigError
-from spark_jobs import row_documents, row_steps
+from spark_jobs import row_documents, row_nested, row_steps
 from spark_jobs import transform_config as cfgs
 from spark_jobs.row_changes import Rows, applies, fields_of, first_error, struct_like
 from spark_jobs.row_casts import CAST_TYPES, cast_values  # noqa: F401
@@ -88,6 +88,7 @@ from spark_jobs.row_chains import (  # noqa: F401
     described,
     java_replacement,
     names_before,
+    nested,
     numbered_groups,
     record_model,
     unserved,
@@ -303,6 +304,8 @@ STEPS: dict[str, Callable[[Rows, Any], None]] = {
     "Drop": row_steps.drop, "SetSchemaMetadata": row_steps.set_schema_metadata,
     "TimestampRouter": row_steps.timestamp_router, "ExtractTopic": row_steps.extract_topic,
     "ValueToKey": row_steps.value_to_key,
+    # the steps that take values apart or wrap them (spark_jobs/row_nested.py)
+    "Flatten": row_nested.flatten, "ExtractField": row_nested.extract_field, "HoistField": row_nested.hoist_field,
 }
 assert set(STEPS) == SERVED_STEPS, "row_chains.SERVED_STEPS names the steps this module applies"
 
@@ -326,4 +329,5 @@ def apply(decoded: pa.Table, chain: Any, versioning: str) -> pa.Table:
         except ConfigError as exc:
             raise ConfigError(f"transforms.{i} ({cfg.type}): {exc}") from None
     row_steps.keyless_deletes(rows)
+    row_nested.not_rows(rows)
     return row_documents.rewritten(decoded, rows.table, chain)  # an index's documents, from the rewritten images

@@ -28,21 +28,19 @@ Elasticsearch searches).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
-from decimal import Decimal
-from typing import Any, Protocol
+from typing import Protocol
 
 import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.json as pj
 
 from connectors import images
 from connectors.changes import DECODED_NAMES, JSON_DECODE, JSON_ENCODE, TRUNCATE, VERSION_SHIFT
 from connectors.debezium import typed
-from connectors.debezium.types import AS_TEXT, LOGICAL, SPATIAL_TYPES, ColumnHint, Converter, FieldSchema, RowReader
+from connectors.debezium.arrow_read import Unsupported, connect_type, declared_type, read_lines
+from connectors.debezium.types import AS_TEXT, LOGICAL, STRUCT, ColumnHint, Converter, RowReader
 
 
 class Decoder(Protocol):
@@ -51,6 +49,7 @@ class Decoder(Protocol):
     versioning: str
     need_json: bool
     rows: str | None
+    nested: bool
     fields: frozenset[str] | None
     hints: dict[str, ColumnHint]
     schemaless: RowReader
@@ -63,10 +62,6 @@ WRAPPED = b'{"schema":'
 MAX_GROUPS = 16  # schemas per batch read column-wise; a batch of more takes the per-record decode for the rest
 _OPS = pa.array(["c", "r", "u", "d", "t"])
 _CHANGE_OPS = pa.array(["upsert", "upsert", "upsert", "delete", TRUNCATE])
-_INTEGERS = frozenset({"TINYINT", "SMALLINT", "MEDIUMINT", "INT", "INTEGER", "BIGINT", "YEAR"})
-_FLOATS = frozenset({"FLOAT", "DOUBLE", "REAL"})
-_DECIMALS = frozenset({"DECIMAL", "DEC", "NUMERIC", "FIXED"})
-_SOURCE = pa.struct([("ts_ms", pa.int64()), ("db", pa.string()), ("table", pa.string())])
 
 
 class _Wrapper(msgspec.Struct):
@@ -77,83 +72,15 @@ class _Wrapper(msgspec.Struct):
 _WRAPPER = msgspec.json.Decoder(_Wrapper)
 
 
-class Unsupported(Exception):
-    """A group this decode does not read: its records take the per-record decode."""
 
-
-# -- read types ---------------------------------------------------------------------------------------
-def connect_type(schema: FieldSchema) -> pa.DataType:
-    """The Arrow type a Connect field's JSON value is read as."""
-    kind = schema.type
-    if kind in ("int8", "int16", "int32", "int64"):
-        return pa.int64()
-    if kind in ("float", "double", "float32", "float64"):
-        return pa.float64()
-    if kind == "boolean":
-        return pa.bool_()
-    if kind in ("string", "bytes"):
-        return pa.string()
-    if kind == "struct" and schema.fields:
-        return pa.struct([(n, connect_type(s)) for n, s in schema.fields])
-    raise Unsupported(f"a {kind} field")
-
-
-def declared_type(hint: ColumnHint | None, sample: Any) -> pa.DataType:
-    """The Arrow type a schemaless field is read as: by its value in the group's first record, else
-    by its declared column."""
-    if isinstance(sample, bool):
-        return pa.bool_()
-    if isinstance(sample, str):
-        return pa.string()
-    if isinstance(sample, int | float | Decimal):
-        base = hint.base if hint is not None else ""
-        if base in _DECIMALS and hint is not None:
-            m = re.match(r"^\w+\s*\(\s*(\d+)", hint.type)
-            precision = int(m.group(1)) if m else 10
-            return (pa.decimal128 if precision <= 38 else pa.decimal256)(38 if precision <= 38 else 76, hint.scale)
-        if base in _FLOATS or not isinstance(sample, int):
-            return pa.float64()
-        return pa.int64()
-    base = hint.base if hint is not None else ""
-    if base in SPATIAL_TYPES:  # io.debezium.data.geometry: {wkb, srid} (the text is made of those two)
-        return pa.struct([("wkb", pa.string()), ("srid", pa.int64())])
-    if sample is not None:  # an object or an array
-        raise Unsupported("a structured value without a schema")
-    return pa.int64() if base in _INTEGERS else pa.float64() if base in _FLOATS else pa.string()
-
-
-# -- one group ----------------------------------------------------------------------------------------
-def _read(lines: pa.Array, row: pa.StructType, wrapper_fields: bool, infer: bool = False,
-          rows: bool = False) -> pa.Table:
-    """Envelopes (one JSON object per value) -> op, before, after, source, ts_ms columns; with
-    ``infer``, the fields the read schema does not name are read too, by their JSON types. With
-    ``rows`` (Kafka Connect's record model) each value is a row: its fields are the columns."""
-    fields = list(zip(row.names, [f.type for f in row], strict=True)) if rows else [
-        ("op", pa.string()), ("before", row), ("after", row), ("source", _SOURCE), ("ts_ms", pa.int64())]
-    if wrapper_fields:  # an unwrapped envelope must not hold the wrapper's fields
-        fields += [("schema", pa.null()), ("payload", pa.null())]
-    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32)[lines.offset:lines.offset + len(lines) + 1]
-    if np.any(offsets[1:] == offsets[:-1]):
-        raise Unsupported("an empty value")
-    buffer = b"\n".join(lines.to_pylist())
-    if buffer.count(b"\n") != len(lines) - 1:
-        raise Unsupported("a value with a line break")
-    try:
-        table = pj.read_json(pa.BufferReader(buffer), read_options=pj.ReadOptions(use_threads=False,
-                                                                                  block_size=len(buffer) + 1),
-                             parse_options=pj.ParseOptions(explicit_schema=pa.schema(fields),
-                                                           unexpected_field_behavior="infer" if infer else
-                                                           "error" if rows else "ignore"))
-    except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
-        raise Unsupported(str(exc)) from None
-    if table.num_rows != len(lines):
-        raise Unsupported("a value of several JSON objects")
-    return table
-
-
-def _values(values: pa.Array, convert: Converter, documents: bool) -> tuple[pa.Array, pa.Array | None]:
+def _values(values: pa.Array, convert: Converter, documents: bool,
+            nested: bool = False) -> tuple[pa.Array, pa.Array | None]:
     """A field's values as read -> its image values (typed: connectors/images.py) and (``documents``)
-    its JSON in documents."""
+    its JSON in documents. With ``nested`` (a chain that takes structs apart: Flatten, ExtractField),
+    a struct or a list stays one, its fields as read."""
+    structured = pa.types.is_struct(values.type) or pa.types.is_list(values.type)
+    if nested and structured and (convert is STRUCT or convert in AS_TEXT):  # not a geometry's {wkb, srid}
+        return values, typed.json_of(values) if documents else None
     if convert in AS_TEXT and not pa.types.is_struct(values.type) and not pa.types.is_list(values.type):
         if not documents:
             return values, None
@@ -217,7 +144,7 @@ def _decode_group(decoder: Decoder, batch: pa.RecordBatch, group: _Group) -> lis
     """The change columns (DECODED_FIELDS) of one group's records."""
     if decoder.rows:
         return _decode_rows(decoder, batch, group)
-    table = _read(group.lines, group.row_type, not group.wrapped, group.infer)
+    table = read_lines(group.lines, group.row_type, not group.wrapped, group.infer)
     n = table.num_rows
     op = table.column("op").combine_chunks()
     which = pc.index_in(op, _OPS)
@@ -253,7 +180,7 @@ def _decode_group(decoder: Decoder, batch: pa.RecordBatch, group: _Group) -> lis
             values = pc.if_else(is_delete, _image_field(before, name, after), _image_field(after, name, before))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError) as exc:
             raise Unsupported(f"field {name!r} of two types: {exc}") from None
-        value, fragment = _values(values, convert, decoder.need_json)
+        value, fragment = _values(values, convert, decoder.need_json, decoder.nested)
         names.append(name)
         fields.append(value)
         fragments.append(fragment)
@@ -288,17 +215,17 @@ def _decode_rows(decoder: Decoder, batch: pa.RecordBatch, group: _Group) -> list
     (or payload) a row, an upsert versioned by its offset."""
     if decoder.versioning != "kafka_offset":
         raise Unsupported("a row without a time")  # the per-record decode says so, per record
-    table = _read(group.lines, group.row_type, False, group.infer, rows=True)
+    table = read_lines(group.lines, group.row_type, False, group.infer, rows=True)
     n = table.num_rows
     converters = dict(group.converters)
     if group.infer:
         extra = [f for f in table.schema if f.name not in converters]
-        if any(pa.types.is_struct(f.type) or pa.types.is_list(f.type) for f in extra):
+        if not decoder.nested and any(pa.types.is_struct(f.type) or pa.types.is_list(f.type) for f in extra):
             raise Unsupported("fields beyond the first record's that are structured")
         converters.update({f.name: group.fallback for f in extra})  # type: ignore[misc]
     names, fields, fragments = [], [], []
     for name, convert in converters.items():
-        value, fragment = _values(table.column(name).combine_chunks(), convert, decoder.need_json)
+        value, fragment = _values(table.column(name).combine_chunks(), convert, decoder.need_json, decoder.nested)
         names.append(name)
         fields.append(value)
         fragments.append(fragment)
@@ -324,6 +251,8 @@ def _plain_group(decoder: Decoder, rows: np.ndarray, lines: pa.Array) -> _Group:
     sample = sample if isinstance(sample, dict) else {}
     infer = decoder.fields is None  # every field: the first record's, and any other the records have
     names = list(sample) if infer else sorted(decoder.fields)  # type: ignore[arg-type]
+    if decoder.rows and decoder.nested:  # objects, arrays (and nulls, which may be either): by their JSON types
+        names = [n for n in names if sample.get(n) is not None and not isinstance(sample.get(n), dict | list)]
     row_type = pa.struct([(n, declared_type(decoder.hints.get(n), sample.get(n))) for n in names])
     reader = decoder.schemaless
     return _Group(rows, lines, row_type, {n: reader.converters.get(n, reader.fallback) for n in names}, None, False,
@@ -388,7 +317,8 @@ def _halving(decoder: Decoder, batch: pa.RecordBatch, rows: np.ndarray,
     try:
         return [(rows, _decode_group(decoder, batch, group(rows)))]
     except Unsupported:
-        if len(rows) <= HALVE_DOWN_TO:
+        # a chain that takes structs apart (``nested``) reads an odd record alone, to keep its structs
+        if len(rows) <= (1 if decoder.nested else HALVE_DOWN_TO):
             return []
         half = len(rows) // 2
         return _halving(decoder, batch, rows[:half], group) + _halving(decoder, batch, rows[half:], group)

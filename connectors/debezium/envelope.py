@@ -116,8 +116,9 @@ class Decoder(RecordDecoder):
     """Decodes a task's records by the compiled readers of their schemas."""
 
     def __init__(self, versioning: str, hints: Mapping[str, ColumnHint] | None = None, need_json: bool = True,
-                 fields: frozenset[str] | None = None, rows: str | None = None) -> None:
+                 fields: frozenset[str] | None = None, rows: str | None = None, nested: bool = False) -> None:
         self.versioning = versioning
+        self.nested = nested  # structs and lists stay such in the column-wise images (columns._values)
         # Kafka Connect's record model, the value the row (:meth:`_row`), read by this value converter
         self.rows = rows
         self.hints = dict(hints or {})
@@ -294,6 +295,13 @@ class Decoder(RecordDecoder):
         ExtractNewRecordState): the value, or the payload of its {schema, payload} wrapper, is the row
         itself, an upsert of the record's key, versioned by its offset (cdcflow/config.py asks
         versioning kafka_offset of such a chain). Every field is the row's, ``__`` ones included."""
+        if self.rows == "string":  # a text, not a struct: an image of one field, named "" (row_nested.WHOLE)
+            try:
+                text_value = value.decode("utf-8")
+            except UnicodeDecodeError:
+                raise RecordError("converter", "value is not valid UTF-8 (value.converter string)") from None
+            return Change("upsert", {"": text_value}, _ENCODE.encode(text_value).decode("utf-8") if self.need_json
+                          else None, self._version(offset, None, _ROW_UNVERSIONED))
         schema, row_raw = None, value
         if self.rows == "json_schema":
             try:

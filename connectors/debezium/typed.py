@@ -189,6 +189,8 @@ def json_of(values: pa.Array) -> pa.Array:
         return json_strings(values.cast(pa.string()))
     if pa.types.is_boolean(kind):
         return pc.if_else(values, "true", "false")
+    if pa.types.is_struct(kind) or pa.types.is_list(kind):
+        return nested_json(values)
     if pa.types.is_floating(kind):
         finite = pc.is_finite(values)
         return pc.if_else(finite, pc.cast(values, pa.string()), pa.nulls(len(values), pa.string()))
@@ -211,3 +213,10 @@ def documents(names: list[str], fragments: list[pa.Array], mask: pa.Array) -> pa
     if not parts:
         return pc.if_else(mask, None, pa.array(["{}"] * len(mask), pa.string()))
     return pc.if_else(mask, None, pc.binary_join_element_wise(*parts, "}", ""))
+
+
+def nested_json(values: pa.Array) -> pa.Array:
+    """A struct's or a list's values as JSON texts (null stays null): objects and arrays of their
+    values, as the record had them (a struct field the value lacked is null)."""
+    return pa.array([None if v is None else _ENCODE.encode(v).decode("utf-8") for v in values.to_pylist()],
+                    pa.string())

@@ -227,6 +227,7 @@ def _struct_read(v: Any) -> tuple[str, Any]:
     return JSON_ENCODER.encode(v).decode("utf-8"), v
 
 
+STRUCT = _with(_struct_read)  # a struct, array or map of no logical type: its JSON text (documents: as it came)
 _DATE_CONVERTER = _logical(_with(_date_read), Logical("date"))
 BY_NAME: dict[str, Converter] = {
     DATE: _DATE_CONVERTER, CONNECT_DATE: _DATE_CONVERTER,
@@ -248,7 +249,7 @@ def converter(schema: FieldSchema, hint: ColumnHint | None = None) -> Converter:
     if schema.name in BY_NAME:
         return BY_NAME[schema.name]
     if schema.type in ("struct", "array", "map"):
-        return _with(_struct_read)
+        return STRUCT
     if schema.type in ("bytes", "boolean"):  # bytes: base64 in JSON, the form binary columns are given
         return _plain
     if hint is not None:

@@ -157,7 +157,8 @@ def test_the_older_path_serves_what_this_one_does_not() -> None:
     assert prepare.eligible(job(MYSQL, ES, ROUTED))
     served, unserved = (TypeAdapter(list[TransformConfig]).validate_python(
         [{"type": "ExtractNewRecordState"}, step]) for step in ({"type": "Cast", "spec": {"id": "int64"}},
-                                                                {"type": "Flatten"}))
+                                                                {"type": "Filter", "predicate": {
+                                                                    "type": "Sql", "condition": "true"}}))
     assert prepare.eligible(job(MYSQL, transforms=tuple(served)))  # spark_jobs/row_transforms.py
     assert not prepare.eligible(job(MYSQL, transforms=tuple(unserved)))
     assert prepare.eligible(job(MYSQL, ES, transforms=tuple(served)))  # an index too (spark_jobs/row_documents.py)

@@ -119,9 +119,9 @@ def test_value_to_key_fails_an_upsert_whose_field_is_null_and_leaves_deletes() -
      "only the value is transformed on this path (the key by Drop, ExtractTopic, SetSchemaMetadata)"),
     ({"type": "MaskField", "target": "key", "fields": ["id"]},
      "only the value is transformed on this path (the key by Drop, ExtractTopic, SetSchemaMetadata)"),
-    ({"type": "Flatten"}, "not among the transforms of this path"),
-    ({"type": "HoistField", "field": "row"}, "not among the transforms of this path"),
-    ({"type": "ExtractField", "field": "id"}, "not among the transforms of this path"),
+    ({"type": "Flatten", "target": "key"},
+     "only the value is transformed on this path (the key by Drop, ExtractTopic, SetSchemaMetadata)"),
+    ({"type": "SqlExpression", "fields": {"x": "1"}}, "not among the transforms of this path"),
     ({"type": "Drop", "predicate": {"type": "Sql", "condition": "value.id > 1"}}, "a Sql predicate needs Spark"),
 ])
 def test_what_stays_on_the_older_path(step: dict[str, Any], reason: str) -> None:

@@ -330,8 +330,8 @@ def test_which_chains_the_partition_path_serves() -> None:
         "envelope's ts_ms; the decoded changes do not keep source.lsn (this path adds op, table, db, source.ts_ms)": [
             job(MYSQL, transforms=CHAIN.validate_python([{"type": "ExtractNewRecordState",
                                                           "add_fields": ["op", "ts_ms", "lsn"]}]))],
-        "transforms.1 (Flatten): not among the transforms of this path": [
-            job(MYSQL, transforms=chain({"type": "Flatten"}))],
+        "transforms.1 (Flatten): a table from the record schema is made from the schema before such a step": [
+            job(dynamic, transforms=chain({"type": "Flatten"}), value_converter="json_schema")],
         "transforms.1 (Cast): only the value is transformed on this path (the key by Drop, ExtractTopic, "
         "SetSchemaMetadata)": [
             job(MYSQL, transforms=chain({"type": "Cast", "target": "key", "spec": {"id": "int64"}}))],
@@ -339,7 +339,8 @@ def test_which_chains_the_partition_path_serves() -> None:
             job(MYSQL, transforms=chain({"type": "Filter", "predicate": {"type": "Sql", "condition": "true"}}))],
         "transforms.1 (RegexRouter): the regex '(?=a)b' is not an RE2 expression": [
             job(MYSQL, transforms=chain({"type": "RegexRouter", "regex": "(?=a)b", "replacement": "x"}))],
-        "the chain is applied to records read with the json and json_schema converters only": [
+        "the chain is applied to records read with the json and json_schema converters only (and string, in a "
+        "chain without ExtractNewRecordState)": [
             job(MYSQL, transforms=ok, value_converter="string"), job(MYSQL, transforms=ok, key_converter="avro")],
     }
     for reason, jobs in cases.items():

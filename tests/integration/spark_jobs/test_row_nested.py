@@ -1,0 +1,115 @@
+"""Flatten, ExtractField and HoistField on the per-partition path (spark_jobs/row_nested.py) against
+the older Spark path (spark_jobs/transforms.py): the same records through both, the tables read back
+and compared, and with the values the source database held.
+
+The records are Debezium's MySQL connector's own change events (tests/fixtures/debezium/orders.py:
+the JsonConverter with schemas), read without ExtractNewRecordState, as Kafka Connect's record model
+(an ExtractField of ``after`` is the unwrap a chain of the stock SMTs can do), and lines of text
+read by the string converter.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdcflow import cdcgen, runner
+from cdcflow.config import load_pipeline
+from cdcflow.state import StateStore
+from spark_jobs import spark_path
+from tests.fixtures import orders as o
+from tests.fixtures.debezium import orders as fx
+from tests.helpers import bootstrap, es_client, mysql_engine, unique, write_pipeline
+
+pytestmark = [pytest.mark.integration, pytest.mark.services("kafka", "mysql", "elasticsearch", "spark")]
+
+
+def _older_path_fails(*_a: Any, **_k: Any) -> None:
+    raise AssertionError("the chain took the older Spark path")
+
+
+def _rows(table: str, columns: str, order: str) -> list[tuple[Any, ...]]:
+    with mysql_engine().connect() as conn:
+        return [tuple(r) for r in conn.exec_driver_sql(f"SELECT {columns} FROM `{table}` ORDER BY {order}")]
+
+
+def _both(monkeypatch: pytest.MonkeyPatch, run: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    monkeypatch.setenv("CDCFLOW_WINDOW_PATH", "spark")
+    old = run("old")
+    monkeypatch.delenv("CDCFLOW_WINDOW_PATH")
+    monkeypatch.setattr(spark_path, "run_spark_path", _older_path_fails)
+    return old, run("new")
+
+
+def test_extract_field_after_gives_the_rows_and_documents_of_the_older_path(
+        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A delete event's ``after`` is null: the record becomes a tombstone, a delete of its key."""
+    tag = unique("nested")
+    topic = f"{tag}.inventory.orders"
+    cdcgen.produce(bootstrap(), topic, [cdcgen.Event(k, v) for k, v in fx.events()], partitions=2)
+    chain = [{"type": "ExtractField", "field": "after"},
+             {"type": "ReplaceField", "include": ["id", "customer", "paid", "note"]}]
+    columns = [{"name": "id", "type": "INT"}, {"name": "customer", "type": "VARCHAR(64)"},
+               {"name": "paid", "type": "TINYINT(1)"}, {"name": "note", "type": "TEXT"}]
+
+    def run(path: str) -> dict[str, Any]:
+        cfg = load_pipeline(write_pipeline(
+            config_dir, f"{tag}_{path}", topic, f"{tag}_{path}", versioning="kafka_offset", transforms=chain,
+            source={"key_converter": "json_schema", "value_converter": "json_schema"},
+            sinks=[{"type": "mysql", "name": "m", "conn_id": "cdcflow_mysql", "table": f"{tag}_{path}",
+                    "create_table": True, "primary_key": ["id"], "columns": columns},
+                   {"type": "elasticsearch", "name": "e", "conn_id": "cdcflow_elasticsearch",
+                    "index": f"{tag}-{path}", "id_fields": ["id"], "mapping": {"dynamic": True}}]))
+        return runner.run_window(cfg, path, store=store, spark=spark)
+
+    old, new = _both(monkeypatch, run)
+    want = [(i, r["customer"], r["paid"], r["note"]) for i, r in sorted(o.FINAL.items())]
+    assert _rows(f"{tag}_new", "id, customer, paid, note", "id") == want
+    assert _rows(f"{tag}_old", "id, customer, paid, note", "id") == want
+    assert (new["records"], new["dead_lettered"]) == (old["records"], old["dead_lettered"]) == (len(fx.events()), 0)
+    es = es_client()
+    documents = {}
+    for path in ("old", "new"):
+        es.indices.refresh(index=f"{tag}-{path}")
+        documents[path] = {h["_id"]: h["_source"] for h in es.search(index=f"{tag}-{path}", size=10)["hits"]["hits"]}
+    assert documents["new"] == documents["old"]
+    assert sorted(documents["new"]) == [str(i) for i in sorted(o.FINAL)]
+
+
+def test_flatten_and_lines_hoisted_give_the_rows_of_the_older_path(
+        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Flatten of Debezium's envelope (its source block's fields by their path), and text lines
+    (the string converter) hoisted into a field."""
+    tag = unique("flat")
+    topic, lines = f"{tag}.inventory.orders", f"{tag}.lines"
+    upserts = [(k, v) for k, v in fx.events() if v is not None and b'"op":"d"' not in v]
+    cdcgen.produce(bootstrap(), topic, [cdcgen.Event(k, v) for k, v in upserts], partitions=1)
+    cdcgen.produce(bootstrap(), lines, [cdcgen.Event(None, t.encode()) for t in ("one", "two", "drei")], partitions=1)
+    flat = [{"name": "after_id", "type": "INT"}, {"name": "after_customer", "type": "VARCHAR(64)"},
+            {"name": "source_file", "type": "VARCHAR(64)"}, {"name": "source_pos", "type": "BIGINT"},
+            {"name": "op", "type": "VARCHAR(1)"}]
+
+    def run(path: str) -> dict[str, Any]:
+        stats = {}
+        for name, source, chain, columns, key in (
+                ("flat", topic, [{"type": "Flatten", "delimiter": "_"}], flat, "after_id"),
+                ("lines", lines, [{"type": "HoistField", "field": "line"}], [{"name": "line", "type": "VARCHAR(8)"}],
+                 "line")):
+            cfg = load_pipeline(write_pipeline(
+                config_dir, f"{tag}_{name}_{path}", source, f"{tag}_{name}_{path}", versioning="kafka_offset",
+                transforms=chain, source={"key_converter": "json_schema" if name == "flat" else "string",
+                                          "value_converter": "json_schema" if name == "flat" else "string"},
+                sinks=[{"type": "mysql", "name": "m", "conn_id": "cdcflow_mysql", "table": f"{tag}_{name}_{path}",
+                        "create_table": True, "primary_key": [key], "columns": columns}]))
+            stats[name] = runner.run_window(cfg, f"{name}_{path}", store=store, spark=spark)
+        return stats
+
+    old, new = _both(monkeypatch, run)
+    got = _rows(f"{tag}_flat_new", "after_id, after_customer, source_file, source_pos, op", "after_id")
+    assert got == _rows(f"{tag}_flat_old", "after_id, after_customer, source_file, source_pos, op", "after_id")
+    assert [r[0] for r in got] == [1, 2, 3, 4] and {r[2] for r in got} == {"mysql-bin.000003"}
+    assert _rows(f"{tag}_lines_new", "line", "line") == _rows(f"{tag}_lines_old", "line", "line") == [
+        ("drei",), ("one",), ("two",)]
+    assert new["flat"]["dead_lettered"] == old["flat"]["dead_lettered"] == 0

@@ -1,0 +1,95 @@
+"""Flatten, ExtractField and HoistField on the per-partition path (spark_jobs/row_nested.py), over
+Kafka Connect's record model: Debezium's own change events (tests/fixtures/debezium/orders.py, the
+JsonConverter with schemas) read as rows, as a sink connector without ExtractNewRecordState reads
+them, and text values of the string converter."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+import pyarrow as pa
+from pydantic import TypeAdapter
+
+from connectors import images
+from connectors.debezium.envelope import Decoder
+from connectors.memory import MemorySource, Record
+from spark_jobs import row_transforms as rt
+from spark_jobs import transform_config as cfgs
+from tests.fixtures import orders as o
+from tests.fixtures.debezium import orders as fx
+
+CHAIN = TypeAdapter(list[cfgs.TransformConfig])
+
+
+def _through(records: list[tuple[bytes | None, bytes | None]], converter: str, *steps: dict[str, Any],
+             documents: bool = False) -> list[dict[str, Any]]:
+    decoder = Decoder("kafka_offset", need_json=documents, rows=converter, nested=True)
+    decoder.column_wise_min = 1
+    batch = MemorySource([Record(fx.TOPIC, 0, i, k, v, 1_700_000_000_000, [])
+                          for i, (k, v) in enumerate(records)]).batch()
+    out = rt.apply(pa.Table.from_batches([decoder.decode_batch(batch)]), CHAIN.validate_python(list(steps)),
+                   "kafka_offset")
+    rows = out.select(["change_op", "error_message", "image_json"]).to_pylist()
+    for row, image in zip(rows, images.as_map(out.column("image")).to_pylist(), strict=True):
+        row["image"] = dict(image) if image is not None else None
+    return rows
+
+
+def test_extract_field_after_reads_debeziums_events_as_rows_and_their_deletes_as_tombstones() -> None:
+    rows = _through(fx.events(), "json_schema", {"type": "ExtractField", "field": "after"})
+    assert [r["error_message"] for r in rows] == [None] * len(rows)
+    final: dict[int, dict[str, str | None]] = {}
+    for row in rows:
+        key = int(row["image"]["id"])
+        if row["change_op"] == "delete":
+            assert row["image"] == {"id": str(key)}  # the Kafka key: a delete event's after is null
+            final.pop(key, None)
+        else:
+            final[key] = row["image"]
+    assert sorted(final) == sorted(o.FINAL)
+    for key, want in o.FINAL.items():  # the plain fields; the logical types stay as the event writes them
+        got = final[key]
+        assert (got["customer"], got["note"], int(got["paid"])) == (want["customer"], want["note"], want["paid"])
+    # io.debezium.time.Date inside the struct: the days the event holds (read by the schema only at the top)
+    assert int(final[3]["ship_date"]) == (o.FINAL[3]["ship_date"] - dt.date(1970, 1, 1)).days
+
+
+def test_flatten_names_nested_fields_by_their_path_and_keeps_arrays() -> None:
+    values = [{"id": 1, "a": {"b": 1, "c": {"d": "x"}}, "tags": ["p", "q"]},
+              {"id": 2, "a": {"b": 2, "c": None}, "tags": []}]
+    records = [(json.dumps({"id": v["id"]}).encode(), json.dumps(v).encode()) for v in values]
+    rows = _through(records, "json", {"type": "Flatten", "delimiter": "_"}, documents=True)
+    assert [r["image"] for r in rows] == [{"id": "1", "a_b": "1", "a_c_d": "x", "tags": '["p","q"]'},
+                                          {"id": "2", "a_b": "2", "a_c_d": None, "tags": "[]"}]
+    assert [json.loads(r["image_json"]) for r in rows] == [{"id": 1, "a_b": 1, "a_c_d": "x", "tags": ["p", "q"]},
+                                                           {"id": 2, "a_b": 2, "a_c_d": None, "tags": []}]
+
+
+def test_a_text_value_is_a_row_once_hoisted_and_a_dead_letter_otherwise() -> None:
+    records: list[tuple[bytes | None, bytes | None]] = [(None, "line one".encode()), (None, b"\xff\xfe")]
+    hoisted = _through(records, "string", {"type": "HoistField", "field": "line"}, documents=True)
+    assert [(r["image"], r["image_json"], r["error_message"]) for r in hoisted] == [
+        ({"line": "line one"}, '{"line":"line one"}', None),
+        (None, None, "value is not valid UTF-8 (value.converter string)")]
+    [alone, _bad] = _through(records, "string", {"type": "InsertField", "static_field": "x", "static_value": "y"})
+    assert alone["error_message"] == ("after the transforms the value is string, not a struct: sinks need a struct "
+                                      "(a JSON object); add a HoistField")
+
+
+def test_extract_field_of_a_field_a_schema_lacks_fails_that_record_and_a_schemaless_one_deletes_its_key() -> None:
+    def wrapped(i: int, fields: list[dict[str, Any]], payload: dict[str, Any]) -> tuple[bytes, bytes]:
+        value = {"schema": {"type": "struct", "fields": fields}, "payload": payload}
+        return json.dumps({"id": i}).encode(), json.dumps(value, separators=(",", ":")).encode()
+
+    inner = {"field": "inner", "type": "struct", "optional": True, "fields": [{"field": "v", "type": "int32"}]}
+    records = [wrapped(1, [{"field": "id", "type": "int32"}, inner], {"id": 1, "inner": {"v": 1}}),
+               wrapped(2, [{"field": "id", "type": "int32"}], {"id": 2})]
+    rows = _through(records, "json_schema", {"type": "ExtractField", "field": "inner"})
+    assert [(r["change_op"], r["image"], r["error_message"]) for r in rows] == [
+        ("upsert", {"v": "1"}, None), ("upsert", {"id": "2"}, "ExtractField: value has no field 'inner'")]
+    schemaless = [(b'{"id": 1}', b'{"id": 1, "inner": {"v": 1}}'), (b'{"id": 2}', b'{"id": 2}')]
+    rows = _through(schemaless, "json", {"type": "ExtractField", "field": "inner"})
+    assert [(r["change_op"], r["image"], r["error_message"]) for r in rows] == [
+        ("upsert", {"v": "1"}, None), ("delete", {"id": "2"}, None)]
