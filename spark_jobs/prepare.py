@@ -37,7 +37,7 @@ def is_static(target: SinkTarget) -> bool:
     cfg = target.config
     if isinstance(cfg, ElasticsearchSinkConfig):
         return True
-    return bool(cfg.columns) and not is_routed(cfg) and cfg.pk_mode != "kafka"
+    return bool(cfg.columns) and not is_routed(cfg)  # pk_mode kafka too: its coordinates (tables.project_rows)
 
 
 def is_history(target: SinkTarget) -> bool:

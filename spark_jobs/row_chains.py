@@ -52,8 +52,8 @@ def unserved(job: Any) -> str | None:
         return "ExtractNewRecordState unwraps Debezium's envelopes (source.format debezium)"
     tables = [t.config for t in job.sinks if isinstance(t.config, MySqlSinkConfig)]  # and indices: any
     for sink in tables:  # prepare.is_static or prepare.is_dynamic
-        if sink.pk_mode == "kafka":
-            return "a MySQL sink has pk_mode kafka"
+        if sink.pk_mode == "kafka" and (not sink.columns or "{" in sink.table):
+            return "a MySQL sink with pk_mode kafka makes its tables from the record schema"
         if sink.name == job.offsets_sink and (not sink.columns or "{" in sink.table):
             return "the exactly-once sink has no declared columns"
     if any(not s.columns for s in tables) and job.value_converter != "json_schema":

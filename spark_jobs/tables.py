@@ -184,15 +184,22 @@ def what_to_declare(raw: pa.Array, sql_type: str) -> pa.Array:
 def project_rows(rows: pa.Table, sink: MySqlSinkConfig) -> pa.Table:
     """A table's valid changes -> RAW_COLUMNS + route, change_op, version, one column per sink column
     (c_<i>) and error_message for the rows whose values do not fit (the output of the Spark
-    projection, ``debezium.project_for_sink``, for pk_mode record_value and record_key)."""
+    projection, ``debezium.project_for_sink``). With pk_mode kafka every record is a row of its own,
+    keyed by its coordinates (the columns ``__connect_topic``, ``__connect_partition`` and
+    ``__connect_offset``, as Kafka Connect's JDBC sink names them): there is nothing to delete."""
+    if sink.pk_mode == "kafka":
+        rows = rows.filter(pc.equal(rows.column("change_op").combine_chunks(), "upsert"))
     image = images.Fields(rows.column("image"))
     keys = images.Fields(rows.column("key_image")) if sink.pk_mode == "record_key" else None
     upsert = pc.equal(rows.column("change_op").combine_chunks(), "upsert")
+    coordinates = {"__connect_topic": "route", "__connect_partition": "partition", "__connect_offset": "offset"}
     raws = []
     for col in sink.columns:
         raw = image.texts(col.source_field)
         if keys is not None and col.name in sink.primary_key:
             raw = pc.coalesce(keys.texts(col.source_field), raw)
+        if sink.pk_mode == "kafka" and col.name in coordinates:
+            raw = pc.cast(rows.column(coordinates[col.name]).combine_chunks(), pa.string())
         raws.append(raw)
     passing = _passing(raws, [c.type for c in sink.columns])
     values, errors = [], []

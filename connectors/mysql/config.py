@@ -290,4 +290,10 @@ class MySqlSinkConfig(StrictModel):
         missing = [k for k in self.primary_key if k not in names]
         if self.columns and self.pk_mode != "kafka" and missing:
             raise ValueError(f"primary_key {missing} must be listed in columns {names}")
+        coordinates = list(KAFKA_PK_COLUMNS)
+        if self.columns and self.pk_mode == "kafka" and (
+                self.primary_key != coordinates or any(c not in names for c in coordinates)):
+            raise ValueError(f"pk_mode kafka keys each row by its record's coordinates: declare the columns "
+                             f"{coordinates} (e.g. VARCHAR(249), INT, BIGINT) and primary_key: {coordinates}; got "
+                             f"primary_key {self.primary_key} and columns {names}")
         return self

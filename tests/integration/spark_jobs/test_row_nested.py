@@ -113,3 +113,32 @@ def test_flatten_and_lines_hoisted_give_the_rows_of_the_older_path(
     assert _rows(f"{tag}_lines_new", "line", "line") == _rows(f"{tag}_lines_old", "line", "line") == [
         ("drei",), ("one",), ("two",)]
     assert new["flat"]["dead_lettered"] == old["flat"]["dead_lettered"] == 0
+
+
+def test_lines_with_pk_mode_kafka_append_a_row_per_record_as_on_the_older_path(
+        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pk_mode kafka, declared columns: every record is a row keyed by its coordinates; a tombstone
+    deletes nothing."""
+    tag = unique("kafkapk")
+    topic = f"{tag}.lines"
+    events = [cdcgen.Event(None, t.encode()) for t in ("one", "two", "one")] + [cdcgen.Event(b"k", None)]
+    cdcgen.produce(bootstrap(), topic, events, partitions=1)
+    columns = [{"name": "__connect_topic", "type": "VARCHAR(249)"}, {"name": "__connect_partition", "type": "INT"},
+               {"name": "__connect_offset", "type": "BIGINT"}, {"name": "line", "type": "VARCHAR(8)"}]
+
+    def run(path: str) -> dict[str, Any]:
+        cfg = load_pipeline(write_pipeline(
+            config_dir, f"{tag}_{path}", topic, f"{tag}_{path}", versioning="kafka_offset",
+            transforms=[{"type": "HoistField", "field": "line"}],
+            source={"key_converter": "string", "value_converter": "string"},
+            sinks=[{"type": "mysql", "name": "m", "conn_id": "cdcflow_mysql", "table": f"{tag}_{path}",
+                    "create_table": True, "pk_mode": "kafka", "columns": columns,
+                    "primary_key": ["__connect_topic", "__connect_partition", "__connect_offset"]}]))
+        return runner.run_window(cfg, path, store=store, spark=spark)
+
+    old, new = _both(monkeypatch, run)
+    want = [(topic, 0, 0, "one"), (topic, 0, 1, "two"), (topic, 0, 2, "one")]
+    columns_read = "__connect_topic, __connect_partition, __connect_offset, line"
+    assert _rows(f"{tag}_new", columns_read, "__connect_offset") == want
+    assert _rows(f"{tag}_old", columns_read, "__connect_offset") == want
+    assert new["records"] == old["records"] == 4

@@ -344,3 +344,14 @@ def test_bad_history_settings_name_the_file_line_field_and_what_was_expected(
         load_pipeline(path)
     msg = str(exc.value)
     assert msg.startswith(f"{path}: ") and f"{where}: " in msg and said in msg, msg
+
+
+def test_pk_mode_kafka_with_declared_columns_names_the_coordinate_columns_it_needs(tmp_path: Path) -> None:
+    path = write_pipeline(tmp_path, "kafka_pk", "t.kafka_pk", "log", sinks=[
+        {"type": "mysql", "name": "m", "table": "log", "pk_mode": "kafka", "primary_key": ["id"],
+         "columns": [{"name": "id", "type": "BIGINT"}, {"name": "__connect_topic", "type": "VARCHAR(249)"}]}])
+    with pytest.raises(ConfigError) as exc:
+        load_pipeline(path)
+    assert "sinks.0" in str(exc.value) and (
+        "pk_mode kafka keys each row by its record's coordinates: declare the columns ['__connect_topic', "
+        "'__connect_partition', '__connect_offset']") in str(exc.value), str(exc.value)
