@@ -26,7 +26,7 @@ export CDCFLOW_MYSQL_PASSWORD
 
 # Airflow: SQLite metadata DB, this repo's dags/ and plugins/.
 export AIRFLOW_HOME="${AIRFLOW_HOME:-$CDCFLOW_HOME/airflow}"
-export AIRFLOW__CORE__DAGS_FOLDER="$CDCFLOW_ROOT/dags"
+export AIRFLOW__CORE__DAGS_FOLDER="${AIRFLOW__CORE__DAGS_FOLDER:-$CDCFLOW_ROOT/dags}"
 export AIRFLOW__CORE__PLUGINS_FOLDER="$CDCFLOW_ROOT/plugins"
 export AIRFLOW__CORE__LOAD_EXAMPLES="${AIRFLOW__CORE__LOAD_EXAMPLES:-False}"
 export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-4}"
@@ -60,6 +60,10 @@ case "$CDCFLOW_AIRFLOW_EXECUTOR" in
     export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-$pg}"
     export AIRFLOW__CELERY__RESULT_BACKEND="${AIRFLOW__CELERY__RESULT_BACKEND:-db+$pg}"
     export AIRFLOW__CELERY__BROKER_URL="${AIRFLOW__CELERY__BROKER_URL:-redis://:$CDCFLOW_REDIS_PASSWORD@127.0.0.1:$CDCFLOW_REDIS_PORT/0}"
+    # cdcflow's own state (offsets, ledger, writer leases: cdcflow/state) in a database of its own on the
+    # same PostgreSQL, which every worker, the triggerer and the api-server reach (not an SQLite file)
+    export CDCFLOW_STATE_DATABASE="${CDCFLOW_STATE_DATABASE:-cdcflow_state}"
+    export CDCFLOW_OFFSET_STORE_URL="${CDCFLOW_OFFSET_STORE_URL:-postgresql+psycopg2://$CDCFLOW_POSTGRES_USER:$CDCFLOW_POSTGRES_PASSWORD@127.0.0.1:$CDCFLOW_POSTGRES_PORT/$CDCFLOW_STATE_DATABASE}"
     # each worker imports cdcflow's task modules before its pool forks (cdcflow/airflow/celery_config.py)
     export AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS="${AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS:-cdcflow.airflow.celery_config.CELERY_CONFIG}"
     export CDCFLOW_AIRFLOW_WORKERS="${CDCFLOW_AIRFLOW_WORKERS:-2}"

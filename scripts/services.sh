@@ -8,8 +8,8 @@
 #            loopback only. With CDCFLOW_AIRFLOW_EXECUTOR=celery: the CeleryExecutor on PostgreSQL, with
 #            Redis, and CDCFLOW_AIRFLOW_WORKERS Celery workers (2) beside them
 #   redis    Debian's Redis, the Celery broker (celery mode only); loopback only
-#   postgres Debian's PostgreSQL, Airflow's metadata DB and Celery's result backend (celery mode
-#            only), as the system user postgres; loopback only
+#   postgres Debian's PostgreSQL, Airflow's metadata DB and Celery's result backend, and cdcflow's state
+#            store (its own database; celery mode only), as the system user postgres; loopback only
 #   spark    the long-lived Spark that every window runs on: PySpark's Spark Connect server, local
 #            mode (CDCFLOW_SPARK_CORES), Python workers from the project's venv; loopback only
 #   prometheus  Debian's Prometheus, scraping the cdcflow plugin's /cdcflow/metrics, with the alert
@@ -170,7 +170,7 @@ start_redis() {
   say "redis is up"
 }
 
-# -- postgres (Airflow's metadata DB and Celery's result backend) -----------------------------------
+# -- postgres (Airflow's metadata DB, Celery's result backend, cdcflow's state store) ---------------
 # PostgreSQL refuses to run as root: it runs as Debian's postgres user, which owns its directory.
 PG_DIR="$SVC/postgres"; PG_DATA="$PG_DIR/data"; PG_PID="$SVC/postgres.pid"; PG_LOG="$SVC/postgres.log"
 PG_BIN="$(compgen -G '/usr/lib/postgresql/*/bin' | sort -V | tail -1 || true)"  # empty: not installed
@@ -205,8 +205,9 @@ start_postgres() {
 SELECT 'CREATE ROLE "$CDCFLOW_POSTGRES_USER" LOGIN' WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$CDCFLOW_POSTGRES_USER')\gexec
 ALTER ROLE "$CDCFLOW_POSTGRES_USER" PASSWORD '$pw';
 SELECT 'CREATE DATABASE "$CDCFLOW_POSTGRES_DATABASE" OWNER "$CDCFLOW_POSTGRES_USER"' WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = '$CDCFLOW_POSTGRES_DATABASE')\gexec
+SELECT 'CREATE DATABASE "$CDCFLOW_STATE_DATABASE" OWNER "$CDCFLOW_POSTGRES_USER"' WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = '$CDCFLOW_STATE_DATABASE')\gexec
 SQL
-  say "postgres is up (user $CDCFLOW_POSTGRES_USER, database $CDCFLOW_POSTGRES_DATABASE)"
+  say "postgres is up (user $CDCFLOW_POSTGRES_USER, databases $CDCFLOW_POSTGRES_DATABASE and $CDCFLOW_STATE_DATABASE)"
 }
 
 # -- airflow (api-server, scheduler, dag-processor, triggerer; in celery mode, the workers) ----------

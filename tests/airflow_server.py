@@ -143,6 +143,16 @@ class AirflowServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
 
+    def own_dags_folder(self) -> Path:
+        """A DAGs folder of this server's own: the project's DAG files, linked, and the DAGs a test
+        writes beside them (a downstream DAG scheduled on a table's asset). Call before ``start``."""
+        dags = self.home / "dags"
+        dags.mkdir(exist_ok=True)
+        for dag_file in (ROOT / "dags").glob("*.py"):
+            (dags / dag_file.name).symlink_to(dag_file)
+        self.env["AIRFLOW__CORE__DAGS_FOLDER"] = str(dags)
+        return dags
+
     def sync_dags(self) -> None:
         """Parse the pipeline files into Airflow's DB (what the dag-processor does in production)."""
         self.airflow("dags", "reserialize")
@@ -246,14 +256,19 @@ class CeleryAirflowServer(AirflowServer):
 def make_celery_server(tmp: Path) -> CeleryAirflowServer:
     """A CeleryAirflowServer whose CDCFLOW_HOME is a new directory under the system's temporary one
     (PostgreSQL runs as the system user postgres, which cannot enter pytest's own, closed to others).
-    The caller removes ``env["CDCFLOW_HOME"]`` when done."""
+    Its state store is the one scripts/env.sh gives celery mode: a database of its own in the stack's
+    PostgreSQL (``store_url``). The caller removes ``env["CDCFLOW_HOME"]`` when done."""
     srv = make_server(tmp)
     home = Path(tempfile.mkdtemp(prefix="cdcflow-celery-"))
     home.chmod(0o755)
     env = {k: v for k, v in srv.env.items()
            if not k.startswith(("AIRFLOW__CELERY", "CDCFLOW_REDIS_", "CDCFLOW_POSTGRES_"))
            and k not in ("AIRFLOW__CORE__EXECUTOR", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
-                         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS")}
+                         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS", "CDCFLOW_OFFSET_STORE_URL",
+                         "CDCFLOW_STATE_DATABASE")}
     env.update({"CDCFLOW_HOME": str(home), "CDCFLOW_AIRFLOW_EXECUTOR": "celery", "CDCFLOW_AIRFLOW_PORT": str(srv.port),
                 "CDCFLOW_REDIS_PORT": str(free_port()), "CDCFLOW_POSTGRES_PORT": str(free_port())})
-    return CeleryAirflowServer(srv.home, srv.config_dir, srv.store_url, srv.port, env)
+    derive = 'source scripts/env.sh >/dev/null && printf %s "$CDCFLOW_OFFSET_STORE_URL"'
+    store_url = subprocess.run(["bash", "-c", derive], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60,
+                               check=True).stdout
+    return CeleryAirflowServer(srv.home, srv.config_dir, store_url, srv.port, env)

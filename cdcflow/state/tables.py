@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import sqlalchemy as sa
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, ProgrammingError, SQLAlchemyError
 
 from cdcflow.errors import InfrastructureError
 
@@ -199,12 +199,21 @@ def open_engine(url: str) -> sa.Engine:
         kwargs["connect_args"] = {"timeout": 30}
     engine = sa.create_engine(url, **kwargs)
     try:
-        metadata.create_all(engine)
-        _add_missing_columns(engine)
+        try:
+            _create_tables(engine)
+        except (IntegrityError, ProgrammingError):
+            # another process created them between our look and our CREATE (two workers' first tasks on
+            # a new PostgreSQL or MySQL database): they are there now
+            _create_tables(engine)
     except SQLAlchemyError as exc:
         raise InfrastructureError(f"offset store {safe_url(url)} is unavailable: {exc.__class__.__name__}: "
                                   f"{exc.orig if hasattr(exc, 'orig') else exc}") from exc
     return engine
+
+
+def _create_tables(engine: sa.Engine) -> None:
+    metadata.create_all(engine)
+    _add_missing_columns(engine)
 
 
 def _add_missing_columns(engine: sa.Engine) -> None:

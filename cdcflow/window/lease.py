@@ -1,5 +1,7 @@
 """The pipeline's writer lease: a live window and a backfill window of one pipeline never write
-at the same time. Held and renewed while a window writes; a killed holder's lease is taken at once.
+at the same time. Held and renewed while a window writes; a killed holder's lease is taken at once
+when that can be known (its own retry, or a process gone on the holder's own node), else once it
+expires.
 """
 
 from __future__ import annotations
@@ -26,17 +28,27 @@ LEASE_SECONDS = 60.0  # a writer's lease; renewed every third of it while the wi
 LEASE_WAIT = 3600.0  # how long a window waits for another window of its pipeline to finish writing
 
 
+def node() -> str:
+    """Where a lease holder runs: the host, and the Celery worker (``CDCFLOW_AIRFLOW_WORKER``, set by
+    scripts/services.sh) when there is one. Two workers on one machine are two nodes, as on two
+    machines: a holder's pid is checked only by processes of its own node."""
+    worker = os.environ.get("CDCFLOW_AIRFLOW_WORKER")
+    return f"{socket.gethostname()}/{worker}" if worker else socket.gethostname()
+
+
 def _dead_holder(run_id: str, holder: str) -> bool:
-    """Whether the lease's holder (``<run id>@<host>:<pid>:<nonce>``) is a killed attempt, so that
+    """Whether the lease's holder (``<run id>@<node>:<pid>:<nonce>``) is a killed attempt, so that
     its lease is taken at once instead of after it expires (up to LEASE_SECONDS):
-    an earlier attempt of this same window (Airflow starts a retry only once the attempt before has
-    ended, killed or failed), or a process on this host that no longer exists."""
+    an earlier attempt of this same window, on any node (Airflow starts a retry only once the attempt
+    before has ended: failed, or killed and found so by the scheduler's heartbeat check), or a process
+    of this node that no longer exists. A holder on another node is not checked by its pid (another
+    machine's pids mean nothing here): it is waited for until its lease expires."""
     run, _, where = holder.rpartition("@")
     if run == run_id:
         return True
-    host, _, rest = where.partition(":")
+    at, _, rest = where.partition(":")
     pid = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid.isdigit():
+    if at != node() or not pid.isdigit():
         return False
     try:
         os.kill(int(pid), 0)
@@ -52,7 +64,7 @@ def writer_lease(store: StateStore, pipeline: str, run_id: str, wait: float = LE
                  seconds: float = LEASE_SECONDS) -> Iterator[None]:
     """Hold the pipeline's writer lease while the block runs: a live window and a backfill window of
     one pipeline never write at the same time. Waits up to ``wait`` seconds for the holder."""
-    holder = f"{run_id}@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    holder = f"{run_id}@{node()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     deadline, told = time.monotonic() + wait, 0.0
     while (other := store.leases.try_take(pipeline, holder, seconds, dead=partial(_dead_holder, run_id))) is not None:
         if time.monotonic() > deadline:

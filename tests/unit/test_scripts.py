@@ -47,6 +47,7 @@ def test_without_the_switch_airflow_is_the_preloading_local_executor_on_sqlite(t
     assert "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" not in env  # Airflow's default: SQLite in AIRFLOW_HOME
     assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS"] == "cdcflow.airflow.database.SQLITE_CONNECT_ARGS"
     assert not any(k.startswith(("AIRFLOW__CELERY", "CDCFLOW_REDIS_", "CDCFLOW_POSTGRES_")) for k in env)
+    assert "CDCFLOW_OFFSET_STORE_URL" not in env  # the state store's default: SQLite in CDCFLOW_HOME/state
 
 
 def test_the_celery_switch_points_airflow_at_redis_and_postgres(tmp_path: Path) -> None:
@@ -65,11 +66,20 @@ def test_the_celery_switch_points_airflow_at_redis_and_postgres(tmp_path: Path) 
     assert env["AIRFLOW__CELERY__BROKER_URL"] == f"redis://:{redis_pw}@127.0.0.1:6666/0"
     assert env["AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS"] == "cdcflow.airflow.celery_config.CELERY_CONFIG"
     assert env["CDCFLOW_AIRFLOW_WORKERS"] == "2"
+    # cdcflow's state store: a database of its own on the same PostgreSQL, which every worker reaches
+    assert env["CDCFLOW_OFFSET_STORE_URL"] == f"postgresql+psycopg2://airflow:{pg_pw}@127.0.0.1:5555/cdcflow_state"
     # the passwords are kept: a second source (another shell) gives the same URLs
     again = _env_after("source scripts/env.sh", {"CDCFLOW_HOME": str(tmp_path), "CDCFLOW_AIRFLOW_EXECUTOR": "celery",
                                                  "CDCFLOW_POSTGRES_PORT": "5555", "CDCFLOW_REDIS_PORT": "6666"},
                        fresh=True)
     assert again["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] == metadata
+
+
+def test_celery_mode_keeps_a_state_store_and_a_dags_folder_given(tmp_path: Path) -> None:
+    mine = {"CDCFLOW_OFFSET_STORE_URL": "mysql+pymysql://cdcflow:x@db:3306/cdcflow", "AIRFLOW__CORE__DAGS_FOLDER": "/d"}
+    env = _env_after("source scripts/env.sh",
+                     {"CDCFLOW_HOME": str(tmp_path), "CDCFLOW_AIRFLOW_EXECUTOR": "celery", **mine}, fresh=True)
+    assert {k: env[k] for k in mine} == mine
 
 
 def test_an_unknown_executor_is_refused(tmp_path: Path) -> None:

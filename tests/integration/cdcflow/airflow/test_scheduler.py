@@ -13,7 +13,7 @@ import pytest
 from cdcflow import cdcgen
 from cdcflow.config import load_pipeline
 from cdcflow.state import StateStore
-from tests.airflow_server import ROOT, AirflowServer, make_server
+from tests.airflow_server import AirflowServer, make_server
 from tests.helpers import bootstrap, expected, table_rows, unique, write_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.system, pytest.mark.services]
@@ -23,12 +23,7 @@ TASKS = ("plan_window", "process_window", "commit_offsets")
 @pytest.fixture(scope="module")
 def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]:
     srv = make_server(tmp_path_factory.mktemp("scheduler"))
-    # the project's DAG files, and the downstream DAGs the tests write beside them
-    dags = srv.home / "dags"
-    dags.mkdir()
-    for dag_file in (ROOT / "dags").glob("*.py"):
-        (dags / dag_file.name).symlink_to(dag_file)
-    srv.env["AIRFLOW__CORE__DAGS_FOLDER"] = str(dags)
+    srv.own_dags_folder()  # the project's DAG files, and the downstream DAGs the tests write beside them
     srv.env["AIRFLOW__CORE__EXECUTOR"] = "cdcflow.airflow.executor.PreloadingLocalExecutor"  # as services.sh
     srv.env["AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC"] = "2"
     srv.env["AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL"] = "5"

@@ -1,6 +1,7 @@
 """The state store on MySQL (MariaDB here), as docker-compose.yaml runs it (CDCFLOW_OFFSET_STORE_URL
 on the mysql service): its tables are created, and a window is planned, read, committed and found, and
-counted once in the metrics' totals."""
+counted once in the metrics' totals. ``round_trip`` does the same on any database (PostgreSQL:
+tests/integration/cdcflow/airflow/test_celery.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.services("mysql")]
 
 def test_the_state_store_creates_its_tables_and_commits_on_mysql() -> None:
     """Every table's key fits InnoDB's 3,072 bytes in utf8mb4 (cdcflow_schema_changes' did not)."""
-    store = StateStore(get_connection("cdcflow_mysql").sqlalchemy_url())
+    round_trip(get_connection("cdcflow_mysql").sqlalchemy_url())
+
+
+def round_trip(url: str) -> None:
+    """The state store at ``url`` creates its tables, plans, reads, commits and finds windows, keeps
+    schema changes with long keys, and counts a window once in the metrics' totals."""
+    store = StateStore(url)
     pipeline = f"p_{uuid.uuid4().hex[:8]}"
     try:
         for run, attempts in (("retried", 2), ("next", 0)):

@@ -194,6 +194,46 @@ def test_a_killed_attempts_lease_is_dead_to_its_retry_and_to_anyone_on_its_host(
     assert not lease._dead_holder("scheduled__2", "scheduled__1@abcd")  # an old-style holder: wait for expiry
 
 
+def test_a_holder_on_another_celery_worker_is_on_another_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two Celery workers on one machine (scripts/services.sh) are two nodes, as on two machines: a
+    holder's pid is checked on its own worker only; its own window's retry takes it anywhere."""
+    import socket
+    import subprocess
+
+    here = socket.gethostname()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    monkeypatch.setenv("CDCFLOW_AIRFLOW_WORKER", "worker2")
+    assert lease.node() == f"{here}/worker2"
+    on_worker1 = f"scheduled__1@{here}/worker1:{gone.pid}:abcd"
+    assert lease._dead_holder("scheduled__1", on_worker1)  # its retry, on worker2
+    assert not lease._dead_holder("scheduled__2", on_worker1)  # another window: the pid is worker1's to check
+    assert not lease._dead_holder("scheduled__2", f"scheduled__1@{here}:{gone.pid}:abcd")  # not a worker's
+    assert lease._dead_holder("scheduled__2", f"scheduled__1@{here}/worker2:{gone.pid}:abcd")  # gone on worker2
+
+
+def test_a_killed_holders_lease_is_taken_at_once_by_its_retry_and_on_expiry_by_another_window(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a worker killed mid-window leaves (its lease, renewed for ``seconds``), as the other
+    worker meets it: the window's retry writes at once, another window once the lease has expired."""
+    import socket
+    import subprocess
+
+    store = StateStore(f"sqlite:///{tmp_path / 'o.db'}")
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    killed = f"scheduled__1@{socket.gethostname()}/worker1:{gone.pid}:abcd"
+    monkeypatch.setenv("CDCFLOW_AIRFLOW_WORKER", "worker2")
+    waited = {}
+    for run_id in ("scheduled__1", "scheduled__2"):
+        assert store.leases.try_take("p", killed, 2.0) is None
+        asked = time.monotonic()
+        with lease.writer_lease(store, "p", run_id, wait=30):
+            waited[run_id] = time.monotonic() - asked
+    assert waited["scheduled__1"] < 0.5, waited  # the retry: at once
+    assert 1.5 < waited["scheduled__2"] < 4.5, waited  # another window: the lease's 2 s (polled every second)
+
+
 def test_a_window_waits_for_the_writer_and_fails_clearly_when_it_does_not_end(tmp_path: Path) -> None:
     store = StateStore(f"sqlite:///{tmp_path / 'o.db'}")
     order: list[str] = []
