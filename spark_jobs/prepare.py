@@ -56,8 +56,9 @@ def is_dynamic(target: SinkTarget, job: WindowJob) -> bool:
 
 def eligible(job: WindowJob) -> bool:
     """This path serves pipelines whose every sink is static or dynamic, and the transform chains
-    spark_jobs/row_transforms.py serves (into static MySQL tables); the others (pk_mode kafka, an
-    exactly-once sink without declared columns, other chains) take ``spark_path.run_spark_path``, as
+    spark_jobs/row_transforms.py serves (row_chains.unserved); the others (pk_mode kafka into tables from
+    the record schema, an exactly-once sink without declared columns, other chains) take
+    ``spark_path.run_spark_path``, as
     does every window when ``CDCFLOW_WINDOW_PATH=spark`` is set in the driver's environment."""
     if os.environ.get("CDCFLOW_WINDOW_PATH") == "spark":  # the older path, for comparisons (bench/run.py)
         return False

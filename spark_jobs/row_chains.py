@@ -96,7 +96,8 @@ def _unserved_step(cfg: Any, first: bool, versioning: str) -> str | None:
     if isinstance(cfg, cfgs.RegexRouter) and not _re2(cfg.regex):
         return f"the regex {cfg.regex!r} is not an RE2 expression"
     if isinstance(cfg, cfgs.RegexRouter) and java_replacement(cfg.replacement, numbered_groups(cfg.regex)[1]) is None:
-        return (f"the replacement {cfg.replacement!r} names a group the regex lacks, or ends in a lone $ or \\ "
+        return (f"the replacement {cfg.replacement!r} names a group the regex lacks, or has a $ without a group "
+                "or a trailing \\ "
                 "(Java refuses it)")
     for name in ("format", "timestamp_format"):
         pattern = getattr(cfg, name, None) if kind in ("TimestampConverter", "TimestampRouter") else None

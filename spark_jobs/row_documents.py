@@ -80,7 +80,17 @@ class _Fragments:
             fields = self.parsed.get(row)
             if fields is None:
                 text = self.texts[row]
-                fields = self.parsed[row] = _FRAGMENTS.decode(text) if text is not None else {}
+                fields = self.parsed[row] = _fields(text)
             raw = fields.get(name)
             out.append(None if raw is None else bytes(raw).decode("utf-8"))
         return pa.array(out, pa.string())
+
+
+def _fields(document: str | None) -> dict[str, msgspec.Raw]:
+    """A decoded document's fields as their JSON (none for a value that is not an object: a text)."""
+    if document is None:
+        return {}
+    try:
+        return _FRAGMENTS.decode(document)
+    except msgspec.ValidationError:
+        return {}

@@ -17,9 +17,11 @@ As Kafka Connect's (and the older path's, spark_jobs/transforms.py):
 
 An ExtractField of a null field makes the record a tombstone, a delete of its key (Debezium's
 ``after`` of a delete event), as in Kafka Connect; so does a field a schemaless record lacks (Kafka
-Connect reads a map's missing key as null). A field the record's schema lacks fails the record (the
-older path fails the window with a config error when no record of the window has it). A delete's row
-image goes through these steps too, and is left as it is where it lacks the field.
+Connect reads a map's missing key as null), whatever its neighbours hold. A field the record's
+schema lacks fails the record (the older path fails the window with a config error when no record of
+the window has it). A delete's row image goes through these steps too, and is left as it is where it
+lacks the field. A record whose structs could not be read whole fails in the decode, naming why
+(connectors/debezium/envelope.Decoder ``_whole``), rather than reach these steps as JSON texts.
 """
 
 from __future__ import annotations
@@ -66,10 +68,15 @@ def extract_field(rows: Rows, cfg: cfgs.ExtractField) -> None:
     missing = f"ExtractField: value has no field {cfg.field!r}"
     nulled: list[np.ndarray] = []
 
+    schemaless = pc.is_null(rows.column("schema_id")).to_numpy(zero_copy_only=False)
+
     def step(child: pa.StructArray, at: np.ndarray) -> tuple[pa.StructArray, pa.Array | None]:
         fields = fields_of(child)
-        if cfg.field not in fields:  # a delete keeps its image; an upsert fails (Rows.map_images)
-            where = hit.take(pa.array(at))
+        if cfg.field not in fields:
+            # schemaless, a field the record lacks is null (Kafka Connect reads a map): a tombstone; a field its
+            # schema lacks fails the record (a delete keeps its image: Rows.map_images fails upserts only)
+            nulled.append(at[schemaless[at] & pc.invert(child.is_null()).to_numpy(zero_copy_only=False)])
+            where = pc.and_(hit.take(pa.array(at)), pa.array(~schemaless[at]))
             return child, pc.if_else(where, missing, pa.scalar(None, pa.string()))
         values = fields[cfg.field]
         null = pc.and_(pc.invert(child.is_null()), values.is_null()).to_numpy(zero_copy_only=False)
@@ -117,6 +124,10 @@ def hoist_field(rows: Rows, cfg: cfgs.HoistField) -> None:
         fields = fields_of(child)
         if not fields:  # the rows of no image (a record that failed, a TRUNCATE)
             return child, None
+        if WHOLE in fields and len(fields) > 1:  # a field step ran on a value that is not a struct
+            return child, pa.array([f"HoistField: the value is {fields[WHOLE].type}, not a struct, and a step before "
+                                    "this one set fields of it (Kafka Connect refuses that): put HoistField first"]
+                                   * len(child), pa.string())
         whole = list(fields) == [WHOLE]
         held = fields[WHOLE] if whole else pa.StructArray.from_arrays(list(fields.values()), names=list(fields))
         return _where(hit.take(pa.array(at)), struct_like({cfg.field: held}, child), child), None

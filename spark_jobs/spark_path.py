@@ -1,4 +1,5 @@
-"""The older window path: the records in Spark frames, for pipelines with SMTs (and pk_mode kafka).
+"""The older window path: the records in Spark frames, for the pipelines the per-partition path does
+not serve yet (spark_jobs/row_chains.unserved: Sql/SqlExpression/Python, tables from schemaless JSON …).
 
 spark_jobs/window.py picks it for the pipelines the per-partition path does not serve. The records
 are decoded in the read task, then handed to Spark: converters and the transform chain are Spark

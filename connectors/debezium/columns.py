@@ -252,7 +252,8 @@ def _plain_group(decoder: Decoder, rows: np.ndarray, lines: pa.Array) -> _Group:
     infer = decoder.fields is None  # every field: the first record's, and any other the records have
     names = list(sample) if infer else sorted(decoder.fields)  # type: ignore[arg-type]
     if decoder.rows and decoder.nested:  # objects, arrays (and nulls, which may be either): by their JSON types
-        names = [n for n in names if sample.get(n) is not None and not isinstance(sample.get(n), dict | list)]
+        names = [n for n in names if not isinstance(sample.get(n), dict | list)
+                 and (sample.get(n) is not None or n in decoder.hints)]  # a declared column keeps its type
     row_type = pa.struct([(n, declared_type(decoder.hints.get(n), sample.get(n))) for n in names])
     reader = decoder.schemaless
     return _Group(rows, lines, row_type, {n: reader.converters.get(n, reader.fallback) for n in names}, None, False,
@@ -327,6 +328,8 @@ def _halving(decoder: Decoder, batch: pa.RecordBatch, rows: np.ndarray,
 def decode_columns(decoder: Decoder, batch: pa.RecordBatch,
                    per_record: Callable[[pa.RecordBatch], pa.RecordBatch]) -> pa.RecordBatch:
     """``batch`` decoded: its groups column-wise, the rest by ``per_record``, in the batch's order."""
+    if decoder.rows == "string":  # a text, whatever it looks like (the string converter's)
+        return per_record(batch)
     values = batch.column("value")
     n = batch.num_rows
     wrapped = _starts_with(values, WRAPPED)

@@ -206,11 +206,21 @@ class Decoder(RecordDecoder):
             raise RecordError("converter", f"value is not a JSON object (value.converter json): {exc}") from None
         if not isinstance(row, dict):
             raise RecordError("transform", f"the row image is not a JSON object: {bytes(raw)[:80]!r}")
+        self._whole(row)
         try:
             texts, docs = reader.read(row, self.fields)
         except BadValue as exc:
             raise RecordError("converter", f"{exc}") from None
         return texts, (_ENCODE.encode(docs).decode("utf-8") if self.need_json else None)
+
+    def _whole(self, row: Mapping[str, Any]) -> None:
+        """With ``nested`` (a chain that takes structs apart): a record read here, whose structs and
+        arrays would become JSON texts, fails instead, naming why (the column-wise decode keeps them
+        whole, connectors/debezium/columns.py, and reads every record it can)."""
+        if self.nested and any(isinstance(v, dict | list) for v in row.values()):
+            raise RecordError("converter", "the record has a struct or an array that could not be read whole (a "
+                                           "Connect array or map field, a value with a line break, or more than 16 "
+                                           "schemas in one batch), which Flatten, ExtractField and HoistField need")
 
     column_wise_min = COLUMN_WISE_MIN
 
@@ -236,7 +246,8 @@ class Decoder(RecordDecoder):
                 raise RecordError("converter", "tombstone without a key: nothing to delete")
             image = self._key(key)
             if image is None:
-                raise RecordError("converter", "tombstone key is not a JSON object (key.converter json)")
+                raise RecordError("converter", "tombstone key is not a JSON object: nothing to delete by (a "
+                                               "tombstone deletes the row of its key's fields)")
             return Change("delete", image, None, offset if self.versioning == "kafka_offset" else None)
         if self.rows:
             return self._row(offset, key, value)
@@ -321,12 +332,14 @@ class Decoder(RecordDecoder):
         if not isinstance(row, dict):
             raise RecordError("converter", f"value is JSON but not an object (value.converter {self.rows})")
         reader = self.reader(schema, "")
+        self._whole(row)
         try:
             texts, docs = reader.read(row, self.fields)
         except BadValue as exc:
             raise RecordError("converter", f"{exc}") from None
         doc = _ENCODE.encode(docs).decode("utf-8") if self.need_json else None
-        return Change("upsert", texts, doc, self._version(offset, None, _ROW_UNVERSIONED), **self._schema_of(reader, key))
+        version = self._version(offset, None, _ROW_UNVERSIONED)
+        return Change("upsert", texts, doc, version, **self._schema_of(reader, key))
 
     def _plain(self, offset: int, key: bytes | None, value: bytes) -> Change | None:
         """An upsert or a delete with its row image, in an envelope without the wrapper, decoded in

@@ -14,6 +14,7 @@ from pydantic import TypeAdapter
 
 from connectors import images
 from connectors.debezium.envelope import Decoder
+from connectors.debezium.types import ColumnHint
 from connectors.memory import MemorySource, Record
 from spark_jobs import row_transforms as rt
 from spark_jobs import transform_config as cfgs
@@ -93,3 +94,29 @@ def test_extract_field_of_a_field_a_schema_lacks_fails_that_record_and_a_schemal
     rows = _through(schemaless, "json", {"type": "ExtractField", "field": "inner"})
     assert [(r["change_op"], r["image"], r["error_message"]) for r in rows] == [
         ("upsert", {"v": "1"}, None), ("delete", {"id": "2"}, None)]
+
+
+def test_what_a_review_found_stays_fixed() -> None:
+    """A text that looks like JSON stays a text; a field step before HoistField on a text fails; a
+    schemaless record without the field is a tombstone whatever its neighbours hold; a record whose
+    structs cannot be read whole fails in the decode, naming why; a declared DECIMAL keeps its type."""
+    looks_like_json: list[tuple[bytes | None, bytes | None]] = [(None, b'{"id":1,"a":2}')] * 2
+    [hoisted, _same] = _through(looks_like_json, "string", {"type": "HoistField", "field": "line"}, documents=True)
+    assert (hoisted["image"], json.loads(hoisted["image_json"])) == (
+        {"line": '{"id":1,"a":2}'}, {"line": '{"id":1,"a":2}'})
+    [late] = _through([(None, b"hello")], "string", {"type": "InsertField", "topic_field": "t"},
+                      {"type": "HoistField", "field": "line"})
+    assert late["error_message"].startswith("HoistField: the value is string, not a struct, and a step before")
+    alone = [(b'{"id":2}', b'{"id":2}')]
+    for records in (alone, [(b'{"id":1}', b'{"id":1,"inner":{"v":1}}'), *alone]):
+        rows = _through(records, "json", {"type": "ExtractField", "field": "inner"})
+        assert (rows[-1]["change_op"], rows[-1]["image"], rows[-1]["error_message"]) == ("delete", {"id": "2"}, None)
+    [broken] = _through([(b'{"id":1}', b'{"id":1,\n"a":{"b":1}}')], "json", {"type": "Flatten"})
+    assert broken["error_message"].startswith("the record has a struct or an array that could not be read whole")
+    decoder = Decoder("kafka_offset", hints={"amt": ColumnHint("DECIMAL(20,2)")}, need_json=False, rows="json",
+                      nested=True)
+    decoder.column_wise_min = 1
+    batch = MemorySource([Record(fx.TOPIC, 0, i, b'{"id":1}', v, 0, []) for i, v in enumerate(
+        [b'{"id":1,"amt":null,"a":{"b":1}}', b'{"id":2,"amt":12345678901234567.89,"a":{"b":2}}'])]).batch()
+    image = pa.Table.from_batches([decoder.decode_batch(batch)]).column("image")
+    assert images.texts(image, "amt").to_pylist() == [None, "12345678901234567.89"]

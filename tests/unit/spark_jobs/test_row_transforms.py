@@ -282,8 +282,8 @@ def test_java_patterns_and_replacements_this_path_cannot_read_go_to_the_older_pa
         "transforms.1 (RegexRouter): the regex 'x[a-z&&[^c]]' is not an RE2 expression")
     for replacement in ("$x", "$2", "$", "a\\", "${b}"):
         assert reason({"type": "RegexRouter", "regex": "(?P<a>a)", "replacement": replacement}) == (
-            f"transforms.1 (RegexRouter): the replacement {replacement!r} names a group the regex lacks, or ends in "
-            "a lone $ or \\ (Java refuses it)")
+            f"transforms.1 (RegexRouter): the replacement {replacement!r} names a group the regex lacks, or has a $ "
+            "without a group or a trailing \\ (Java refuses it)")
     for replacement in ("$2$1\\$", "$10", "${a}$0"):
         assert reason({"type": "RegexRouter", "regex": "(?P<a>a)(b)", "replacement": replacement}) is None
     assert rt.unserved(job(MYSQL, transforms=CHAIN.validate_python(
