@@ -102,6 +102,14 @@ def struct_like(fields: dict[str, pa.Array], like: pa.StructArray) -> pa.StructA
     return pa.StructArray.from_arrays(list(fields.values()), names=list(fields), mask=mask)
 
 
+def joined(pieces: list[Any], n: int) -> pa.Array:
+    """Per change, its texts and the constant texts among ``pieces`` joined (one text for all where
+    no piece is per change): a topic made of parts (TimestampRouter, RegexRouter)."""
+    if not any(isinstance(p, pa.Array) for p in pieces):
+        return pa.array(np.full(n, "".join(pieces), dtype=object), pa.string())
+    return pc.binary_join_element_wise(*pieces, "")
+
+
 def first_error(*errors: pa.Array | None) -> pa.Array | None:
     """Per row, the first of the fields' error texts (None: no field could fail)."""
     found = [e for e in errors if e is not None]

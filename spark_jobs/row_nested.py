@@ -1,5 +1,6 @@
 """The SMTs of the per-partition path that take values apart or wrap them: Flatten, ExtractField and
-HoistField, on the value (spark_jobs/row_transforms.py applies them in the chain's order).
+HoistField, on the value (spark_jobs/row_transforms.py applies them in the chain's order), to every
+record: they take no predicate (cdcflow/config.py refuses one, as they change the record's shape).
 
 They need the nested values whole: with one of them in the chain, the decode keeps a struct or an
 array of a record as one (connectors/debezium/columns.py ``nested``), where otherwise it reads it into
@@ -35,21 +36,19 @@ import pyarrow.compute as pc
 from connectors import images
 from connectors.debezium.envelope import Decoder
 from spark_jobs import transform_config as cfgs
-from spark_jobs.row_changes import Rows, applies, fields_of, struct_like
+from spark_jobs.row_changes import Rows, fields_of, struct_like
 
 WHOLE = ""  # the one field of an image whose value is not a struct
 
 
 def flatten(rows: Rows, cfg: cfgs.Flatten) -> None:
-    hit = pc.fill_null(applies(rows, cfg), False)
-
     def step(child: pa.StructArray, at: np.ndarray) -> tuple[pa.StructArray, None]:
         if not any(pa.types.is_struct(f.type) for f in child.type):
             return child, None
         flat: dict[str, pa.Array] = {}
         for name, values in fields_of(child).items():
             _expand(name, values, cfg.delimiter, flat)
-        return _where(hit.take(pa.array(at)), struct_like(flat, child), child), None
+        return struct_like(flat, child), None
     rows.map_images(step)
 
 
@@ -64,7 +63,6 @@ def _expand(name: str, values: pa.Array, delimiter: str, out: dict[str, pa.Array
 def extract_field(rows: Rows, cfg: cfgs.ExtractField) -> None:
     """An upsert whose field is null becomes a tombstone, as in Kafka Connect (an ExtractField of
     Debezium's ``after``: a delete event): a delete of the record's key (:func:`_tombstones`)."""
-    hit = pc.fill_null(applies(rows, cfg), False)
     missing = f"ExtractField: value has no field {cfg.field!r}"
     nulled: list[np.ndarray] = []
 
@@ -76,8 +74,7 @@ def extract_field(rows: Rows, cfg: cfgs.ExtractField) -> None:
             # schemaless, a field the record lacks is null (Kafka Connect reads a map): a tombstone; a field its
             # schema lacks fails the record (a delete keeps its image: Rows.map_images fails upserts only)
             nulled.append(at[schemaless[at] & pc.invert(child.is_null()).to_numpy(zero_copy_only=False)])
-            where = pc.and_(hit.take(pa.array(at)), pa.array(~schemaless[at]))
-            return child, pc.if_else(where, missing, pa.scalar(None, pa.string()))
+            return child, pc.if_else(pa.array(~schemaless[at]), missing, pa.scalar(None, pa.string()))
         values = fields[cfg.field]
         null = pc.and_(pc.invert(child.is_null()), values.is_null()).to_numpy(zero_copy_only=False)
         nulled.append(at[null])
@@ -85,7 +82,7 @@ def extract_field(rows: Rows, cfg: cfgs.ExtractField) -> None:
         if pa.types.is_struct(values.type) and child.null_count:  # a row without an image keeps none
             taken = pa.StructArray.from_arrays(values.flatten(), names=values.type.names,
                                                mask=pc.or_(child.is_null(), values.is_null()))
-        return _where(hit.take(pa.array(at)), taken, child), None
+        return taken, None
     rows.map_images(step)
     _tombstones(rows, np.concatenate(nulled) if nulled else np.zeros(0, np.int64))
 
@@ -98,7 +95,7 @@ def _tombstones(rows: Rows, at: np.ndarray) -> None:
     if not len(at):
         return
     decoder = Decoder("kafka_offset")
-    keys = [decoder._key(k) for k in rows.column("key").take(pa.array(at)).to_pylist()]  # noqa: SLF001
+    keys = [decoder.key_image(k) for k in rows.column("key").take(pa.array(at)).to_pylist()]
     n = rows.table.num_rows
     order = np.arange(n)
     order[at] = n + np.arange(len(at))
@@ -118,8 +115,6 @@ def _spread(values: list[Any], at: np.ndarray, n: int) -> list[Any]:
 
 
 def hoist_field(rows: Rows, cfg: cfgs.HoistField) -> None:
-    hit = pc.fill_null(applies(rows, cfg), False)
-
     def step(child: pa.StructArray, at: np.ndarray) -> tuple[pa.StructArray, None]:
         fields = fields_of(child)
         if not fields:  # the rows of no image (a record that failed, a TRUNCATE)
@@ -130,15 +125,8 @@ def hoist_field(rows: Rows, cfg: cfgs.HoistField) -> None:
                                    * len(child), pa.string())
         whole = list(fields) == [WHOLE]
         held = fields[WHOLE] if whole else pa.StructArray.from_arrays(list(fields.values()), names=list(fields))
-        return _where(hit.take(pa.array(at)), struct_like({cfg.field: held}, child), child), None
+        return struct_like({cfg.field: held}, child), None
     rows.map_images(step)
-
-
-def _where(hit: pa.Array, new: pa.StructArray, old: pa.StructArray) -> pa.StructArray:
-    """The child rewritten, where the step applies: to every record, as these steps take no predicate
-    (cdcflow/config.py: they change a record's shape)."""
-    assert pc.all(hit).as_py(), "a step that changes the record's shape takes no predicate"
-    return new
 
 
 def not_rows(rows: Rows) -> None:

@@ -29,11 +29,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectors import images
-from connectors.changes import RecordError
 from connectors.debezium.envelope import Decoder
 from spark_jobs import row_patterns
 from spark_jobs import transform_config as cfgs
-from spark_jobs.row_changes import Rows, applies, fields_of, first_error
+from spark_jobs.row_changes import Rows, applies, fields_of, first_error, joined
 
 _PLACEHOLDERS = re.compile(r"(\$\{topic\}|\$\{timestamp\})")
 
@@ -67,10 +66,7 @@ def timestamp_router(rows: Rows, cfg: cfgs.TimestampRouter) -> None:
                                row_patterns.tokens(cfg.timestamp_format))  # unserved() refused what it cannot
     pieces = [stamp if part == "${timestamp}" else route if part == "${topic}" else part
               for part in _PLACEHOLDERS.split(cfg.topic_format) if part]
-    if not any(isinstance(p, pa.Array) for p in pieces):  # no placeholder: one text for all
-        topic = pa.array(np.full(len(route), "".join(pieces), dtype=object), pa.string())
-    else:
-        topic = pc.binary_join_element_wise(*pieces, "")
+    topic = joined(pieces, len(route))
     rows.set("route", pc.if_else(applies(rows, cfg), topic, route))
 
 
@@ -112,19 +108,10 @@ def key_texts(rows: Rows, name: str) -> pa.Array:
         image, fields = rows.key_from
         texts = images.Fields(image).texts(name) if name in fields else pa.nulls(len(image), pa.string())
     else:
-        decoder = Decoder("kafka_offset")
-        texts = pa.array([_key_field(decoder, key, name) for key in rows.column("key").to_pylist()], pa.string())
+        decoder = Decoder("kafka_offset")  # the key read as the decode reads a tombstone's (its {schema, payload})
+        texts = pa.array([(decoder.key_image(key) or {}).get(name) for key in rows.column("key").to_pylist()],
+                         pa.string())
     return texts if rows.keyless is None else pc.if_else(rows.keyless, pa.scalar(None, pa.string()), texts)
-
-
-def _key_field(decoder: Decoder, key: bytes | None, name: str) -> str | None:
-    """Field ``name`` of a Kafka key, read as the decode reads a tombstone's key (the {schema,
-    payload} wrapper unwrapped, values by the key's schema); None where the key is not an object."""
-    try:
-        [change] = decoder.decode_record(0, key, None, "")
-    except RecordError:
-        return None
-    return (change.image or {}).get(name)
 
 
 def keyless_deletes(rows: Rows) -> None:

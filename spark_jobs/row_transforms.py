@@ -79,7 +79,7 @@ from connectors.changes import VERSION_SHIFT
 from connectors.errors import ConfigError
 from spark_jobs import row_documents, row_nested, row_steps
 from spark_jobs import transform_config as cfgs
-from spark_jobs.row_changes import Rows, applies, fields_of, first_error, struct_like
+from spark_jobs.row_changes import Rows, applies, fields_of, first_error, joined, struct_like
 from spark_jobs.row_casts import CAST_TYPES, cast_values  # noqa: F401
 # unserved, names_before, TIME_COLUMNS, CAST_TYPES and cast_values are read through this module too
 from spark_jobs.row_chains import (  # noqa: F401
@@ -275,10 +275,7 @@ def regex_router(rows: Rows, cfg: cfgs.RegexRouter) -> None:
     assert pieces is not None  # unserved() refused the others
     groups = pc.extract_regex(route, pattern) if names else None
     parts = [p if isinstance(p, str) else route if p == 0 else groups.field(f"_g{p}") for p in pieces]
-    if not any(isinstance(p, pa.Array) for p in parts):  # no group: one text for all
-        renamed = pa.array(np.full(len(route), "".join(parts), dtype=object), pa.string())
-    else:
-        renamed = pc.binary_join_element_wise(*parts, "")
+    renamed = joined(parts, len(route))
     rows.set("route", pc.if_else(hit, renamed, route))
 
 

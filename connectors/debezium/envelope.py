@@ -180,7 +180,7 @@ class Decoder(RecordDecoder):
                 described["properties"][name] = {"type": "unsigned_long"}
         return _ENCODE.encode(described).decode("utf-8")
 
-    def _key(self, key: bytes | None) -> dict[str, str | None] | None:
+    def key_image(self, key: bytes | None) -> dict[str, str | None] | None:
         """The key as a row image (unwrapped from {schema, payload}); None when it is not an object."""
         if key is None:
             return None
@@ -244,7 +244,7 @@ class Decoder(RecordDecoder):
         if value is None:  # a tombstone deletes its key at the version of the change before it
             if key is None:
                 raise RecordError("converter", "tombstone without a key: nothing to delete")
-            image = self._key(key)
+            image = self.key_image(key)
             if image is None:
                 raise RecordError("converter", "tombstone key is not a JSON object: nothing to delete by (a "
                                                "tombstone deletes the row of its key's fields)")
@@ -290,7 +290,7 @@ class Decoder(RecordDecoder):
                 reader = self.reader(schema, "before")
                 image, doc = self._image(env.before, reader)
                 return Change("delete", image, doc, version, **origin, **self._schema_of(reader, key), source_op="d")
-            key_image = self._key(key)
+            key_image = self.key_image(key)
             if key_image is None:
                 raise RecordError("transform", "delete without a 'before' row image nor a JSON key")
             return Change("delete", key_image, _ENCODE.encode(key_image).decode("utf-8") if self.need_json else None,
