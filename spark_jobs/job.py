@@ -87,6 +87,8 @@ class WindowJob:
     # Debezium: a smaller batch is decoded record by record (connectors/debezium/envelope.COLUMN_WISE_MIN;
     # $CDCFLOW_COLUMN_WISE_MIN on the driver sets it, so that tests run small windows column-wise too)
     column_wise_min: int | None = None
+    # composed indices (document:): what the read tasks read of their tables' changes (spark_jobs/compose.py)
+    documents: tuple[Any, ...] = ()
 
     def offset_commit(self, ends: dict[tuple[str, int], tuple[int, int]]) -> OffsetCommit | None:
         if self.offsets_sink is None:
@@ -109,6 +111,8 @@ class WindowResult:
     truncates_ignored: int = 0  # TRUNCATEs of source tables left unapplied (truncate: ignore)
     schema_changes: list[dict[str, Any]] = field(default_factory=list)  # DDL run and changes ignored, per column
     truncates: list[dict[str, Any]] = field(default_factory=list)  # truncate: apply: per table, its version, rows deleted
+    # composed indices: per sink, per table, the changed rows' columns (spark_jobs/compose.merge_seeds)
+    seeds: dict[str, Any] = field(default_factory=dict)
 
     def stats(self) -> dict[str, Any]:
         return {"records": self.records, "dead_lettered": self.dead_lettered, "record_time": self.record_time,

@@ -68,18 +68,23 @@ def eligible(job: WindowJob) -> bool:
 
 
 def refuse_older_path(job: WindowJob) -> None:
-    """A history table is written on this path only (the older one keeps the last change per key, which
-    would lose versions): a pipeline that takes the older one with a history sink fails its window,
-    naming why, before any read."""
+    """A history table and a composed index are written on this path only (the older one keeps the last
+    change per key, which would lose versions, and reads no seeds of documents): a pipeline that takes
+    the older one with either fails its window, naming why, before any read."""
     history = [t.config.name for t in job.sinks if is_history(t)]
-    if not history:
+    composed = [d.sink for d in job.documents]
+    if not history and not composed:
         return
     if os.environ.get("CDCFLOW_WINDOW_PATH") == "spark":
         why = "CDCFLOW_WINDOW_PATH=spark is set"
     else:
         why = (row_transforms.unserved(job) if job.transforms else None) or "a sink this path does not serve"
-    raise ConfigError(f"sinks {history}: mode: history is written on the per-partition window path only, and "
-                      f"this pipeline takes the older Spark path ({why}); remove what sends it there or use mode: state")
+    if history:
+        raise ConfigError(f"sinks {history}: mode: history is written on the per-partition window path only, and "
+                          f"this pipeline takes the older Spark path ({why}); remove what sends it there or use "
+                          "mode: state")
+    raise ConfigError(f"sinks {composed}: a composed index (document:) is kept on the per-partition window path "
+                      f"only, and this pipeline takes the older Spark path ({why}); remove what sends it there")
 
 
 def early_targets(job: WindowJob) -> dict[str, SinkTarget]:

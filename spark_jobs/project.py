@@ -19,7 +19,7 @@ from connectors import images
 from connectors.changes import TRUNCATE
 from connectors.elasticsearch.config import ElasticsearchSinkConfig
 from connectors.mysql.config import MySqlSinkConfig
-from spark_jobs import row_transforms
+from spark_jobs import compose, row_transforms
 from spark_jobs.blobs import BAD, CHANGES, DELETES, ROWS, TALLY, bucketed, pack, packed
 from spark_jobs.dead_letters import first_per_record, send_first
 from spark_jobs.job import MAX_EXAMPLES, TRUNCATE_TO_DLQ, Pieces, WindowJob
@@ -336,8 +336,9 @@ def sort_out(job: WindowJob, decoded: pa.Table, early: dict[str, SinkTarget] | N
     examples = [f"{t}[{p}]@{o} ({s}): {m}" for t, p, o, s, m in zip(
         *[bad.column(c).slice(0, MAX_EXAMPLES).to_pylist() for c in
           ("topic", "partition", "offset", "error_stage", "error_message")], strict=True)]
+    seeds = compose.seeds_of(job.documents, valid, _table_names)  # the changed rows of composed indices' tables
     return Sorted(rows, bad, {**_tally_of(decoded, bad), "schemas": schemas, "examples": examples,
-                              "truncates": truncates})
+                              "truncates": truncates, **({"seeds": seeds} if seeds else {})})
 
 
 def _static_rows(target: SinkTarget, valid: pa.Table, schemas: dict[str, list[list[Any]]], bad_parts: list[pa.Table],

@@ -59,7 +59,7 @@ from connectors import errors as cdc_errors
 from connectors import timing
 from connectors.base import SinkStats
 from connectors.errors import CdcflowError, WindowFailed
-from spark_jobs import prepare, spark_path
+from spark_jobs import compose, prepare, spark_path
 from spark_jobs.blobs import BAD, CHANGES, DELETES, PACKED_SCHEMA, ROWS, TALLY, unpack
 from spark_jobs.dead_letters import blob_rows, breaker, reporter, send_dead_letters
 from spark_jobs.deadline import Deadline
@@ -140,6 +140,7 @@ def run_partition_path(spark: SparkSession, job: WindowJob, on_read: OnRead,
         # the read range is in the ledger before anything is applied (but the early targets' writes)
         result = read_result(ends_of(job, tally), tally, on_read, stages)
     result.schema_changes += made
+    result.seeds = compose.merge_seeds(tallies)
     for name in early:
         result.sinks.setdefault(name, SinkStats())
     for info in tallies:

@@ -9,6 +9,7 @@ job; :class:`StateStore` opens the one engine they share:
 * ``operator`` (state/operator.py): STOPPED or running, schema-change decisions, redrives;
 * ``lag`` (state/lag_history.py): lag over time per partition;
 * ``chores`` (state/chores.py): periodic chores and retention;
+* ``documents`` (state/documents.py): a composed index's document versions and backlog;
 * ``totals`` (state/totals.py): cumulative totals of the metrics, added to when a window commits and
   never pruned.
 
@@ -18,6 +19,7 @@ The tables themselves are in state/tables.py.
 from __future__ import annotations
 
 from cdcflow.state.chores import Chores
+from cdcflow.state.documents import Documents
 from cdcflow.state.lag_history import LagEntry, LagHistory
 from cdcflow.state.leases import Leases
 from cdcflow.state.ledger import Ledger
@@ -30,7 +32,7 @@ from cdcflow.state.totals import Totals
 from cdcflow.state.windows import CommitResult, Origin, PartitionWindow, TopicPartition, WindowPlan, WindowStatus
 
 __all__ = [
-    "Chores", "CommitResult", "LagEntry", "LagHistory", "LagSource", "Leases", "Ledger", "MemoryOffsetStore",
+    "Chores", "CommitResult", "Documents", "LagEntry", "LagHistory", "LagSource", "Leases", "Ledger", "MemoryOffsetStore",
     "OffsetStore", "OperatorState", "Origin", "PartitionWindow", "PipelineState", "Redrive", "SqlOffsetStore",
     "StateStore", "TopicPartition", "Totals", "WindowPlan", "WindowStatus", "default_store_url",
 ]
@@ -48,6 +50,7 @@ class StateStore:
         self.operator = OperatorState(self.engine)
         self.lag = LagHistory(self.engine)
         self.chores = Chores(self.engine)
+        self.documents = Documents(self.engine)
         self.totals = Totals(self.engine)
         self.totals.seed_from_ledger()  # once per database: a ledger older than the totals
 

@@ -170,6 +170,27 @@ totals_table = sa.Table(
 )
 
 
+# Composed indices (cdcflow/window/compose.py): the last document version handed out per index (each
+# rebuild takes a newer one before it reads the tables), and the backlog, the root keys a window found
+# affected past its max_documents, carried over to the next windows.
+document_versions_table = sa.Table(
+    "cdcflow_document_versions",
+    metadata,
+    sa.Column("pipeline", sa.String(200), primary_key=True),
+    sa.Column("sink", sa.String(200), primary_key=True),
+    sa.Column("version", sa.BigInteger, nullable=False),
+)
+document_backlog_table = sa.Table(
+    "cdcflow_document_backlog",
+    metadata,
+    sa.Column("pipeline", sa.String(200), primary_key=True),
+    sa.Column("sink", sa.String(200), primary_key=True),
+    sa.Column("key_hash", sa.String(40), primary_key=True),  # SHA-1 of ``root_key``: any key fits InnoDB's index
+    sa.Column("root_key", sa.Text, nullable=False),  # JSON array of the key's MySQL texts
+    sa.Column("run_id", sa.String(250), nullable=False),  # the window that found it affected
+    sa.Column("added_at", sa.DateTime, nullable=False),
+)
+
 def now() -> datetime:
     """Naive UTC, as every timestamp column stores it."""
     return datetime.now(UTC).replace(tzinfo=None)

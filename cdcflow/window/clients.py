@@ -66,6 +66,15 @@ class Clients:
         """Each sink's SinkTarget (its connection resolved: executors need no Airflow), in config order."""
         return tuple(self.target(sink) for sink in self.cfg.sinks)
 
+    @cached_property
+    def documents(self) -> tuple[tuple[Any, Any], ...]:
+        """Each composed index (an Elasticsearch sink with ``document:``) and the MySQL sink keeping its
+        tables, both resolved."""
+        from cdcflow.config import keeper_of  # noqa: PLC0415
+
+        return tuple((self.target(s), self.target(keeper_of(self.cfg, s))) for s in self.cfg.sinks
+                     if getattr(s, "document", None) is not None)
+
     def target(self, sink: Any) -> Any:
         from spark_jobs.sinks import SinkTarget  # noqa: PLC0415
 

@@ -17,6 +17,7 @@ from cdcflow.config import PipelineConfig
 from cdcflow.errors import CdcflowError, DeadLettersExceeded, SchemaChangePending, WindowFailed
 from cdcflow.run_params import RunParams
 from cdcflow.state import StateStore, TopicPartition, WindowPlan
+from cdcflow.window import compose
 from cdcflow.window.clients import Clients
 from cdcflow.window.lease import writer_lease
 from connectors import faults
@@ -107,17 +108,30 @@ def _process(cfg: PipelineConfig, window: WindowPlan, p: RunParams, store: State
                   stop=w.end if replay else w.stop, deadline=started + duration,
                   stop_on_eof=cfg.window.stop_on_empty)
         for w in window.partitions)
+    def session() -> Any:
+        nonlocal spark
+        if spark is None:
+            from spark_jobs.session import get_spark  # noqa: PLC0415 - an empty window needs no Spark
+
+            spark = get_spark(cfg.spark, app_name=f"cdcflow-{cfg.name}")
+        return spark
+
     if not any(r.max_records > 0 for r in ranges):
         # nothing to read: the plan found every partition at its end (stop_on_empty)
         store.offsets.record_read(cfg.name, window.run_id, {(r.topic, r.partition): (r.start, 0) for r in ranges})
-        return {"records": 0, "dead_lettered": 0, "sinks": {}, "seconds": round(time.time() - started, 3)}
+        empty: dict[str, Any] = {"records": 0, "dead_lettered": 0, "sinks": {}}
+        if clients.documents:  # a backlog of documents carried over is rebuilt all the same
+            empty["documents"] = compose.run_stage(cfg.name, window.run_id, clients.documents, {}, store, session)
+        return {**empty, "seconds": round(time.time() - started, 3)}
     from spark_jobs.job import WindowJob  # noqa: PLC0415
-    from spark_jobs.session import describe, get_spark  # noqa: PLC0415
+    from spark_jobs.session import describe  # noqa: PLC0415
     from spark_jobs.window import run_window_job  # noqa: PLC0415
 
     job = WindowJob(
         pipeline=cfg.name, run_id=window.run_id, consumer_conf=clients.consumer,
-        producer_conf=clients.producer, ranges=ranges, sinks=clients.targets,
+        producer_conf=clients.producer, ranges=ranges,
+        sinks=tuple(t for t in clients.targets if not compose.composed(t)),
+        documents=compose.document_jobs(clients.documents),
         versioning=cfg.versioning, tolerance=cfg.errors.tolerance, dlq_topic=cfg.errors.dlq_topic,
         context_headers=cfg.errors.context_headers, transforms=tuple(cfg.transforms),
         key_converter=cfg.source.key_converter, value_converter=cfg.source.value_converter, registry=clients.registry,
@@ -127,7 +141,6 @@ def _process(cfg: PipelineConfig, window: WindowPlan, p: RunParams, store: State
         schema_decisions=_schema_decisions(cfg, store),
         column_wise_min=int(os.environ["CDCFLOW_COLUMN_WISE_MIN"]) if os.environ.get("CDCFLOW_COLUMN_WISE_MIN") else None,
         offsets_mode=window.offsets_mode)
-    spark = spark or get_spark(cfg.spark, app_name=f"cdcflow-{cfg.name}")
     faults.checkpoint("before_read")
 
     def on_read(ends: dict[TopicPartition, tuple[int, int]]) -> None:
@@ -137,11 +150,16 @@ def _process(cfg: PipelineConfig, window: WindowPlan, p: RunParams, store: State
         log.info("read %s records: %s", sum(c for _e, c in ends.values()),
                  ", ".join(f"{t}[{p}] {starts[(t, p)]}..{e}" for (t, p), (e, _c) in sorted(ends.items())))
 
-    result = run_window_job(spark, job, on_read)
+    result = run_window_job(session(), job, on_read)
     if result.sink_offsets and "already" in result.sink_offsets:
         log.info("run %s: its window and offsets were committed in the MySQL sink %r by an earlier attempt; "
                  "nothing written there again", window.run_id, cfg.offset_store.sink)
     stats = result.stats()
+    if clients.documents:  # after every other sink, before the commit (cdcflow/window/compose.py)
+        with result.timed("documents"):
+            stats["documents"] = compose.run_stage(cfg.name, window.run_id, clients.documents, result.seeds, store,
+                                                   session)
+        stats["stages"] = {k: round(v, 3) for k, v in result.stages.items()}
     stats["seconds"] = round(time.time() - started, 3)
     stats["spark"] = describe(spark)
     log.info("window %s applied: %s", window.run_id, stats)

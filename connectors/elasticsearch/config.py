@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from connectors.elasticsearch.compose_config import DocumentConfig
 from connectors.models import ConnId, Duration, StrictModel, field_errors
 from connectors.partial import DEBEZIUM_UNAVAILABLE, checked_placeholder
 
@@ -46,6 +47,11 @@ class ElasticsearchSinkConfig(StrictModel):
         default=DEBEZIUM_UNAVAILABLE, min_length=1, description="A value that stands for one the source did not send "
         "(Debezium's unavailable.value.placeholder for unchanged TOASTed PostgreSQL columns): such a field keeps "
         "the value the stored document holds. Default for Debezium sources; null: every value is written as it is.")
+    document: DocumentConfig | None = Field(
+        default=None, description="A composed index: a document per row of a root table with lookups and nested "
+        "arrays from other tables, rebuilt from the MySQL tables this pipeline keeps whenever a window changes any "
+        "of its rows (docs/composed-documents.md). Takes no records of its own: id_fields, key_ignore, delete and "
+        "ignore_null_updates do not apply.")
     ignore_null_updates: list[str] = Field(
         default_factory=list, description="Document fields where a null keeps the value the stored document holds "
         "(an update of binlog_row_image=MINIMAL, whose after image has only the key and the changed columns).")
@@ -76,6 +82,8 @@ class ElasticsearchSinkConfig(StrictModel):
 
     @model_validator(mode="after")
     def _ids(self) -> ElasticsearchSinkConfig:
+        if self.document is not None:
+            return self._composed()
         if not self.key_ignore and not self.id_fields:
             raise ValueError("id_fields is required (the fields that form the document id), "
                              "unless key_ignore is true")
@@ -96,6 +104,25 @@ class ElasticsearchSinkConfig(StrictModel):
         if self.delete == "soft" and self.deleted_field in self.id_fields:
             problems.append((("deleted_field",), "expected a field that is not part of the document id",
                              self.deleted_field))
+        if problems:
+            raise field_errors("ElasticsearchSinkConfig", problems)
+        return self
+
+    def _composed(self) -> ElasticsearchSinkConfig:
+        """A composed index's documents come from its tables, not from records: the settings of a
+        record's document do not apply, and its index is one name (an alias, for a rebuild)."""
+        problems: list[tuple[tuple[str | int, ...], str, Any]] = []
+        why = "a composed index (document:) builds its documents from its tables"
+        if self.id_fields:
+            problems.append((("id_fields",), f"not allowed: {why}; its id is document.root.key", self.id_fields))
+        if self.key_ignore:
+            problems.append((("key_ignore",), f"not allowed: {why}, one per root row", self.key_ignore))
+        if "{topic}" in self.index:
+            problems.append((("index",), f"one index name (no {{topic}}): {why}", self.index))
+        if self.delete != "hard":
+            problems.append((("delete",), f"only hard: {why}; a deleted root row deletes its document", self.delete))
+        if self.ignore_null_updates:
+            problems.append((("ignore_null_updates",), f"not allowed: {why}, whole", self.ignore_null_updates))
         if problems:
             raise field_errors("ElasticsearchSinkConfig", problems)
         return self

@@ -1,0 +1,157 @@
+"""The composed indices' stage of a window (docs/composed-documents.md), on the driver, after every
+other sink succeeded and before the offsets are committed:
+
+1. the root keys the window's changes affect (``connectors/elasticsearch/compose.affected_roots``
+   from the read tasks' seeds, and the documents that hold a changed nested row), joined to the
+   backlog that earlier windows carried over;
+2. a new document version for the index (``state.documents.next_version``), taken before any table
+   is read;
+3. up to ``max_documents`` of them rebuilt on Spark (``spark_jobs/compose.rebuild``), the backlog's
+   oldest first;
+4. the rest carried over, and the rebuilt ones taken off the backlog, in one transaction.
+
+A window that dies anywhere in between is run again, and so finds the same keys again: the rebuilt
+documents are rebuilt once more, which changes nothing they show.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from cdcflow.state import StateStore
+from connectors.elasticsearch import compose
+from connectors.errors import SinkUnavailable
+
+log = logging.getLogger("cdcflow.runner")
+
+Key = tuple[str, ...]
+
+
+def composed(target: Any) -> bool:
+    return getattr(target.config, "document", None) is not None
+
+
+def table_facts(url: str, tables: Sequence[str]) -> compose.Tables:
+    """Which of ``tables`` exist (a routed sink creates a table with its first change), and each one's
+    primary key columns, in order."""
+    from connectors.mysql.connection import reader_engine  # noqa: PLC0415
+
+    engine = reader_engine(url)
+    try:
+        with engine.connect() as conn:
+            raw = conn.connection.cursor()
+            marks = ", ".join(["%s"] * len(tables))
+            raw.execute("SELECT TABLE_NAME, COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE "
+                        f"TABLE_SCHEMA = DATABASE() AND CONSTRAINT_NAME = 'PRIMARY' AND TABLE_NAME IN ({marks}) "
+                        "ORDER BY TABLE_NAME, ORDINAL_POSITION", list(tables))
+            keys: dict[str, list[str]] = {}
+            for table, column in raw.fetchall():
+                keys.setdefault(table, []).append(column)
+            raw.execute("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND "
+                        f"TABLE_NAME IN ({marks})", list(tables))
+            return compose.Tables(keys, existing=frozenset(r[0] for r in raw.fetchall()))
+    except Exception as exc:
+        raise SinkUnavailable(f"reading the primary keys of {list(tables)} from MySQL failed: {exc}") from exc
+    finally:
+        engine.dispose()
+
+
+def document_jobs(documents: Iterable[tuple[Any, Any]]) -> tuple[Any, ...]:
+    """What the read tasks read of each composed index's tables (``spark_jobs.compose.DocumentJob``)."""
+    from spark_jobs.compose import DocumentJob  # noqa: PLC0415
+
+    out = []
+    for es, keeper in documents:
+        doc = es.config.document
+        root = compose.graph(doc)
+        columns = compose.seed_columns(root, doc.root.key, table_facts(keeper.url, doc.tables()).keys)
+        out.append(DocumentJob(es.config.name, keeper.config, tuple((t, tuple(c)) for t, c in columns.items())))
+    return tuple(out)
+
+
+def run_stage(pipeline: str, run_id: str, documents: Iterable[tuple[Any, Any]], seeds: Mapping[str, Any],
+              store: StateStore, spark: Callable[[], Any]) -> dict[str, Any]:
+    """Each composed index brought up to date with the window (see the module's docstring); its
+    figures by sink name."""
+    out: dict[str, Any] = {}
+    for es, keeper in documents:
+        out[es.config.name] = _one(pipeline, run_id, es, keeper, seeds.get(es.config.name, {}), store, spark)
+    return out
+
+
+def _one(pipeline: str, run_id: str, es: Any, keeper: Any, seeds: Mapping[str, Any], store: StateStore,
+         spark: Callable[[], Any]) -> dict[str, Any]:
+    from connectors.mysql.connection import reader_engine  # noqa: PLC0415
+    from spark_jobs.compose import rebuild  # noqa: PLC0415
+
+    cfg = es.config
+    doc = cfg.document
+    name = cfg.name
+    held = store.documents.backlog(pipeline, name, limit=doc.max_documents)
+    if not seeds and not held:
+        return {"affected": 0, "rebuilt": 0, "deleted": 0, "carried": 0, "backlog": 0}
+    root = compose.graph(doc)
+    tables = replace(table_facts(keeper.url, doc.tables()),
+                     deleted_column=keeper.config.deleted_column if keeper.config.delete == "soft" else None)
+    affected: set[Key] = set()
+    if seeds:
+        engine = reader_engine(keeper.url)
+        try:
+            raw = engine.raw_connection()
+            try:
+                affected = compose.affected_roots(raw.cursor(), root, doc.root.key, seeds, tables)
+            finally:
+                raw.close()
+        except Exception as exc:
+            raise SinkUnavailable(f"sink {name!r}: finding the documents the window changed, in MySQL at "
+                                  f"{keeper.url.split('@')[-1]}, failed: {exc}") from exc
+        finally:
+            engine.dispose()
+        affected |= _holding(es, compose.member_values(root, seeds, tables.keys), len(doc.root.key))
+    taken = set(held)
+    now = list(held) + sorted(k for k in affected if k not in taken)[:max(0, doc.max_documents - len(held))]
+    rest = [k for k in affected if k not in taken and k not in set(now)]
+    version = store.documents.next_version(pipeline, name)  # before the tables are read
+    stats = rebuild(spark(), es, keeper.url, now, version, tables) if now else {}
+    store.documents.carry(pipeline, name, run_id, add=rest, done=now)
+    backlog = store.documents.backlog_size(pipeline, name)
+    if backlog:
+        log.info("composed index %s: %d documents rebuilt, %d carried over to the next windows", cfg.index,
+                 len(now), backlog)
+    return {"version": version, "affected": len(affected), "rebuilt": len(now), "upserted": stats.get("upserted", 0),
+            "deleted": stats.get("deleted", 0), "stale": stats.get("stale", 0), "carried": len(rest),
+            "backlog": backlog}
+
+
+def _holding(es: Any, members: list[str], width: int) -> set[Key]:
+    """The root keys of the documents that hold any of ``members`` (nested rows the window changed)."""
+    if not members:
+        return set()
+    from elasticsearch import Elasticsearch, NotFoundError, helpers  # noqa: PLC0415
+
+    client = Elasticsearch(es.url, basic_auth=es.auth, request_timeout=es.config.request_timeout)
+    out: set[Key] = set()
+    try:
+        try:
+            client.indices.refresh(index=es.config.index)
+        except NotFoundError:
+            return set()
+        for i in range(0, len(members), 10_000):
+            query = {"terms": {compose.MEMBERS_FIELD: members[i:i + 10_000]}}
+            for hit in helpers.scan(client, index=es.config.index, query={"query": query, "_source": False}):
+                parts = tuple(hit["_id"].split("+")) if width > 1 else (hit["_id"],)
+                if len(parts) == width:
+                    out.add(parts)
+                else:
+                    log.warning("composed index %s: document id %r does not split into its %d key columns; "
+                                "its document is not rebuilt for a moved nested row", es.config.index, hit["_id"],
+                                width)
+    except Exception as exc:
+        raise SinkUnavailable(f"sink {es.config.name!r}: finding the documents that hold the window's changed "
+                              f"nested rows, in Elasticsearch at {es.url}, failed: {exc}") from exc
+    finally:
+        client.close()
+    return out

@@ -1,0 +1,200 @@
+"""A composed index (docs/composed-documents.md) on the real services: a shop's four tables in
+Debezium's encoding (tests/fixtures/debezium/shop.py), kept in MariaDB by a routed MySQL sink, and an
+``orders`` index whose documents hold the customer (N:1), the lines (1:N) and each line's product
+(N:1 under the 1:N). Windows change each table in turn; after each, every document of the index is
+compared, field by field, with the document computed from the events alone (:class:`Shop`), and the
+window's figures say how many documents it found affected."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from cdcflow import cdcgen, runner
+from cdcflow.config import load_pipeline
+from cdcflow.state import StateStore
+from tests.fixtures.debezium import shop
+from tests.helpers import bootstrap, es_docs, unique, write_pipeline
+
+pytestmark = [pytest.mark.integration, pytest.mark.services]
+
+
+class Shop:
+    """The tables as the events leave them, and the documents they make (the test's own, simple
+    computation: no query, no code of cdcflow's)."""
+
+    def __init__(self, prefix: str) -> None:
+        self.stream = shop.Stream(prefix)
+        self.rows: dict[str, dict[int, dict[str, Any]]] = {t: {} for t in shop.TABLES}
+        self.pending: dict[str, list[cdcgen.Event]] = {}
+
+    def put(self, table: str, **row: Any) -> None:
+        before = self.rows[table].get(row["id"])
+        after = {**(before or {}), **row}
+        self._emit(table, before, after)
+        self.rows[table][row["id"]] = after
+
+    def delete(self, table: str, key: int) -> None:
+        self._emit(table, self.rows[table].pop(key), None)
+
+    def _emit(self, table: str, before: dict[str, Any] | None, after: dict[str, Any] | None) -> None:
+        topic, key, value, extra = self.stream.change(table, before, after)
+        self.pending.setdefault(topic, []).extend(
+            [cdcgen.Event(key, value), *(cdcgen.Event(k, v) for k, v in extra)])
+
+    def produce(self, created: set[str]) -> None:
+        for topic, events in self.pending.items():
+            cdcgen.produce(bootstrap(), topic, events, partitions=1, create=topic not in created)
+            created.add(topic)
+        self.pending = {}
+
+    def documents(self) -> dict[str, dict[str, Any]]:
+        out = {}
+        for oid, order in self.rows["orders"].items():
+            customer = self.rows["customers"].get(order["customer_id"])
+            lines = sorted((r for r in self.rows["order_lines"].values() if r["order_id"] == oid),
+                           key=lambda r: (r["line_no"], r["id"]))
+            out[str(oid)] = {
+                "id": oid, "customer_id": order["customer_id"], "status": order["status"],
+                "total": Decimal(order["total"]), "created": order["created"],
+                "customer": None if customer is None else {"name": customer["name"], "tier": customer["tier"]},
+                "lines": [{"no": r["line_no"], "qty": r["qty"],
+                           "product": ({"title": self.rows["products"][r["product_id"]]["title"]}
+                                       if r["product_id"] in self.rows["products"] else None)} for r in lines]}
+        return out
+
+
+def _pipeline(config_dir: Path, prefix: str, **document: Any) -> Any:
+    t = f"{prefix}_{{}}".format
+    path = write_pipeline(config_dir, prefix, f"{prefix}.unused", "unused", sinks=[
+        {"type": "mysql", "name": "tables", "conn_id": "cdcflow_mysql", "table": f"{prefix}_{{source.table}}",
+         "create_table": True, "auto_evolve": True},
+        {"type": "elasticsearch", "name": "orders", "conn_id": "cdcflow_elasticsearch", "index": f"{prefix}-orders",
+         "mapping": {"properties": {"total": {"type": "scaled_float", "scaling_factor": 100},
+                                    "status": {"type": "keyword"}}},
+         "document": {
+             "root": {"table": t("orders"), "key": ["id"], "fields": ["id", "customer_id", "status", "total",
+                                                                         "created"]},
+             "lookups": {"customer": {"table": t("customers"), "on": {"id": "customer_id"},
+                                      "fields": ["name", "tier"]}},
+             "nested": {"lines": {"table": t("order_lines"), "on": {"order_id": "id"}, "order_by": ["line_no"],
+                                  "fields": {"no": "line_no", "qty": "qty"},
+                                  "lookups": {"product": {"table": t("products"), "on": {"id": "product_id"},
+                                                          "fields": ["title"]}}}},
+             **document}}])
+    data = yaml.safe_load(path.read_text())
+    data["source"] = {**{k: v for k, v in data["source"].items() if k != "topics"},
+                      "topics_regex": rf"{prefix}\.shop\..*"}
+    data["errors"] = {"tolerance": "none"}
+    path.write_text(yaml.safe_dump(data))
+    return load_pipeline(path)
+
+
+def _read(index: str) -> dict[str, dict[str, Any]]:
+    docs = es_docs(index)
+    out = {}
+    for doc_id, doc in docs.items():
+        doc = json.loads(json.dumps(doc), parse_float=Decimal)
+        doc.pop("_version")
+        doc["total"] = Decimal(str(doc["total"])).quantize(Decimal("0.01")) if doc.get("total") is not None else None
+        out[doc_id] = doc
+    return out
+
+
+def _same(got: dict[str, dict[str, Any]], want: dict[str, dict[str, Any]], when: str) -> None:
+    assert sorted(got) == sorted(want), f"{when}: document ids"
+    for doc_id, doc in want.items():
+        for name, value in doc.items():
+            assert got[doc_id].get(name) == value, f"{when}: document {doc_id}, field {name}"
+        assert set(got[doc_id]) == set(doc), f"{when}: document {doc_id}'s fields"
+
+
+def test_each_tables_change_reaches_every_document_it_affects(config_dir: Path, store: StateStore,
+                                                               spark: Any) -> None:
+    prefix = unique("shop")
+    cfg = _pipeline(config_dir, prefix)
+    index = f"{prefix}-orders"
+    s = Shop(prefix)
+    created: set[str] = set()
+    for cid, name, tier in [(1, "Ada", "gold"), (2, "Grace", "silver"), (3, "Linus", "bronze")]:
+        s.put("customers", id=cid, name=name, tier=tier)
+    for pid, title, price in [(10, "Lamp", "19.90"), (11, "Desk", "249.00"), (12, "Chair", "89.50")]:
+        s.put("products", id=pid, title=title, price=price)
+    for oid, cid, total in [(100, 1, "39.80"), (101, 1, "249.00"), (102, 2, "89.50"), (103, 3, "0.00")]:
+        s.put("orders", id=oid, customer_id=cid, status="new", total=total, created=shop.moment(
+            f"2026-01-0{oid - 99}T10:00:00.123456"))
+    for lid, oid, no, pid, qty in [(1000, 100, 1, 10, 2), (1001, 101, 1, 11, 1), (1002, 102, 2, 12, 1),
+                                   (1003, 102, 1, 10, 3)]:
+        s.put("order_lines", id=lid, order_id=oid, line_no=no, product_id=pid, qty=qty)
+
+    def window(run: str, affected: int | None) -> dict[str, Any]:
+        s.produce(created)
+        stats = runner.run_window(cfg, run, store=store, spark=spark)
+        docs = stats["documents"]["orders"]
+        if affected is not None:
+            assert docs["affected"] == affected, (run, docs)
+        assert docs["backlog"] == 0, (run, docs)
+        want = s.documents()
+        for doc in want.values():  # the created time as Elasticsearch holds it (ISO 8601)
+            doc["created"] = doc["created"].isoformat()
+        _same(_read(index), want, run)
+        return docs
+
+    first = window("w1-initial", 4)
+    s.put("orders", id=101, status="paid")  # a changed order: its document
+    window("w2-order", 1)
+    s.put("customers", id=1, tier="platinum")  # a changed customer: every order of theirs
+    window("w3-customer", 2)
+    s.put("order_lines", id=1004, order_id=103, line_no=1, product_id=12, qty=5)  # new, changed, deleted lines
+    s.put("order_lines", id=1001, qty=4)
+    s.delete("order_lines", 1003)
+    window("w4-lines", 3)
+    s.put("products", id=10, title="Reading lamp")  # a changed product: every order with a line of it
+    window("w5-product", 1)  # 1003 went in w4: only order 100 has a line of product 10 now
+    s.put("order_lines", id=1000, order_id=101)  # a line moved to another order: both documents
+    window("w6-moved", 2)
+    s.delete("customers", 2)  # a deleted customer: its orders' documents without it
+    window("w7-customer-gone", 1)
+    s.delete("order_lines", 1002)  # a deleted order and its lines: its document deleted
+    s.delete("orders", 102)
+    last = window("w8-order-gone", 1)
+    assert last["deleted"] == 1 and last["version"] > first["version"], last
+
+    # a replay of every window from the first offset: rebuilt from the current state, nothing moves back
+    starts = {shop.topic(prefix, t): {"0": 0} for t in shop.TABLES}
+    replay = runner.run_window(cfg, "replay", params={"start_offsets": starts}, store=store, spark=spark)
+    assert replay["documents"]["orders"]["affected"] == 4, replay["documents"]  # every order that ever was (102 gone)
+    want = s.documents()
+    for doc in want.values():
+        doc["created"] = doc["created"].isoformat()
+    _same(_read(index), want, "replay")
+
+
+def test_max_documents_carries_the_rest_to_the_next_windows(config_dir: Path, store: StateStore, spark: Any) -> None:
+    prefix = unique("shopb")
+    cfg = _pipeline(config_dir, prefix, max_documents=3)
+    index = f"{prefix}-orders"
+    s = Shop(prefix)
+    created: set[str] = set()
+    s.put("customers", id=1, name="Ada", tier="gold")
+    for oid in range(200, 208):
+        s.put("orders", id=oid, customer_id=1, status="new", total="1.00", created=shop.moment("2026-02-01T00:00:00"))
+    s.produce(created)
+    first = runner.run_window(cfg, "b1", store=store, spark=spark)["documents"]["orders"]
+    assert (first["affected"], first["rebuilt"], first["carried"], first["backlog"]) == (8, 3, 5, 5), first
+    assert len(_read(index)) == 3
+    s.put("customers", id=1, tier="platinum")  # every order again: the carried ones stay in the backlog once
+    s.produce(created)
+    second = runner.run_window(cfg, "b2", store=store, spark=spark)["documents"]["orders"]
+    assert (second["affected"], second["rebuilt"], second["backlog"]) == (8, 3, 5), second
+    third = runner.run_window(cfg, "b3", store=store, spark=spark)["documents"]["orders"]  # no record: backlog only
+    fourth = runner.run_window(cfg, "b4", store=store, spark=spark)["documents"]["orders"]
+    assert (third["rebuilt"], third["backlog"], fourth["rebuilt"], fourth["backlog"]) == (3, 2, 2, 0), (third, fourth)
+    docs = _read(index)
+    assert sorted(docs) == [str(o) for o in range(200, 208)]
+    assert {d["customer"]["tier"] for d in docs.values()} == {"platinum"}
