@@ -85,8 +85,10 @@ def merge_seeds(tallies: list[dict[str, Any]]) -> dict[str, dict[str, tuple[list
 
 
 def rebuild(spark: SparkSession, target: SinkTarget, mysql_url: str, keys: list[tuple[str, ...]], version: int,
-            tables: compose.Tables) -> dict[str, int]:
-    """The documents of ``keys`` rebuilt and written, a Spark task per batch of keys; their stats summed."""
+            tables: compose.Tables, faults: tuple[str, ...] = ()) -> dict[str, int]:
+    """The documents of ``keys`` rebuilt and written, a Spark task per batch of keys; their stats summed
+    (``faults``: the driver's fault points, connectors/faults.py: ``during_rebuild`` kills a task once
+    its documents are written)."""
     cfg = target.config
     assert isinstance(cfg, ElasticsearchSinkConfig) and cfg.document is not None
     size = cfg.document.rebuild_batch
@@ -94,7 +96,7 @@ def rebuild(spark: SparkSession, target: SinkTarget, mysql_url: str, keys: list[
     if not batches:
         return {"upserted": 0, "deleted": 0, "stale": 0, "unchanged": 0, "failed": 0}
     frame = spark.range(0, len(batches), 1, len(batches)).selectExpr("cast(id as int) as idx")
-    rows = frame.mapInArrow(rebuild_task(target, mysql_url, batches, version, tables), STATS_SCHEMA).collect()
+    rows = frame.mapInArrow(rebuild_task(target, mysql_url, batches, version, tables, faults), STATS_SCHEMA).collect()
     errors = [e for r in rows if r.errors for e in json.loads(r.errors)]
     if errors:
         raise WindowFailed(f"sink {cfg.name!r}: Elasticsearch refused {len(errors)} rebuilt documents of index "
@@ -103,11 +105,16 @@ def rebuild(spark: SparkSession, target: SinkTarget, mysql_url: str, keys: list[
 
 
 def rebuild_task(target: SinkTarget, mysql_url: str, batches: list[list[tuple[str, ...]]], version: int,
-                 tables: compose.Tables) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+                 tables: compose.Tables, faults: tuple[str, ...] = (),
+                 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def run(frames: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from connectors import faults as fault_points  # noqa: PLC0415
+
         for frame in frames:
             for idx in frame.column("idx").to_pylist():
-                yield _rebuild_batch(idx, target, mysql_url, batches[idx], version, tables)
+                stats = _rebuild_batch(idx, target, mysql_url, batches[idx], version, tables)
+                fault_points.checkpoint("during_rebuild", faults)
+                yield stats
     return run
 
 

@@ -22,6 +22,7 @@ from dataclasses import replace
 from typing import Any
 
 from cdcflow.state import StateStore
+from connectors import faults
 from connectors.elasticsearch import compose
 from connectors.errors import SinkUnavailable
 
@@ -115,7 +116,7 @@ def _one(pipeline: str, run_id: str, es: Any, keeper: Any, seeds: Mapping[str, A
     now = list(held) + sorted(k for k in affected if k not in taken)[:max(0, doc.max_documents - len(held))]
     rest = [k for k in affected if k not in taken and k not in set(now)]
     version = store.documents.next_version(pipeline, name)  # before the tables are read
-    stats = rebuild(spark(), es, keeper.url, now, version, tables) if now else {}
+    stats = rebuild(spark(), es, keeper.url, now, version, tables, faults.active()) if now else {}
     store.documents.carry(pipeline, name, run_id, add=rest, done=now)
     backlog = store.documents.backlog_size(pipeline, name)
     if backlog:

@@ -198,3 +198,33 @@ def test_max_documents_carries_the_rest_to_the_next_windows(config_dir: Path, st
     docs = _read(index)
     assert sorted(docs) == [str(o) for o in range(200, 208)]
     assert {d["customer"]["tier"] for d in docs.values()} == {"platinum"}
+
+
+def test_a_window_killed_mid_rebuild_is_rebuilt_by_its_retry(config_dir: Path, store: StateStore, spark: Any,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first rebuild task to have written its documents dies (SIGKILL of its Python worker, as an
+    OOM kill would): the window fails with no offset moved, and its retry (same run id) rebuilds every
+    document, the written ones with a newer version."""
+    prefix = unique("shopk")
+    cfg = _pipeline(config_dir, prefix, rebuild_batch=2)
+    index = f"{prefix}-orders"
+    s = Shop(prefix)
+    created: set[str] = set()
+    s.put("customers", id=1, name="Ada", tier="gold")
+    for oid in range(300, 306):
+        s.put("orders", id=oid, customer_id=1, status="new", total="2.50", created=shop.moment("2026-03-01T00:00:00"))
+    s.produce(created)
+    runner.run_window(cfg, "k1", store=store, spark=spark)
+    s.put("customers", id=1, name="Ada L.")  # every document again, in three tasks of two
+    s.produce(created)
+    monkeypatch.setenv("CDCFLOW_FAULTS", "during_rebuild")
+    with pytest.raises(Exception, match="Python worker"):
+        runner.run_window(cfg, "k2", store=store, spark=spark)
+    assert store.offsets.load(cfg.name)[(shop.topic(prefix, "customers"), 0)] == 1  # the commit did not happen
+    monkeypatch.delenv("CDCFLOW_FAULTS")
+    retry = runner.run_window(cfg, "k2", store=store, spark=spark)["documents"]["orders"]
+    assert (retry["affected"], retry["rebuilt"], retry["backlog"]) == (6, 6, 0), retry
+    want = s.documents()
+    for doc in want.values():
+        doc["created"] = doc["created"].isoformat()
+    _same(_read(index), want, "retry")
