@@ -57,12 +57,26 @@ def topic_uri(cfg: PipelineConfig, topic: str) -> str:
     return f"kafka://{servers.split(',')[0].strip()}/{topic}"
 
 
+def composed_inlets(cfg: PipelineConfig, sink_name: str) -> list[str]:
+    """The URIs of the tables a composed index (``document:``) is built from: its inlets."""
+    from cdcflow.config import keeper_of  # noqa: PLC0415
+
+    sink = next(s for s in cfg.sinks if s.name == sink_name)
+    document = getattr(sink, "document", None)
+    if document is None:
+        return []
+    keeper = keeper_of(cfg, sink)  # type: ignore[arg-type]
+    return [target_uri(cfg, keeper.name, table) for table in document.tables()]
+
+
 def declared(cfg: PipelineConfig) -> tuple[list[str], list[str]]:
-    """At DAG parse: the URIs of the topics (listed ones; a topics_regex has none yet) and of the
-    sink targets whose name has no template. ([], []) when a connection cannot be resolved here:
-    the events still carry their URIs, and Airflow registers an asset with its first event."""
+    """At DAG parse: the inlets (the URIs of the topics, listed ones: a topics_regex has none yet; and
+    the tables of a composed index) and the outlets (the sink targets whose name has no template).
+    ([], []) when a connection cannot be resolved here: the events still carry their URIs, and Airflow
+    registers an asset with its first event."""
     try:
         topics = [topic_uri(cfg, t) for t in cfg.source.topics]
+        topics += [uri for sink in cfg.sinks for uri in composed_inlets(cfg, sink.name) if uri not in topics]
         targets = []
         for sink in cfg.sinks:
             name = sink.table if sink.type == "mysql" else sink.index  # type: ignore[union-attr]
@@ -103,4 +117,16 @@ def window_events(cfg: PipelineConfig, window: WindowPlan) -> list[AssetEvent]:
                 # change was produced, a little after source.ts_ms)
                 "record_time": {"from": _iso(record_time[0]), "to": _iso(record_time[1])},
             }))
+    for sink_name, figures in sorted((stats.get("documents") or {}).items()):
+        if not (figures.get("upserted") or figures.get("deleted")):
+            continue
+        sink = next(s for s in cfg.sinks if s.name == sink_name)
+        index = sink.index  # type: ignore[union-attr]
+        events.append(AssetEvent(target_uri(cfg, sink_name, index), {
+            "pipeline": cfg.name, "run_id": window.run_id, "sink": sink_name, "target": index,
+            "offsets": offsets, "upserted": figures["upserted"], "deleted": figures["deleted"],
+            "record_time": {"from": _iso(record_time[0]), "to": _iso(record_time[1])},
+            # a composed index (docs/composed-documents.md): the tables its documents are built from
+            "inlets": composed_inlets(cfg, sink_name), "version": figures.get("version"),
+            "backlog": figures.get("backlog", 0)}))
     return events

@@ -40,6 +40,12 @@ class _Families:
                                            "upserted, deleted, stale (older than what the target holds: skipped), "
                                            "unchanged (equal to what it holds), failed (to the DLQ)",
                                            labels=["pipeline", "sink", "outcome"])
+        self.documents = CounterMetricFamily(totals.DOCUMENTS, "A composed index's documents in committed windows: "
+                                             "affected (by the window's changes), rebuilt, deleted (their root row "
+                                             "gone), carried (put off to later windows by max_documents)",
+                                             labels=["pipeline", "sink", "outcome"])
+        self.backlog = GaugeMetricFamily("cdcflow_document_backlog", "A composed index's documents waiting to be "
+                                         "rebuilt by the next windows (max_documents)", labels=["pipeline", "sink"])
         self.dead = CounterMetricFamily(totals.DEAD_LETTERS, "Records committed windows sent to the dead-letter "
                                         "topic", labels=["pipeline", "stage", "error_class"])
         self.windows = CounterMetricFamily(totals.WINDOWS, "Windows committed, each counted once (outcome is always "
@@ -83,7 +89,7 @@ class _Families:
                                     "the broker or the store failed (see the api-server log)", labels=["pipeline"])
 
     def all(self) -> tuple[Any, ...]:
-        return (self.read, self.written, self.dead, self.windows, self.failed, self.duration, self.stage_seconds,
+        return (self.read, self.written, self.documents, self.backlog, self.dead, self.windows, self.failed, self.duration, self.stage_seconds,
                 self.ledger, self.committed, self.log_end, self.lag, self.pstatus, self.pcode, self.gcode,
                 self.total, self.last_ok, self.since_ok, self.state, self.last_failed, self.up)
 
@@ -142,6 +148,7 @@ def _windows(f: _Families, name: str, store: Any, now: datetime) -> None:
 
     for family, metric, labels in ((f.read, totals.RECORDS_READ, ("topic", "partition")),
                                    (f.written, totals.SINK_RECORDS, ("sink", "outcome")),
+                                   (f.documents, totals.DOCUMENTS, ("sink", "outcome")),
                                    (f.dead, totals.DEAD_LETTERS, ("stage", "error_class"))):
         for label_values, v in values(metric, *labels):
             family.add_metric(label_values, v)
@@ -150,6 +157,8 @@ def _windows(f: _Families, name: str, store: Any, now: datetime) -> None:
     f.failed.add_metric([name], sum(v for _l, v in values(totals.ATTEMPTS_FAILED)))
     _histogram(f.duration, totals.DURATION, rows, name)
     _histogram(f.stage_seconds, totals.STAGE_SECONDS, rows, name, "stage")
+    for sink, _index in _composed(name):
+        f.backlog.add_metric([name, sink], store.documents.backlog_size(name, sink))
     counts = store.ledger.status_counts(name)
     for status in ("planned", "read", "applied", "committed", "failed"):
         f.ledger.add_metric([name, status], counts.get(status, 0))
@@ -158,6 +167,12 @@ def _windows(f: _Families, name: str, store: Any, now: datetime) -> None:
     if newest_ok:
         f.last_ok.add_metric([name], newest_ok[0])
         f.since_ok.add_metric([name], max(0.0, now.replace(tzinfo=UTC).timestamp() - newest_ok[0]))
+
+
+def _composed(name: str) -> list[tuple[str, str]]:
+    """The pipeline's composed indices: (sink, index)."""
+    cfg = control.get(name).config
+    return [(s.name, s.index) for s in (cfg.sinks if cfg else []) if getattr(s, "document", None) is not None]
 
 
 def _lag(f: _Families, name: str, evaluated: Any) -> None:

@@ -116,6 +116,32 @@ class Reading(ControlBase):
         times = store.ledger.window_times(cfg.name, [w.run_id for w in plans])
         return [(w, *times[w.run_id]) for w in plans if w.run_id in times]
 
+    def composed(self, name: str) -> list[dict[str, Any]]:
+        """The pipeline's composed indices (docs/composed-documents.md): each one's relations, the last
+        document version handed out, and the root keys carried over to the next windows."""
+        from connectors.elasticsearch import compose  # noqa: PLC0415
+
+        cfg = valid(name)
+        out = []
+        for sink in cfg.sinks:
+            document = getattr(sink, "document", None)
+            if document is None:
+                continue
+            store = store_for(cfg)
+            relations = []
+            for node in compose.graph(document).walk():
+                if node.parent is None:
+                    relations.append(f"{node.table} (root, key {', '.join(document.root.key)})")
+                    continue
+                on = " AND ".join(f"{node.table}.{c} = {node.parent.table}.{p}" for c, p in node.on)
+                kind = "N:1 lookup" if node.kind == "lookup" else "1:N nested"
+                relations.append(f"{node.name}: {node.table} ({kind} on {on})")
+            out.append({"sink": sink.name, "index": sink.index, "relations": relations,  # type: ignore[union-attr]
+                        "version": store.documents.version(cfg.name, sink.name),
+                        "backlog": store.documents.backlog_size(cfg.name, sink.name),
+                        "max_documents": document.max_documents})
+        return out
+
     def offsets(self, name: str) -> list[PartitionOffsets]:
         from connectors.kafka.reader import discover  # noqa: PLC0415
 

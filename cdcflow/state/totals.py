@@ -45,10 +45,12 @@ ATTEMPTS_FAILED = "cdcflow_window_attempts_failed"
 RECORDS_READ = "cdcflow_records_read"  # {topic, partition}
 SINK_RECORDS = "cdcflow_sink_records"  # {sink, outcome}
 DEAD_LETTERS = "cdcflow_dead_letters"  # {stage, error_class}
+DOCUMENTS = "cdcflow_documents"  # a composed index's documents {sink, outcome}: affected, rebuilt, deleted, carried
 DURATION = "cdcflow_window_duration_seconds"  # histogram
 STAGE_SECONDS = "cdcflow_window_stage_seconds"  # histogram {stage}
 LAST_COMMITTED = "cdcflow_last_committed_at"  # the newest count's time (Unix seconds): kept as a maximum
 SINK_OUTCOMES = ("upserted", "deleted", "stale", "unchanged", "failed")
+DOCUMENT_OUTCOMES = ("affected", "rebuilt", "deleted", "carried")
 DURATION_BUCKETS = (0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 SEEDED = ("", "seeded_from_ledger")  # (pipeline, name) of the marker row: no pipeline has an empty name
 
@@ -78,6 +80,9 @@ def window_amounts(stats: Mapping[str, Any], records: Mapping[tuple[str, int], i
     for sink, counts in (stats.get("sinks") or {}).items():
         for outcome in SINK_OUTCOMES:
             _add(amounts, SINK_RECORDS, int(counts.get(outcome, 0)), sink=sink, outcome=outcome)
+    for sink, counts in (stats.get("documents") or {}).items():
+        for outcome in DOCUMENT_OUTCOMES:
+            _add(amounts, DOCUMENTS, int(counts.get(outcome, 0)), sink=sink, outcome=outcome)
     for d in stats.get("dead_letters") or []:
         _add(amounts, DEAD_LETTERS, int(d["count"]), stage=d["stage"], error_class=d["error_class"])
     if stats.get("seconds") is not None:

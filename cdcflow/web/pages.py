@@ -55,6 +55,7 @@ def page(request: Request, name: str, user: Any = USER, svc: ctl.Control = SERVI
                                 else _safe(lambda: charts.window_charts(ctx["windows"])))
         ctx["dlq"] = _safe(lambda: svc.dlq(name, 20, parse_before(before))) if p.config.errors.dlq_topic else None
         ctx["schema_changes"] = _safe(lambda: svc.schema_changes(name)) if p.config.schema_changes == "pause" else []
+        ctx["composed"] = _safe(lambda: svc.composed(name))
         ctx["config_yaml"] = yaml.safe_dump(p.config.model_dump(mode="json", exclude_none=True), sort_keys=False)
     return _render("pipeline.html", request, **ctx)
 

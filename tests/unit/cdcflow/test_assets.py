@@ -61,3 +61,36 @@ def test_a_connection_missing_at_parse_declares_nothing(monkeypatch: pytest.Monk
     monkeypatch.delenv("AIRFLOW_CONN_CDCFLOW_MYSQL")
     monkeypatch.setattr("cdcflow.connections._from_airflow", lambda _conn_id: None)
     assert assets.declared(CFG) == ([], [])
+
+
+SHOP = """\
+name: shop
+source: {topics: [shop.shop.orders]}
+sinks:
+  - {type: mysql, name: tables, table: "{source.table}", create_table: true}
+  - type: elasticsearch
+    name: orders
+    index: orders
+    document:
+      root: {table: orders, key: [id]}
+      lookups: {customer: {table: customers, on: {id: customer_id}}}
+errors: {tolerance: all, dlq_topic: dlq}
+"""
+
+
+def test_a_composed_index_is_an_outlet_whose_inlets_are_its_tables(tmp_path: Path) -> None:
+    path = tmp_path / "shop.yaml"
+    path.write_text(SHOP)
+    cfg = load_pipeline(path)
+    inlets, outlets = assets.declared(cfg)
+    assert inlets == ["kafka://k1:9092/shop.shop.orders", "mysql://db:3307/shop/orders", "mysql://db:3307/shop/customers"]
+    assert outlets == ["elasticsearch://es:9200/orders"]
+    window = WindowPlan(cfg.name, "run-1", "stored", "committed", (PartitionWindow("shop.shop.orders", 0, 0, 10, 2, 2),),
+                        stats={"record_time": [None, None], "sinks": {},
+                               "documents": {"orders": {"version": 7, "upserted": 3, "deleted": 1, "backlog": 0}}})
+    [event] = assets.window_events(cfg, window)
+    assert event.uri == "elasticsearch://es:9200/orders"
+    assert event.extra["inlets"] == inlets[1:] and (event.extra["upserted"], event.extra["deleted"]) == (3, 1)
+    rebuilt_nothing = WindowPlan(cfg.name, "run-2", "stored", "committed", (), stats={
+        "documents": {"orders": {"version": 8, "upserted": 0, "deleted": 0, "backlog": 0}}})
+    assert assets.window_events(cfg, rebuilt_nothing) == []

@@ -572,6 +572,49 @@ def test_the_page_in_chromium(server: AirflowServer, use_server_store: None, spa
         viewer.close()
 
 
+def test_the_page_shows_a_composed_index_its_relations_and_its_backlog(server: AirflowServer, use_server_store: None,
+                                                                       spark: Any) -> None:
+    """A composed index (docs/composed-documents.md) whose window found more documents affected than its
+    max_documents: the page lists its relations, its document version and what was carried over, and
+    the window's row says how many documents it rebuilt; screenshot for docs/composed-documents.md."""
+    from tests.browser import Browser
+    from tests.composed import Shop, pipeline
+    from tests.fixtures.debezium import shop
+
+    prefix = unique("pagedoc")
+    cfg = pipeline(server.config_dir, prefix, max_documents=2)
+    server.sync_dags()
+    s = Shop(prefix)
+    s.put("customers", id=1, name="Ada", tier="gold")
+    for oid in (1, 2, 3):
+        s.put("orders", id=oid, customer_id=1, status="new", total="5.00", created=shop.moment("2026-01-01T00:00:00"))
+    s.produce(set())
+    runner.run_window(cfg, "manual__composed", {}, _store(server), spark)
+
+    browser = Browser()
+    try:
+        browser.set_cookie(server.base + "/", "_token", server.tokens["admin"])
+        browser.open(f"{server.base}/cdcflow/pipelines/{cfg.name}")
+        composed = browser.text("#composed")
+        assert f"{prefix}-orders" in composed and f"{prefix}_orders (root, key id)" in composed, composed
+        assert (f"lines.product: {prefix}_products (N:1 lookup on {prefix}_products.id = "
+                f"{prefix}_order_lines.product_id)") in composed, composed
+        assert f"lines: {prefix}_order_lines (1:N nested on {prefix}_order_lines.order_id = {prefix}_orders.id)" \
+            in composed, composed
+        assert "\t1\t1" in composed and "at most 2 per window" in composed, composed  # version 1, one carried
+        windows = browser.text("#windows")
+        assert "orders: 2 documents rebuilt of 3 affected, 1 carried over (backlog 1)" in windows, windows
+        browser.screenshot(SCREENSHOTS / "cdcflow-composed.png")
+    finally:
+        browser.close()
+    metrics = server.request("GET", "/cdcflow/metrics", user=None).text
+    assert f'cdcflow_document_backlog{{pipeline="{cfg.name}",sink="orders"}} 1.0' in metrics
+    for outcome, n in (("affected", 3), ("rebuilt", 2), ("carried", 1)):
+        assert f'cdcflow_documents_total{{outcome="{outcome}",pipeline="{cfg.name}",sink="orders"}} {n}.0' in metrics \
+            or f'cdcflow_documents_total{{pipeline="{cfg.name}",sink="orders",outcome="{outcome}"}} {n}.0' in metrics, \
+            [line for line in metrics.splitlines() if "cdcflow_documents" in line]
+
+
 CHARTS_JS = """(() => {
   const chart = (name) => document.querySelector(`#charts svg[data-chart="${name}"]`);
   const box = (el) => { const r = el.getBoundingClientRect(); return [r.left, r.top, r.width, r.height]; };

@@ -167,3 +167,11 @@ def test_a_ledger_older_than_the_totals_is_seeded_once(tmp_path: Path) -> None:
 def test_a_new_database_is_marked_seeded_with_nothing_to_count(store: StateStore) -> None:
     assert store.totals.seed_from_ledger() is None
     assert _counters(store) == {}
+
+
+def test_a_composed_indexs_documents_are_counted_per_outcome() -> None:
+    stats = {"documents": {"orders": {"version": 3, "affected": 8, "rebuilt": 3, "deleted": 1, "carried": 5,
+                                      "backlog": 5}}}
+    amounts = window_amounts(stats, {})
+    got = {dict(labels)["outcome"]: v for (name, labels), v in amounts.items() if name == "cdcflow_documents"}
+    assert got == {"affected": 8, "rebuilt": 3, "deleted": 1, "carried": 5}  # the backlog is a gauge, not a count
