@@ -10,6 +10,8 @@
     cdcflow offsets set PIPELINE TOPIC:PARTITION=OFFSET ...     (only while STOPPED)
     cdcflow offsets reset PIPELINE --to earliest|latest|timestamp|forget [--time T]
     cdcflow history PIPELINE [--limit N]         the window ledger
+    cdcflow documents rebuild PIPELINE [--sink S]  a composed index rebuilt whole into a new index behind
+                                                 its alias (windows go on meanwhile)
     cdcflow status [PIPELINE]                    state (RUNNING, PAUSED, STOPPED, FAILED) and last window
     cdcflow pause|resume|stop PIPELINE           as the page and PUT /cdcflow/connectors/{name}/...
     cdcflow trigger PIPELINE [--conf JSON] [run parameter options, as run]
@@ -285,6 +287,26 @@ def cmd_monitor(args: argparse.Namespace) -> int:
         time.sleep(args.interval)
 
 
+def cmd_documents(args: argparse.Namespace) -> int:
+    """A composed index rebuilt whole into a new index behind its alias (docs/composed-documents.md)."""
+    from cdcflow.window.compose import rebuild_index  # noqa: PLC0415
+    from spark_jobs.session import get_spark  # noqa: PLC0415
+
+    cfg = find_pipeline(args.pipeline)
+    resolved = clients.Clients(cfg)
+    found = [(es, keeper) for es, keeper in resolved.documents if args.sink in (None, es.config.name)]
+    if len(found) != 1:
+        names = [es.config.name for es, _k in resolved.documents]
+        raise ConfigError(f"pipeline {cfg.name!r}: expected --sink naming one of its composed indices {names}"
+                          if names else f"pipeline {cfg.name!r} has no composed index (an Elasticsearch sink with "
+                          "document:)")
+    es, keeper = found[0]
+    out = rebuild_index(cfg.name, es, keeper, resolved.store(), get_spark(cfg.spark, app_name=f"cdcflow-{cfg.name}"),
+                        lambda line: print(line, flush=True))
+    print(json.dumps(out, indent=2, default=str))
+    return 0
+
+
 def cmd_history(args: argparse.Namespace) -> int:
 
     cfg = find_pipeline(args.pipeline)
@@ -323,6 +345,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-id")
     _run_param_options(p)
     p.set_defaults(func=cmd_run)
+    p = sub.add_parser("documents", help="rebuild a composed index whole into a new index, then move its alias "
+                       "there (a mapping change, no downtime; windows go on meanwhile)")
+    p.add_argument("action", choices=["rebuild"])
+    p.add_argument("pipeline")
+    p.add_argument("--sink", help="the composed index's sink (when the pipeline has several)")
+    p.set_defaults(func=cmd_documents)
     p = sub.add_parser("offsets", help="show, set or reset stored offsets (set/reset only while STOPPED)")
     p.add_argument("action", choices=["show", "set", "reset"])
     p.add_argument("pipeline")

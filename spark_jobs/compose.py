@@ -85,10 +85,10 @@ def merge_seeds(tallies: list[dict[str, Any]]) -> dict[str, dict[str, tuple[list
 
 
 def rebuild(spark: SparkSession, target: SinkTarget, mysql_url: str, keys: list[tuple[str, ...]], version: int,
-            tables: compose.Tables, faults: tuple[str, ...] = ()) -> dict[str, int]:
+            tables: compose.Tables, faults: tuple[str, ...] = (), indices: tuple[str, ...] = ()) -> dict[str, int]:
     """The documents of ``keys`` rebuilt and written, a Spark task per batch of keys; their stats summed
-    (``faults``: the driver's fault points, connectors/faults.py: ``during_rebuild`` kills a task once
-    its documents are written)."""
+    (``faults``: the driver's fault points, connectors/faults.py: ``before_rebuild_write`` once a task
+    read its documents' rows, ``during_rebuild`` once it wrote them; ``indices``: where the documents go, by default the sink's index)."""
     cfg = target.config
     assert isinstance(cfg, ElasticsearchSinkConfig) and cfg.document is not None
     size = cfg.document.rebuild_batch
@@ -96,7 +96,9 @@ def rebuild(spark: SparkSession, target: SinkTarget, mysql_url: str, keys: list[
     if not batches:
         return {"upserted": 0, "deleted": 0, "stale": 0, "unchanged": 0, "failed": 0}
     frame = spark.range(0, len(batches), 1, len(batches)).selectExpr("cast(id as int) as idx")
-    rows = frame.mapInArrow(rebuild_task(target, mysql_url, batches, version, tables, faults), STATS_SCHEMA).collect()
+    into = indices or (cfg.index,)
+    rows = frame.mapInArrow(rebuild_task(target, mysql_url, batches, version, tables, faults, into),
+                            STATS_SCHEMA).collect()
     errors = [e for r in rows if r.errors for e in json.loads(r.errors)]
     if errors:
         raise WindowFailed(f"sink {cfg.name!r}: Elasticsearch refused {len(errors)} rebuilt documents of index "
@@ -105,21 +107,22 @@ def rebuild(spark: SparkSession, target: SinkTarget, mysql_url: str, keys: list[
 
 
 def rebuild_task(target: SinkTarget, mysql_url: str, batches: list[list[tuple[str, ...]]], version: int,
-                 tables: compose.Tables, faults: tuple[str, ...] = (),
+                 tables: compose.Tables, faults: tuple[str, ...] = (), indices: tuple[str, ...] = (),
                  ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def run(frames: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from connectors import faults as fault_points  # noqa: PLC0415
 
         for frame in frames:
             for idx in frame.column("idx").to_pylist():
-                stats = _rebuild_batch(idx, target, mysql_url, batches[idx], version, tables)
+                stats = _rebuild_batch(idx, target, mysql_url, batches[idx], version, tables, indices, faults)
                 fault_points.checkpoint("during_rebuild", faults)
                 yield stats
     return run
 
 
 def _rebuild_batch(idx: int, target: SinkTarget, mysql_url: str, keys: list[tuple[str, ...]], version: int,
-                   tables: compose.Tables) -> pa.RecordBatch:
+                   tables: compose.Tables, indices: tuple[str, ...], faults: tuple[str, ...] = ()) -> pa.RecordBatch:
+    from connectors import faults as fault_points  # noqa: PLC0415
     from connectors.elasticsearch.sink import ElasticsearchSink  # noqa: PLC0415 - executor-side imports
     from connectors.mysql.connection import reader_engine  # noqa: PLC0415
 
@@ -137,12 +140,14 @@ def _rebuild_batch(idx: int, target: SinkTarget, mysql_url: str, keys: list[tupl
             raw.close()
     finally:
         engine.dispose()
-    sink = ElasticsearchSink(cfg, target.url, target.auth, mappings={cfg.index: compose.mapping(cfg.mapping)})
+    fault_points.checkpoint("before_rebuild_write", faults)  # the documents read, not written
+    mapping = compose.mapping(cfg.mapping)
+    sink = ElasticsearchSink(cfg, target.url, target.auth, mappings={index: mapping for index in indices})
     sink.open()
     try:
-        changes = [Change("upsert" if doc is not None else "delete", (cfg.index, doc_id),
-                          {"doc": compose.encoded(doc) if doc is not None else None}, version, NO_RECORD)
-                   for doc_id, doc in docs]
+        encoded = [(doc_id, compose.encoded(doc) if doc is not None else None) for doc_id, doc in docs]
+        changes = [Change("upsert" if doc is not None else "delete", (index, doc_id), {"doc": doc}, version, NO_RECORD)
+                   for index in indices for doc_id, doc in encoded]
         failed = sink.write(changes)
         failed += sink.flush()
     finally:

@@ -116,7 +116,8 @@ def _one(pipeline: str, run_id: str, es: Any, keeper: Any, seeds: Mapping[str, A
     now = list(held) + sorted(k for k in affected if k not in taken)[:max(0, doc.max_documents - len(held))]
     rest = [k for k in affected if k not in taken and k not in set(now)]
     version = store.documents.next_version(pipeline, name)  # before the tables are read
-    stats = rebuild(spark(), es, keeper.url, now, version, tables, faults.active()) if now else {}
+    indices = (cfg.index, *building(es))  # a whole-index rebuild under way gets the window's documents too
+    stats = rebuild(spark(), es, keeper.url, now, version, tables, faults.active(), indices) if now else {}
     store.documents.carry(pipeline, name, run_id, add=rest, done=now)
     backlog = store.documents.backlog_size(pipeline, name)
     if backlog:
@@ -124,7 +125,7 @@ def _one(pipeline: str, run_id: str, es: Any, keeper: Any, seeds: Mapping[str, A
                  len(now), backlog)
     return {"version": version, "affected": len(affected), "rebuilt": len(now), "upserted": stats.get("upserted", 0),
             "deleted": stats.get("deleted", 0), "stale": stats.get("stale", 0), "carried": len(rest),
-            "backlog": backlog}
+            "backlog": backlog, **({"indices": list(indices)} if len(indices) > 1 else {})}
 
 
 def _holding(es: Any, members: list[str], width: int) -> set[Key]:
@@ -156,3 +157,88 @@ def _holding(es: Any, members: list[str], width: int) -> set[Key]:
     finally:
         client.close()
     return out
+
+
+# -- the whole index rebuilt into a new one, behind its alias ------------------------------------------
+def rebuilding_alias(index: str) -> str:
+    """The alias that marks a whole-index rebuild under way: the windows write into its index too."""
+    return f"{index}-rebuilding"
+
+
+def building(es: Any) -> tuple[str, ...]:
+    """The index a whole-index rebuild is filling, if one is under way."""
+    from elasticsearch import Elasticsearch, NotFoundError  # noqa: PLC0415
+
+    client = Elasticsearch(es.url, basic_auth=es.auth, request_timeout=es.config.request_timeout)
+    try:
+        return tuple(sorted(client.indices.get_alias(name=rebuilding_alias(es.config.index))))
+    except NotFoundError:
+        return ()
+    except Exception as exc:
+        raise SinkUnavailable(f"sink {es.config.name!r}: asking Elasticsearch at {es.url} whether index "
+                              f"{es.config.index!r} is being rebuilt failed: {exc}") from exc
+    finally:
+        client.close()
+
+
+def rebuild_index(pipeline: str, es: Any, keeper: Any, store: StateStore, spark: Any,
+                  log_to: Callable[[str], None] = log.info) -> dict[str, Any]:
+    """Every document of a composed index rebuilt into a new index, which then takes the index's name
+    as an alias, atomically: for a mapping change, with no downtime (docs/composed-documents.md).
+
+    1. A new index ``<index>-<time>`` with the sink's mapping and settings, and the alias
+       ``<index>-rebuilding`` on it: from now on every window writes its documents there too.
+    2. A version V, taken after the alias exists: a window that takes a later one writes a newer
+       read, which the rebuild's older one never replaces.
+    3. Every root key read from MySQL, and its document rebuilt with V into the new index.
+    4. One alias action: ``<index>`` moves to the new index (the old one removed, also when ``<index>``
+       was the index itself), and ``<index>-rebuilding`` goes. The old index is deleted."""
+    import time  # noqa: PLC0415
+
+    from elasticsearch import Elasticsearch  # noqa: PLC0415
+
+    from connectors.mysql.connection import reader_engine  # noqa: PLC0415
+    from spark_jobs.compose import rebuild  # noqa: PLC0415
+
+    cfg = es.config
+    doc = cfg.document
+    alias, marker = cfg.index, rebuilding_alias(cfg.index)
+    client = Elasticsearch(es.url, basic_auth=es.auth, request_timeout=max(60.0, cfg.request_timeout))
+    try:
+        if client.indices.exists_alias(name=marker):
+            raise SinkUnavailable(f"index {alias!r} is being rebuilt already (alias {marker!r} exists); if that "
+                                  f"rebuild died, remove the alias and its index, then start again")
+        new = f"{alias}-{time.strftime('%Y%m%d%H%M%S')}"
+        client.indices.create(index=new, mappings=compose.mapping(cfg.mapping), settings=cfg.settings,
+                              aliases={marker: {}})
+        log_to(f"created {new} with the alias {marker}: windows write into it from now on")
+        version = store.documents.next_version(pipeline, cfg.name)
+        tables = replace(table_facts(keeper.url, doc.tables()),
+                         deleted_column=keeper.config.deleted_column if keeper.config.delete == "soft" else None)
+        engine = reader_engine(keeper.url)
+        try:
+            raw = engine.raw_connection()
+            try:
+                cursor = raw.cursor()
+                cursor.execute(f"SELECT {', '.join(compose.quote(k) for k in doc.root.key)} FROM "
+                               f"{compose.quote(doc.root.table)} WHERE 1 = 1{tables.alive()} ORDER BY "
+                               f"{', '.join(compose.quote(k) for k in doc.root.key)}")
+                keys = [tuple(compose.text(v) for v in row) for row in cursor.fetchall()]
+            finally:
+                raw.close()
+        finally:
+            engine.dispose()
+        log_to(f"rebuilding {len(keys)} documents into {new} at version {version}")
+        stats = rebuild(spark, es, keeper.url, keys, version, tables, faults.active(), (new,))
+        old = sorted(client.indices.get_alias(name=alias)) if client.indices.exists_alias(name=alias) else []
+        actions: list[dict[str, Any]] = [{"remove": {"index": i, "alias": alias}} for i in old]
+        if not old and client.indices.exists(index=alias):
+            actions.append({"remove_index": {"index": alias}})  # the index itself gives its name to the alias
+        actions += [{"add": {"index": new, "alias": alias}}, {"remove": {"index": new, "alias": marker}}]
+        client.indices.update_aliases(actions=actions)
+        for index in old:
+            client.indices.delete(index=index)
+        log_to(f"{alias} now points at {new}; removed {old or [alias]}")
+        return {"index": new, "alias": alias, "version": version, "documents": len(keys), **stats}
+    finally:
+        client.close()

@@ -7,6 +7,7 @@ the window's figures say how many documents it found affected."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -138,3 +139,74 @@ def test_a_window_killed_mid_rebuild_is_rebuilt_by_its_retry(config_dir: Path, s
     for doc in want.values():
         doc["created"] = doc["created"].isoformat()
     _same(_read(index), want, "retry")
+
+
+def test_a_whole_index_rebuild_moves_the_alias_while_windows_go_on(config_dir: Path, store: StateStore, spark: Any,
+                                                                   tmp_path: Path) -> None:
+    """``cdcflow documents rebuild`` in its own process, paused once its first task has read its rows
+    and before it writes them (a fault point's pause): a window changes those documents meanwhile and
+    writes them into both indices with a newer version. The paused task's older documents then arrive
+    and are refused (stale); the rebuild finishes, the index's name becomes an alias of the new index,
+    the old index is gone, and every document equals the model, also after one more window."""
+    import subprocess
+    import sys
+    import time
+
+    from tests.helpers import es_client, subprocess_env
+
+    prefix = unique("shopr")
+    cfg = _pipeline(config_dir, prefix, rebuild_batch=2)
+    index = f"{prefix}-orders"
+    s = Shop(prefix)
+    created: set[str] = set()
+    for cid in (1, 2):
+        s.put("customers", id=cid, name=f"c{cid}", tier="gold")
+    for oid in range(400, 406):
+        s.put("orders", id=oid, customer_id=1 + oid % 2, status="new", total="3.00",
+              created=shop.moment("2026-04-01T00:00:00"))
+    s.put("products", id=7, title="Lamp", price="1.00")
+    s.put("order_lines", id=4000, order_id=400, line_no=1, product_id=7, qty=1)
+    s.produce(created)
+    runner.run_window(cfg, "r1", store=store, spark=spark)
+
+    pause = tmp_path / "pause"
+    pause.mkdir()
+    env = subprocess_env(config_dir, CDCFLOW_OFFSET_STORE_URL=store.url, CDCFLOW_FAULTS=f"pause:before_rebuild_write:{pause}")
+    cli = subprocess.Popen([sys.executable, "-m", "cdcflow.cli", "documents", "rebuild", cfg.name], env=env,
+                           cwd=Path(__file__).resolve().parents[4], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)
+    try:
+        until = time.monotonic() + 180
+        while not (pause / "reached").exists():
+            assert cli.poll() is None, cli.communicate()[0][-3000:]
+            assert time.monotonic() < until, "the rebuild never reached its pause"
+            time.sleep(0.2)
+        s.put("customers", id=1, tier="platinum")  # three documents, written by the window into both indices
+        s.put("products", id=7, title="Reading lamp")
+        s.produce(created)
+        during = runner.run_window(cfg, "r2", store=store, spark=spark)["documents"]["orders"]
+        assert len(during["indices"]) == 2 and during["indices"][0] == index, during
+    finally:
+        (pause / "resume").touch()
+        out = cli.communicate(timeout=300)[0]
+    assert cli.returncode == 0, out[-3000:]
+    rebuilt = json.loads(out[out.index("{"):])
+    assert rebuilt["documents"] == 6 and rebuilt["stale"] >= 1, rebuilt  # the paused task's older reads refused
+    es = es_client()
+    try:
+        behind = sorted(es.indices.get_alias(name=index))
+        assert len(behind) == 1 and behind[0].startswith(f"{index}-"), behind
+        assert not es.indices.exists_alias(name=f"{index}-rebuilding")
+    finally:
+        es.close()
+    want = s.documents()
+    for doc in want.values():
+        doc["created"] = doc["created"].isoformat()
+    _same(_read(index), want, "after the rebuild")
+    s.put("orders", id=403, status="shipped")
+    s.produce(created)
+    runner.run_window(cfg, "r3", store=store, spark=spark)
+    want = s.documents()
+    for doc in want.values():
+        doc["created"] = doc["created"].isoformat()
+    _same(_read(index), want, "a window after the rebuild")
