@@ -5,15 +5,15 @@ each document rebuilt from its tables' current state.
   the columns it meets its parent on.
 * **Seeds**: what a changed row says, read from its change's row image in the read task (the after
   image of an upsert, the before image of a delete): a root row its key; a lookup's or a nested
-  row its ``on`` columns (which parent rows it meets); a nested row also its primary key.
+  row its ``on`` columns (which parent rows it meets) and its primary key.
 * **Affected root keys** (:func:`affected_roots`): a root seed is a root key. Any other seed is
   joined back up the graph through the tables' current state, one query per node
   (``SELECT DISTINCT root key FROM root JOIN … WHERE parent.column IN (seed values)``). The state
   read is the one after the window's MySQL writes, so a row that now meets a parent finds it. The
-  parent a nested row met *before* the window (a line moved to another order, a line deleted
-  without a before image) is found in the index: every document lists the nested rows it holds
-  (``cdcflow_members``, indexed, left out of ``_source``), and the documents holding a changed
-  nested row are affected too (:func:`member_values`).
+  parents a row met *before* the window (a line moved to another order, a customer whose looked-up
+  column changed, a row deleted without a before image) are found in the index: every document
+  lists the rows of its lookups and nested arrays (``cdcflow_members``, indexed, left out of
+  ``_source``), and the documents holding a changed row are affected too (:func:`member_values`).
 * **Documents** (:func:`build`): the root rows of a batch of keys in one query, then each relation
   of all of them in one query per node (``WHERE (columns) IN (…)``), assembled in Python. A key
   whose root row is gone is a delete.
@@ -81,7 +81,7 @@ def graph(doc: DocumentConfig) -> Node:
 
 def seed_columns(root: Node, root_key: Sequence[str], keys: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
     """Per table, the columns its changed rows' images are read for (``keys``: each table's primary
-    key, where known: a nested row's membership)."""
+    key, where known: a related row's membership)."""
     out: dict[str, list[str]] = {}
 
     def want(table: str, columns: Iterable[str]) -> None:
@@ -93,8 +93,7 @@ def seed_columns(root: Node, root_key: Sequence[str], keys: Mapping[str, Sequenc
             want(node.table, root_key)
         else:
             want(node.table, [c for c, _p in node.on])
-            if node.kind == "nested":
-                want(node.table, keys.get(node.table, ()))
+            want(node.table, keys.get(node.table, ()))
     return out
 
 
@@ -104,10 +103,10 @@ def member(table: str, key: Sequence[Any]) -> str:
 
 def member_values(root: Node, seeds: Mapping[str, tuple[list[str], list[Key]]],
                   keys: Mapping[str, Sequence[str]]) -> list[str]:
-    """The membership values of the changed nested rows: the documents that hold them are affected."""
+    """The membership values of the changed related rows: the documents that hold them are affected."""
     out: set[str] = set()
     for node in root.walk():
-        if node.kind != "nested" or node.table not in seeds or not keys.get(node.table):
+        if node.kind == "root" or node.table not in seeds or not keys.get(node.table):
             continue
         columns, rows = seeds[node.table]
         at = [columns.index(c) for c in keys[node.table] if c in columns]
@@ -269,14 +268,16 @@ def _attach(cursor: Any, node: Node, parents: list[tuple[dict[str, Any], dict[st
         for row, doc, root_key in parents:
             meets = tuple(row.get(pc) for _c, pc in child.on)
             met = by.get(tuple(text(v) for v in meets), []) if all(v is not None for v in meets) else []
+            pk = tables.keys.get(child.table) or ()
             if child.kind == "lookup":
                 first = met[0] if met else None
                 doc[child.path[-1]] = None if first is None else _project(child, first, hidden)
                 if first is not None:
                     below.append((first, doc[child.path[-1]], root_key))
+                    if pk:
+                        members[root_key].append(member(child.table, [first[k] for k in pk]))
                 continue
             items = []
-            pk = tables.keys.get(child.table) or ()
             for r in met:
                 item = _project(child, r, hidden)
                 items.append(item)

@@ -171,13 +171,13 @@ def test_a_document_is_built_from_its_rows_with_lookups_nested_rows_and_members(
     root = compose.graph(DocumentConfig.model_validate(DOCUMENT))
     cursor = Cursor(TABLES)
     docs = dict(compose.build(cursor, root, ["id"], [("1",), ("2",), ("3",)],
-                              compose.Tables({"order_lines": ["id"]})))
+                              compose.Tables({"order_lines": ["id"], "customers": ["id"]})))
     assert docs["3"] is None  # no root row: a delete
     assert docs["1"] == {
         "id": 1, "customer_id": 7, "total": Decimal("19.90"), "at": "2026-01-02T03:04:05.000006",
         "customer": {"name": "Ada", "tier": "gold"},
         "lines": [{"no": 1, "qty": 3, "product": None}, {"no": 2, "qty": 1, "product": {"title": "Lamp"}}],
-        MEMBERS_FIELD: ["order_lines:10", "order_lines:11"]}
+        MEMBERS_FIELD: ["customers:7", "order_lines:10", "order_lines:11"]}
     assert docs["2"] == {"id": 2, "customer_id": None, "total": Decimal("0.00"), "at": None, "customer": None,
                          "lines": [], MEMBERS_FIELD: []}
     assert compose.encoded(docs["1"]).startswith('{"id":1,"customer_id":7,"total":19.90,')
@@ -192,6 +192,10 @@ def test_affected_roots_from_seeds_and_members() -> None:
     got = compose.affected_roots(cursor, root, ["id"], {"orders": seeds["orders"], "customers": seeds["customers"]})
     assert got == {("2",), ("1",)}
     assert compose.member_values(root, seeds, {"order_lines": ["id"]}) == ["order_lines:10", "order_lines:12"]
+    # a looked-up row is a member too: a customer whose looked-up column changed reaches the documents
+    # that held it before
+    assert compose.member_values(root, seeds, {"order_lines": ["id"], "customers": ["id"]}) == [
+        "customers:7", "order_lines:10", "order_lines:12"]
 
 
 def test_the_index_mapping_indexes_the_members_and_leaves_them_out_of_the_source() -> None:
