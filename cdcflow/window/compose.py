@@ -113,8 +113,9 @@ def _one(pipeline: str, run_id: str, es: Any, keeper: Any, seeds: Mapping[str, A
             engine.dispose()
         affected |= _holding(es, compose.member_values(root, seeds, tables.keys), len(doc.root.key))
     taken = set(held)
-    now = list(held) + sorted(k for k in affected if k not in taken)[:max(0, doc.max_documents - len(held))]
-    rest = [k for k in affected if k not in taken and k not in set(now)]
+    fresh = sorted(k for k in affected if k not in taken)
+    room = max(0, doc.max_documents - len(held))
+    now, rest = list(held) + fresh[:room], fresh[room:]
     version = store.documents.next_version(pipeline, name)  # before the tables are read
     indices = (cfg.index, *building(es))  # a whole-index rebuild under way gets the window's documents too
     stats = rebuild(spark(), es, keeper.url, now, version, tables, faults.active(), indices) if now else {}
