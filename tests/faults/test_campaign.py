@@ -1,4 +1,4 @@
-"""The short fault campaign (seeded): 24 faults, two at each kill point and two of each outage, each
+"""The short fault campaign (seeded): 12 faults, one at each kill point and one of each outage, each
 followed by retries and a drain; nothing lost, duplicated or regressed in MySQL and Elasticsearch
 (the state table and index, a history table and a soft-delete table: tests/faults/tables.py), every
 poison record in the DLQ exactly once, the ledger without gaps. The long one:
@@ -24,7 +24,9 @@ def _assert_every_kind_fired_and_nothing_was_damaged(outcomes: list[Outcome], ex
 
 
 def test_short_seeded_fault_campaign() -> None:
-    outcomes = run_campaign(faults=2 * len(kinds(False)), seed=11)
+    # one of each kind (the exactly-once campaign below fires each once more, with other settings): the
+    # CI's whole run stays under 40 minutes (issue 46); the long campaign draws hundreds
+    outcomes = run_campaign(faults=len(kinds(False)), seed=11)
     _assert_every_kind_fired_and_nothing_was_damaged(outcomes, exactly_once=False)
 
 
