@@ -1,4 +1,4 @@
-"""The short fault campaign (seeded): 12 faults, one at each kill point and one of each outage, each
+"""The short fault campaign (seeded): 13 faults, one at each kill point and one of each outage, each
 followed by retries and a drain; nothing lost, duplicated or regressed in MySQL and Elasticsearch
 (the state table and index, a history table and a soft-delete table: tests/faults/tables.py), every
 poison record in the DLQ exactly once, the ledger without gaps. The long one:
