@@ -13,7 +13,8 @@ unless the variable is set. The points, in the order a window passes them (tests
 * ``before_dlq_flush``      Spark task: dead letters handed to the producer, not flushed
 * ``during_sink_commit``    Spark task, exactly-once only (``offset_store.sink``): the offset sink's
                             transaction holds the window's rows and offsets, not committed
-* ``after_sinks``           driver: every sink and the DLQ flushed, offsets not committed
+* ``after_sinks``           driver: every sink and the DLQ flushed, offsets not committed (under Airflow:
+                            the end of the ``process_window`` task, before it returns)
 * ``during_commit``         driver: inside the offset commit's transaction
 * ``after_commit``          driver: offsets committed, the consumer group not mirrored yet
 
@@ -27,6 +28,16 @@ An entry ``pause:<point>:<directory>`` pauses instead of killing, for the outage
 the first process to reach the point creates ``<directory>/reached`` and waits until
 ``<directory>/resume`` exists (at most ``PAUSE_LIMIT`` seconds), so a test can stop a server while
 the window is at that point and then let the window go on against it.
+
+Where the entries come from: ``CDCFLOW_FAULTS`` (comma-separated), and, when ``CDCFLOW_FAULTS_FILE``
+names a file, that file's lines (one entry a line; blank lines and ``#`` lines skipped; a missing
+file holds none). The file is for processes whose environment is fixed before a test knows the
+fault: a Celery worker's task processes inherit the worker's environment, set when the worker
+started, so the campaign (``python -m tests.faults.harness --celery``) starts the workers with
+``CDCFLOW_FAULTS_FILE`` set and writes the entry there (replacing the file whole, so no process
+reads half an entry) before it triggers the faulted DAG run, then empties it once the faulted try
+has ended, before Airflow's retry starts. It is read at each checkpoint in the driver; the points
+inside Spark tasks get the entries the driver read when it built the window's job.
 """
 
 from __future__ import annotations
@@ -45,7 +56,28 @@ PAUSE_LIMIT = 600.0
 
 
 def active() -> tuple[str, ...]:
-    return tuple(p for p in os.environ.get("CDCFLOW_FAULTS", "").split(",") if p)
+    """The active entries: ``CDCFLOW_FAULTS``'s, then those of the file ``CDCFLOW_FAULTS_FILE`` names."""
+    listed = tuple(p for p in os.environ.get("CDCFLOW_FAULTS", "").split(",") if p)
+    path = os.environ.get("CDCFLOW_FAULTS_FILE")
+    return listed + (read_file(Path(path)) if path else ())
+
+
+def read_file(path: Path) -> tuple[str, ...]:
+    """The entries of a faults file: one a line, blank lines and lines starting with ``#`` skipped; none
+    when it does not exist (a pause entry's directory may hold any character, so no comment after one)."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return ()
+    return tuple(entry for line in text.splitlines() if (entry := line.strip()) and not entry.startswith("#"))
+
+
+def write_file(path: Path, entries: Iterable[str] = ()) -> None:
+    """Replace the faults file's entries (none: disarm it), whole: a process reading it at the same
+    moment sees the old entries or the new ones, never half a line."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text("".join(f"{entry}\n" for entry in entries))
+    os.replace(tmp, path)
 
 
 def pause_entry(point: str, directory: str | os.PathLike[str]) -> str:

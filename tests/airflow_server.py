@@ -157,6 +157,40 @@ class AirflowServer:
         """Parse the pipeline files into Airflow's DB (what the dag-processor does in production)."""
         self.airflow("dags", "reserialize")
 
+    # -- DAGs and their runs, through the REST API (the scheduler and Celery tests, the Celery fault campaign)
+    def wait_for_dag(self, dag_id: str, timeout: float = 120) -> None:
+        """Until the dag-processor has loaded the DAG (a pipeline file written before or after the start)."""
+        deadline = time.monotonic() + timeout
+        while self.request("GET", f"/api/v2/dags/{dag_id}").status != 200:
+            assert time.monotonic() < deadline, f"the dag-processor did not load {dag_id}\n{self.log_tail()}"
+            time.sleep(1)
+
+    def unpause(self, dag_id: str, paused: bool = False) -> None:
+        self.wait_for_dag(dag_id)
+        assert self.request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": paused}).status == 200
+
+    def trigger(self, dag_id: str, run_id: str, conf: dict[str, Any] | None = None) -> None:
+        """A manual DAG run with this run id (a window's run id: its ledger entry, its retries)."""
+        r = self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns",
+                         {"dag_run_id": run_id, "logical_date": None, "conf": conf or {}})
+        assert r.status == 200, r.text
+
+    def wait_for_runs(self, dag_id: str, run_ids: list[str], timeout: float = 420) -> list[dict[str, Any]]:
+        """The runs, once each has ended (success or failed)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.revive()
+            runs = [self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{r}").body for r in run_ids]
+            if all(r["state"] in ("success", "failed") for r in runs):
+                return runs
+            assert time.monotonic() < deadline, f"runs not finished: {[r['state'] for r in runs]}\n{self.log_tail()}"
+            time.sleep(2)
+
+    def xcom(self, dag_id: str, run_id: str, task: str = "process_window") -> Any:
+        """What a task returned (process_window: the window's statistics)."""
+        return self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task}/"
+                                   "xcomEntries/return_value").body["value"]
+
     def request(self, method: str, path: str, body: Any = None, user: str | None = "admin",
                 headers: dict[str, str] | None = None) -> Response:
         data = json.dumps(body).encode() if body is not None else None

@@ -12,6 +12,7 @@ from cdcflow.errors import CdcflowError, DeadLettersExceeded, PipelineStopped
 from cdcflow.run_params import PARAMS
 from cdcflow.window.commit import asset_events
 from cdcflow.window.plan import AirflowRun
+from connectors import faults
 
 log = logging.getLogger("cdcflow.tasks")
 
@@ -46,11 +47,13 @@ def process_window(pipeline: str, **context: Any) -> dict[str, Any]:
     preloaded = "pyspark.sql.connect.session" in sys.modules
     cfg = find_pipeline(pipeline)
     try:
-        return {**runner.process(cfg, context["run_id"], _params(context)), "preloaded": preloaded}
+        stats = runner.process(cfg, context["run_id"], _params(context))
     except DeadLettersExceeded as exc:  # the breaker STOPPED the pipeline: a retry would meet the same records
         from airflow.sdk.exceptions import AirflowFailException  # noqa: PLC0415
 
         raise AirflowFailException(str(exc)) from exc
+    faults.checkpoint("after_sinks")  # the sinks and the DLQ flushed, the task's result not yet returned
+    return {**stats, "preloaded": preloaded}
 
 
 def commit_offsets(pipeline: str, **context: Any) -> dict[str, Any]:

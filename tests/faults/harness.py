@@ -7,6 +7,11 @@ would (same run id), drain the backlog, and check the outcome against the state 
 independently from the produced events.
 
     python -m tests.faults.harness --faults 200 --seed 7     (the long campaign; prints the table)
+    python -m tests.faults.harness --celery --faults 13 --seed 5    (each window a DAG run on the Celery stack)
+
+How a window runs is tests/faults/windows.py's: a ``cdcflow run`` forked from a preloaded process,
+retried here with the same run id (the default), or with ``--celery`` a DAG run on a Celery stack
+of its own, whose faulted try dies on one worker and which Airflow retries itself.
 
 Each fault gets its own chunk of changes (and two poison records) first, so every window has work.
 After each fault: MySQL rows and Elasticsearch documents against the model (lost: a row that should
@@ -27,7 +32,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +43,7 @@ import yaml
 from cdcflow import cdcgen
 from connectors.faults import EXACTLY_ONCE_POINTS, POINTS, pause_entry
 from tests.faults import tables
-from tests.faults.forkserver import ForkServer
+from tests.faults.windows import AirflowWindows, Attempt, ForkedWindows, Window, Windows
 from tests.helpers import state_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,7 +104,8 @@ def poison(chunk: int, ts: int) -> list[cdcgen.Event]:
 
 
 class Campaign:
-    def __init__(self, directory: Path, seed: int, bootstrap: str, exactly_once: bool = False) -> None:
+    def __init__(self, directory: Path, seed: int, bootstrap: str, exactly_once: bool = False,
+                 windows: Windows | None = None) -> None:
         self.rng = random.Random(seed)
         self.exactly_once = exactly_once
         self.seen: set[Any] = set()  # findings already counted (each is counted at its first check)
@@ -108,18 +115,16 @@ class Campaign:
         self.name, self.topic, self.table, self.index = f"faults_{tag}", f"faults.{tag}", f"faults_{tag}", f"faults-{tag}"
         self.events: list[cdcgen.Event] = []
         self.ts = 1_767_300_000_000
-        self.env = {**os.environ, "CDCFLOW_CONFIG_DIR": str(directory / "pipelines"),
-                    "CDCFLOW_OFFSET_STORE_URL": f"sqlite:///{directory / 'offsets.db'}"}
-        self.env.pop("CDCFLOW_FAULTS", None)
+        self.windows = windows or ForkedWindows(directory)
         (directory / "pipelines").mkdir(parents=True, exist_ok=True)
         self._write_pipeline()
         cdcgen.produce(bootstrap, self.topic, [], partitions=3)
-        self.forks = ForkServer(directory / "forkserver.log", self.env, ROOT)  # windows forked preloaded
+        self.windows.open(self.name)
 
     def _write_pipeline(self) -> None:
         columns = [{**c, "type": "VARCHAR(32)"} if c["name"] == "customer" else c for c in tables.COLUMNS]
         cfg = {
-            "name": self.name, "retries": 0,
+            "name": self.name, **self.windows.settings,
             "source": {"topics": [self.topic], "kafka_conn_id": "cdcflow_kafka"},
             "window": {"max_records": 400, "max_duration": "120s", "stop_on_empty": True},
             "initial_offsets": "earliest",
@@ -139,10 +144,9 @@ class Campaign:
         }
         (self.dir / "pipelines" / f"{self.name}.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
 
-    # -- running windows ---------------------------------------------------------------------------
-    def run(self, run_id: str, fault: str | None = None) -> subprocess.CompletedProcess[str]:
-        env = {**self.env, **({"CDCFLOW_FAULTS": fault} if fault else {})}
-        return self.forks.run(["run", self.name, "--run-id", run_id], env, ROOT, timeout=600)
+    # -- running windows (tests/faults/windows.py) -------------------------------------------------
+    def run(self, run_id: str) -> Attempt:
+        return self.windows.start(run_id).first()
 
     def produce_chunk(self, i: int) -> None:  # many keys: the sinks write several batches (set_rows 100 …)
         stream = cdcgen.orders_stream(self.rng.randint(250, 450), 500, seed=self.rng.randrange(10**6), broken=False,
@@ -155,43 +159,43 @@ class Campaign:
     def fault(self, i: int, point: str) -> Outcome:
         self.produce_chunk(i)
         if point in OUTAGES:
-            first, reached, how = self.outage(f"w{i}", point)
+            window, first, reached, how = self.outage(f"w{i}", point)
             out = Outcome(point, reached=reached, how=how)
         else:
-            first = self.run(f"w{i}", point)
-            out = Outcome(point, reached=first.returncode != 0, how=f"SIGKILL at {point}")
-        out.runs.append(_ran(f"w{i}", first))
-        if first.returncode != 0:
-            out.error = _error_line(first)
-        for attempt in range(3):  # Airflow's retries: the same run id
-            if first.returncode == 0:
+            window = self.windows.start(f"w{i}", point)
+            first = window.first()
+            out = Outcome(point, reached=not first.ok, how=f"SIGKILL at {point}")
+        out.runs.append(first.line())
+        if not first.ok:
+            out.error = first.error
+        for attempt in range(3):  # Airflow's retries: the same run id (under --celery, Airflow's own)
+            if first.ok:
                 break
-            first = self.run(f"w{i}")
-            out.runs.append(_ran(f"w{i}", first))
-            if first.returncode != 0 and attempt == 2:
-                out.notes.append(f"w{i} still failing: {first.stderr[-500:]}")
+            first = window.retry()
+            out.runs.append(first.line())
+            if not first.ok and attempt == 2:
+                out.notes.append(f"w{i} still failing: {first.error[-500:]}")
         for j in range(20):  # drain the backlog with fresh windows
             done = self.run(f"w{i}-drain{j}")
-            out.runs.append(_ran(f"w{i}-drain{j}", done))
-            if done.returncode != 0:
-                out.notes.append(f"drain failed: {done.stderr[-500:]}")
+            out.runs.append(done.line())
+            if not done.ok:
+                out.notes.append(f"drain failed: {done.error[-500:]}")
                 break
-            if json.loads(done.stdout[done.stdout.index("{"):])["records"] == 0:
+            if done.records == 0:
                 break
         self.check(out)
         return out
 
-    def outage(self, run_id: str, kind: str) -> tuple[subprocess.CompletedProcess[str], bool, str]:
+    def outage(self, run_id: str, kind: str) -> tuple[Window, Attempt, bool, str]:
         """Run a window that pauses at a point of OUTAGES[kind]; take the server away there, let the
         window go on against it, bring the server back (before or after the window ends)."""
         where = self.rng.choice(OUTAGES[kind])
         back_first = self.rng.random() < 0.5  # the server returns while the window still waits
         with tempfile.TemporaryDirectory() as pause:
             flag, resume = Path(pause) / "reached", Path(pause) / "resume"
-            proc = self.forks.start(["run", self.name, "--run-id", run_id],
-                                    {**self.env, "CDCFLOW_FAULTS": pause_entry(where, pause)}, ROOT)
+            window = self.windows.start(run_id, pause_entry(where, pause))
             deadline = time.monotonic() + 300
-            while not flag.exists() and proc.poll() is None and time.monotonic() < deadline:
+            while not flag.exists() and not window.ended() and time.monotonic() < deadline:
                 time.sleep(0.05)
             reached = flag.exists()
             how = f"{kind} at {where}" + ("" if kind == "broker_down" else
@@ -214,12 +218,12 @@ class Campaign:
                     else:
                         resume.touch()
                         try:
-                            proc.wait(timeout=300)
+                            window.first(timeout=300)
                         finally:
                             _services("start", service)
             else:
                 resume.touch()
-            return proc.completed(timeout=600), reached, how  # in the block: the pause directory stays
+            return window, window.first(timeout=600), reached, how  # in the block: the pause directory stays
 
     # -- checks ------------------------------------------------------------------------------------
     def check(self, out: Outcome) -> None:
@@ -290,7 +294,7 @@ class Campaign:
     def _ledger_gaps(self) -> list[tuple[Any, ...]]:
         from cdcflow.state import StateStore  # noqa: PLC0415
 
-        store = StateStore(self.env["CDCFLOW_OFFSET_STORE_URL"])
+        store = StateStore(self.windows.store_url)
         ranges: dict[tuple[str, int], list[tuple[int, int]]] = collections.defaultdict(list)
         for w in store.ledger.history(self.name, limit=100_000):
             if w.status == "committed" and w.origin == "stored":
@@ -319,23 +323,6 @@ class Campaign:
             gaps += [(tp, "sink offset", in_sink.get(tp)) for tp in ranges.keys() | in_sink.keys()
                      if in_sink.get(tp) != (ranges[tp][-1][1] if ranges.get(tp) else None)]
         return gaps
-
-
-def _error_line(done: subprocess.CompletedProcess[str]) -> str:
-    """How a failed window run ended: cdcflow's last error line, else the end of its stderr (a
-    traceback), else its exit status (a SIGKILL leaves no stderr)."""
-    lines = [ln for ln in done.stderr.splitlines() if ln.startswith("cdcflow: ")]
-    return lines[-1] if lines else done.stderr[-200:].strip() or f"exit {done.returncode}"
-
-
-def _ran(run_id: str, done: subprocess.CompletedProcess[str]) -> str:
-    """One window run in a line: exit, records, and per sink what it did (or the error)."""
-    if done.returncode != 0:
-        return f"{run_id}: exit {done.returncode} {_error_line(done)[:200]}"
-    stats = json.loads(done.stdout[done.stdout.index("{"):])
-    sinks = ", ".join(f"{n} +{s.get('upserted')} -{s.get('deleted')} stale {s.get('stale')} failed {s.get('failed')}"
-                      for n, s in stats.get("sinks", {}).items())
-    return f"{run_id}: {stats['records']} records, {sinks}"
 
 
 def _found(out: Outcome, seen: set[Any], kind: str, key: Any, note: str) -> None:
@@ -387,22 +374,31 @@ def _services(action: str, service: str, crash: bool = False) -> None:
 
 
 def run_campaign(faults: int, seed: int, directory: Path | None = None, exactly_once: bool = False,
-                 on_outcome: Callable[[int, Outcome], None] = lambda _i, _o: None) -> list[Outcome]:
+                 on_outcome: Callable[[int, Outcome], None] = lambda _i, _o: None,
+                 celery: bool = False) -> list[Outcome]:
+    """``celery``: each window a DAG run on a Celery stack of its own (tests/faults/windows.py)."""
     from tests.helpers import bootstrap  # noqa: PLC0415
 
-    with tempfile.TemporaryDirectory() as tmp:
-        campaign = Campaign(directory or Path(tmp), seed, bootstrap(), exactly_once)
+    with tempfile.TemporaryDirectory() as tmp, _windows(where := directory or Path(tmp), celery) as windows:
+        campaign = Campaign(where, seed, bootstrap(), exactly_once, windows)
         these = kinds(exactly_once)
         points = [these[i % len(these)] for i in range(faults)]
         random.Random(seed).shuffle(points)
         outcomes = []
-        try:
-            for i, point in enumerate(points):
-                outcomes.append(campaign.fault(i, point))
-                on_outcome(i, outcomes[-1])
-        finally:
-            campaign.forks.close()
+        for i, point in enumerate(points):
+            outcomes.append(campaign.fault(i, point))
+            on_outcome(i, outcomes[-1])
         return outcomes
+
+
+@contextmanager
+def _windows(directory: Path, celery: bool) -> Iterator[Windows]:
+    """The campaign's window runner, closed at the end (the fork server, or the Celery stack, stopped)."""
+    runner: Windows = AirflowWindows(directory) if celery else ForkedWindows(directory)
+    try:
+        yield runner
+    finally:
+        runner.close()
 
 
 def table(outcomes: list[Outcome]) -> str:
@@ -427,17 +423,25 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="also write every outcome (how, error, counts) to this file")
     ap.add_argument("--exactly-once", action="store_true", help="the pipeline commits its offsets in the MySQL "
                     "sink's transaction (offset_store.sink); adds the during_sink_commit kill point")
+    ap.add_argument("--celery", action="store_true", help="each window a DAG run on a Celery stack of its own "
+                    "(PostgreSQL, Redis, two workers: tests/faults/windows.py); Airflow retries the faulted try")
+    ap.add_argument("--runs", action="store_true", help="also print each fault's window runs: every attempt, "
+                    "where it ran (under --celery: the task's try and its worker), records, what each sink did")
     args = ap.parse_args()
     started = time.time()
 
     def progress(i: int, o: Outcome) -> None:  # one line per fault as it ends (a long run takes hours)
         state = "clean" if o.clean else f"DAMAGED {o.notes[:3]}"
         print(f"[{i + 1}/{args.faults} {time.time() - started:.0f}s] {o.point}: {o.how}; {state}", flush=True)
+        for run in o.runs if args.runs else []:
+            print(f"    {run}", flush=True)
 
-    outcomes = run_campaign(args.faults, args.seed, exactly_once=args.exactly_once, on_outcome=progress)
+    outcomes = run_campaign(args.faults, args.seed, exactly_once=args.exactly_once, on_outcome=progress,
+                            celery=args.celery)
     print(table(outcomes))
     mode = "exactly-once (offset_store.sink)" if args.exactly_once else "offset store"
-    print(f"{len(outcomes)} faults, seed {args.seed}, {mode}, {time.time() - started:.0f} s")
+    how = "DAG runs on the Celery stack" if args.celery else "forked cdcflow run"
+    print(f"{len(outcomes)} faults, seed {args.seed}, {mode}, {how}, {time.time() - started:.0f} s")
     for o in outcomes:
         if o.error:
             print(f"  {o.point}: {o.how}; the faulted attempt ended with: {o.error[:300]}")

@@ -39,7 +39,6 @@ from tests.integration.cdcflow.airflow.test_scheduler import (
     DOWNSTREAM,
     _t,
     _wait_for_backfill,
-    _wait_for_runs,
     _wait_until_idle,
 )
 from tests.integration.cdcflow.state.test_store_on_mysql import round_trip
@@ -106,24 +105,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             shutil.rmtree(srv.env["CDCFLOW_HOME"], ignore_errors=True)
 
 
-def _wait_for_dag(server: CeleryAirflowServer, dag_id: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while server.request("GET", f"/api/v2/dags/{dag_id}").status != 200:
-        assert time.monotonic() < deadline, f"the dag-processor did not load {dag_id}\n{server.log_tail()}"
-        time.sleep(1)
-
-
-def _unpause(server: CeleryAirflowServer, dag_id: str, paused: bool = False) -> None:
-    _wait_for_dag(server, dag_id)
-    assert server.request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": paused}).status == 200
-
-
-def _trigger(server: CeleryAirflowServer, dag_id: str, run_id: str, conf: dict[str, Any] | None = None) -> None:
-    r = server.request("POST", f"/api/v2/dags/{dag_id}/dagRuns",
-                       {"dag_run_id": run_id, "logical_date": None, "conf": conf or {}})
-    assert r.status == 200, r.text
-
-
 def _runs(server: CeleryAirflowServer, dag_id: str) -> list[dict[str, Any]]:
     return server.request("GET", f"/api/v2/dags/{dag_id}/dagRuns?order_by=run_after").body["dag_runs"]
 
@@ -151,25 +132,19 @@ def _ran_on_workers(server: CeleryAirflowServer, dag_id: str, run_id: str,
     return ran_on
 
 
-def _stats(server: CeleryAirflowServer, dag_id: str, run_id: str) -> dict[str, Any]:
-    """What process_window returned (its XCom): the window's statistics."""
-    return server.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/process_window/"
-                                 "xcomEntries/return_value").body["value"]
-
-
 def test_windows_triggered_with_offset_parameters_run_their_tasks_on_the_workers_and_commit(stack: Stack) -> None:
     airflow, cfg, stream = stack.server, stack.pipelines["rest"], stack.streams["rest"]
     # the two workers answer to Celery under their own names
     workers = airflow.airflow("celery", "list-workers", "--output", "json").stdout
     assert WORKERS <= set(re.findall(r'"worker_name": "([^"]+)"', workers)), workers
     topic = cfg.source.topics[0]
-    _unpause(airflow, cfg.name)
+    airflow.unpause(cfg.name)
 
     # the first window starts at given offsets (from 0 on partitions 0-2) with a budget of 300
     # records; the second continues from the offsets the first stored
-    _trigger(airflow, cfg.name, "celery-0", {"start_offsets": {topic: {"0": 0, "1": 0, "2": 0}}, "max_records": 300})
-    _trigger(airflow, cfg.name, "celery-1")
-    runs = _wait_for_runs(airflow, cfg.name, ["celery-0", "celery-1"])
+    airflow.trigger(cfg.name, "celery-0", {"start_offsets": {topic: {"0": 0, "1": 0, "2": 0}}, "max_records": 300})
+    airflow.trigger(cfg.name, "celery-1")
+    runs = airflow.wait_for_runs(cfg.name, ["celery-0", "celery-1"])
     assert [r["state"] for r in runs] == ["success"] * 2, airflow.log_tail()
 
     for run_id in ("celery-0", "celery-1"):
@@ -179,7 +154,7 @@ def test_windows_triggered_with_offset_parameters_run_their_tasks_on_the_workers
             worker_log = (airflow.logs / "airflow" / f"{worker.split('@')[0]}.log").read_text(errors="replace")
             assert f"run_id={run_id}/task_id={task}/" in worker_log, f"{task} is not in {worker}'s log"
     for run_id, records in (("celery-0", 300), ("celery-1", len(stream.events) - 300)):
-        stats = _stats(airflow, cfg.name, run_id)
+        stats = airflow.xcom(cfg.name, run_id)
         assert stats["spark"].startswith("connect sc://127.0.0.1:"), stats
         assert stats["records"] == records
         assert stats["preloaded"] is True  # forked from a worker that imported cdcflow's modules before its pool forked
@@ -209,7 +184,7 @@ def test_the_workers_import_cdcflow_before_their_pool_forks(stack: Stack) -> Non
 
 def test_a_scheduled_window_then_a_backfill_of_three_hours_run_on_the_workers(stack: Stack) -> None:
     airflow, cfg, stream = stack.server, stack.pipelines["hourly"], stack.streams["hourly"]
-    _unpause(airflow, cfg.name)
+    airflow.unpause(cfg.name)
     try:
         # unpaused, the scheduler runs the last complete hour at once (catchup off): a scheduled
         # window, which reads everything from the stored offsets (the earliest)
@@ -233,7 +208,7 @@ def test_a_scheduled_window_then_a_backfill_of_three_hours_run_on_the_workers(st
         for run in runs:
             _ran_on_workers(airflow, cfg.name, run["dag_run_id"])
     finally:
-        _unpause(airflow, cfg.name, paused=True)
+        airflow.unpause(cfg.name, paused=True)
 
     # the replayed older changes never overwrite newer ones; the live offsets stay where they were
     assert table_rows(cfg.sinks[0].table) == expected(stream.state)
@@ -251,8 +226,8 @@ def test_a_scheduled_window_then_a_backfill_of_three_hours_run_on_the_workers(st
 
 def test_on_data_starts_a_window_on_a_worker_and_its_asset_event_runs_the_downstream_dag(stack: Stack) -> None:
     airflow, cfg, stream = stack.server, stack.pipelines["on_data"], stack.streams["on_data"]
-    _wait_for_dag(airflow, stack.downstream)
-    _unpause(airflow, cfg.name)
+    airflow.wait_for_dag(stack.downstream)
+    airflow.unpause(cfg.name)
     try:
         # the triggerer's NewRecordsTrigger sees 300 records waiting (min_records 50) and starts a window
         [run] = _wait_for_finished_runs(airflow, cfg.name, 1)
@@ -270,7 +245,7 @@ def test_on_data_starts_a_window_on_a_worker_and_its_asset_event_runs_the_downst
                                       "report/xcomEntries/return_value").body["value"]
         assert seen == [run["dag_run_id"]]
     finally:
-        _unpause(airflow, cfg.name, paused=True)
+        airflow.unpause(cfg.name, paused=True)
 
 
 def test_the_state_store_works_in_the_stacks_postgresql(stack: Stack) -> None:
@@ -302,12 +277,12 @@ def test_a_worker_killed_mid_window_has_the_window_retried_on_the_other_worker(s
     airflow, cfg, stream = stack.server, stack.pipelines["killed"], stack.streams["killed"]
     run_id = "killed-0"
     for other in ("rest", "hourly", "on_data"):  # no other window may reach the fault point
-        _unpause(airflow, stack.pipelines[other].name, paused=True)
+        airflow.unpause(stack.pipelines[other].name, paused=True)
         _wait_until_idle(airflow, stack.pipelines[other].name)
-    _unpause(airflow, cfg.name)
+    airflow.unpause(cfg.name)
     reached = stack.pause / "reached"
     reached.unlink()  # armed
-    _trigger(airflow, cfg.name, run_id)
+    airflow.trigger(cfg.name, run_id)
     deadline = time.monotonic() + 120
     while not (reached.exists() and reached.read_text().isdigit()):
         assert time.monotonic() < deadline, f"no window reached {KILL_POINT}\n{airflow.log_tail()}"
@@ -325,7 +300,7 @@ def test_a_worker_killed_mid_window_has_the_window_retried_on_the_other_worker(s
         proc.kill()
     psutil.wait_procs(processes, timeout=10)
 
-    [run] = _wait_for_runs(airflow, cfg.name, [run_id], timeout=240)
+    [run] = airflow.wait_for_runs(cfg.name, [run_id], timeout=240)
     assert run["state"] == "success", airflow.log_tail()
     tries = sorted(airflow.request("GET", f"/api/v2/dags/{cfg.name}/dagRuns/{run_id}/taskInstances/process_window/"
                                           "tries").body["task_instances"], key=lambda t: t["try_number"])
@@ -334,7 +309,7 @@ def test_a_worker_killed_mid_window_has_the_window_retried_on_the_other_worker(s
     assert _ran_on_workers(airflow, cfg.name, run_id)["commit_offsets"] != killed
 
     # the retry took the lease at once, long before the dead attempt's would have expired
-    stats = _stats(airflow, cfg.name, run_id)
+    stats = airflow.xcom(cfg.name, run_id)
     assert stats["writer"]["waited_s"] < 1.0, stats["writer"]
     assert stats["writer"]["from"] < expires, (stats["writer"], expires)
     # nothing lost or written twice: the recorded range replayed, committed once, the rows as produced

@@ -41,24 +41,6 @@ def _t(iso: str) -> float:
     return datetime.fromisoformat(iso).timestamp()
 
 
-def _wait_for_dag(server: AirflowServer, dag_id: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while server.request("GET", f"/api/v2/dags/{dag_id}").status != 200:
-        assert time.monotonic() < deadline, f"the dag-processor did not load {dag_id}\n{server.log_tail()}"
-        time.sleep(1)
-
-
-def _wait_for_runs(server: AirflowServer, dag_id: str, run_ids: list[str], timeout: float = 420) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + timeout
-    while True:
-        server.revive()
-        runs = [server.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{r}").body for r in run_ids]
-        if all(r["state"] in ("success", "failed") for r in runs):
-            return runs
-        assert time.monotonic() < deadline, f"runs not finished: {[r['state'] for r in runs]}\n{server.log_tail()}"
-        time.sleep(2)
-
-
 def test_three_windows_triggered_through_the_rest_api_run_in_fresh_task_processes_on_the_long_lived_spark(
         airflow: AirflowServer) -> None:
     tag = unique("sched")
@@ -66,7 +48,7 @@ def test_three_windows_triggered_through_the_rest_api_run_in_fresh_task_processe
     topic = cfg.source.topics[0]
     stream = cdcgen.orders_stream(900, 120, seed=31, broken=False)
     cdcgen.produce(bootstrap(), topic, stream.events)
-    _wait_for_dag(airflow, cfg.name)
+    airflow.wait_for_dag(cfg.name)
     assert airflow.request("PATCH", f"/api/v2/dags/{cfg.name}", {"is_paused": False}).status == 200
 
     # the first window starts at given offsets (a replay from 0 on partitions 0-2), the next two
@@ -79,7 +61,7 @@ def test_three_windows_triggered_through_the_rest_api_run_in_fresh_task_processe
         assert r.status == 200, r.text
         run_ids.append(r.body["dag_run_id"])
 
-    runs = _wait_for_runs(airflow, cfg.name, run_ids)
+    runs = airflow.wait_for_runs(cfg.name, run_ids)
     assert [r["state"] for r in runs] == ["success"] * 3, airflow.log_tail()
 
     print("run durations (s):", [round((_t(r["end_date"]) - _t(r["start_date"])), 1) for r in runs])
@@ -128,13 +110,13 @@ def test_airflow_backfill_replays_three_intervals_without_moving_the_live_pipeli
     topic = cfg.source.topics[0]
     stream = five_hours(9)
     cdcgen.produce(bootstrap(), topic, stream.events)
-    _wait_for_dag(airflow, cfg.name)
+    airflow.wait_for_dag(cfg.name)
     assert airflow.request("PATCH", f"/api/v2/dags/{cfg.name}", {"is_paused": False}).status == 200
 
     # the live pipeline moves on: a window reads everything (unpausing may add a scheduled run too)
     r = airflow.request("POST", f"/api/v2/dags/{cfg.name}/dagRuns", {"dag_run_id": "live-0", "logical_date": None})
     assert r.status == 200, r.text
-    assert _wait_for_runs(airflow, cfg.name, ["live-0"])[0]["state"] == "success", airflow.log_tail()
+    assert airflow.wait_for_runs(cfg.name, ["live-0"])[0]["state"] == "success", airflow.log_tail()
     _wait_until_idle(airflow, cfg.name)
     store = StateStore(airflow.store_url)
     live_offsets = store.offsets.load(cfg.name)
@@ -231,13 +213,13 @@ def test_a_window_that_changed_a_table_emits_its_asset_event_after_the_commit_an
     (airflow.home / "dags" / f"{downstream}.py").write_text(DOWNSTREAM.format(dag_id=downstream, uri=uri))
     stream = cdcgen.orders_stream(300, 40, seed=7, broken=False)
     cdcgen.produce(bootstrap(), topic, stream.events)
-    _wait_for_dag(airflow, cfg.name)
-    _wait_for_dag(airflow, downstream)
+    airflow.wait_for_dag(cfg.name)
+    airflow.wait_for_dag(downstream)
     assert airflow.request("PATCH", f"/api/v2/dags/{cfg.name}", {"is_paused": False}).status == 200
 
     r = airflow.request("POST", f"/api/v2/dags/{cfg.name}/dagRuns", {"dag_run_id": "full", "logical_date": None})
     assert r.status == 200, r.text
-    assert [x["state"] for x in _wait_for_runs(airflow, cfg.name, ["full"])] == ["success"], airflow.log_tail()
+    assert [x["state"] for x in airflow.wait_for_runs(cfg.name, ["full"])] == ["success"], airflow.log_tail()
 
     events = _asset_events(airflow, cfg.name)
     assert [(e["uri"], e["source_task_id"], e["source_run_id"]) for e in events] == [(uri, "commit_offsets", "full")]
@@ -276,7 +258,7 @@ def test_a_window_that_changed_a_table_emits_its_asset_event_after_the_commit_an
     # an empty window (nothing new to read) commits, but emits no event and starts nothing
     r = airflow.request("POST", f"/api/v2/dags/{cfg.name}/dagRuns", {"dag_run_id": "empty", "logical_date": None})
     assert r.status == 200, r.text
-    assert [x["state"] for x in _wait_for_runs(airflow, cfg.name, ["empty"])] == ["success"]
+    assert [x["state"] for x in airflow.wait_for_runs(cfg.name, ["empty"])] == ["success"]
     after = _asset_events(airflow, cfg.name)
     assert [e["source_run_id"] for e in after] == ["full"]
     time.sleep(6)  # three scheduler heartbeats: a run queued by an event would exist by now
@@ -288,7 +270,7 @@ def test_a_window_that_changed_a_table_emits_its_asset_event_after_the_commit_an
               "conf": {"start_offsets": {topic: {"0": 0, "1": 0, "2": 0}}}}
     r = airflow.request("POST", f"/api/v2/dags/{cfg.name}/dagRuns", replay)
     assert r.status == 200, r.text
-    assert [x["state"] for x in _wait_for_runs(airflow, cfg.name, ["replay"])] == ["success"], airflow.log_tail()
+    assert [x["state"] for x in airflow.wait_for_runs(cfg.name, ["replay"])] == ["success"], airflow.log_tail()
     replayed = store.ledger.get_window(cfg.name, "replay")
     assert replayed.total_records == len(stream.events)
     sink = replayed.stats["sinks"][cfg.sinks[0].name]
@@ -316,7 +298,7 @@ def test_on_data_starts_a_window_when_records_wait_and_batches_a_trickle_until_m
     stream = cdcgen.orders_stream(400, 50, seed=11, broken=False)
     burst, trickle = stream.events[:-5], stream.events[-5:]
     cdcgen.produce(bootstrap(), topic, burst)
-    _wait_for_dag(airflow, cfg.name)
+    airflow.wait_for_dag(cfg.name)
     assert airflow.request("PATCH", f"/api/v2/dags/{cfg.name}", {"is_paused": False}).status == 200
 
     def runs() -> list[dict[str, Any]]:
