@@ -18,6 +18,13 @@ unless the variable is set. The points, in the order a window passes them (tests
 * ``during_commit``         driver: inside the offset commit's transaction
 * ``after_commit``          driver: offsets committed, the consumer group not mirrored yet
 
+Two points are reached only by a composed index's rebuild (docs/composed-documents.md), so only the
+fault campaign without exactly-once draws the first (``DOCUMENT_POINTS``):
+
+* ``during_rebuild``        Spark task: a rebuild task wrote its documents, its result not returned
+* ``before_rebuild_write``  Spark task: a rebuild task read its documents' rows, wrote nothing (its
+                            ``pause:`` entry lets a test change the tables between the two)
+
 Two more points are reached only by windows that change a table made from the record schema
 (``SCHEMA_POINTS``, docs/schema-changes.md), so the fault campaign does not draw them:
 
@@ -51,6 +58,7 @@ from pathlib import Path
 POINTS = ("before_read", "during_read", "during_ledger_write", "after_read", "between_sink_batches",
           "before_dlq_flush", "during_sink_commit", "after_sinks", "during_commit", "after_commit")
 EXACTLY_ONCE_POINTS = ("during_sink_commit",)  # passed only with offset_store.sink
+DOCUMENT_POINTS = ("during_rebuild",)  # reached by a composed index's rebuild (refused with offset_store.sink)
 SCHEMA_POINTS = ("during_ddl", "after_ddl")
 PAUSE_LIMIT = 600.0
 
@@ -82,7 +90,7 @@ def write_file(path: Path, entries: Iterable[str] = ()) -> None:
 
 def pause_entry(point: str, directory: str | os.PathLike[str]) -> str:
     """The CDCFLOW_FAULTS entry that pauses at ``point`` (see the module docstring)."""
-    if point not in POINTS:
+    if point not in (*POINTS, *DOCUMENT_POINTS, "before_rebuild_write"):
         raise ValueError(f"unknown fault point {point!r} (expected one of {', '.join(POINTS)})")
     return f"pause:{point}:{directory}"
 

@@ -41,7 +41,7 @@ from typing import Any
 import yaml
 
 from cdcflow import cdcgen
-from connectors.faults import EXACTLY_ONCE_POINTS, POINTS, pause_entry
+from connectors.faults import DOCUMENT_POINTS, EXACTLY_ONCE_POINTS, POINTS, pause_entry
 from tests.faults import tables
 from tests.faults.windows import AirflowWindows, Attempt, ForkedWindows, Window, Windows
 from tests.helpers import state_of
@@ -57,12 +57,15 @@ OUTAGES: dict[str, tuple[str, ...]] = {
     # the long-lived Spark dies (SIGKILL of its JVM, and with it the window's session and checkpoint)
     "spark_down": ("after_read", "between_sink_batches"),
 }
-KINDS = (*POINTS, *OUTAGES)
+KINDS = (*POINTS, *DOCUMENT_POINTS, *OUTAGES)
+COMPOSED_MAX = 300  # the composed index's max_documents: fewer than a chunk's keys, so a backlog is carried
 
 
 def kinds(exactly_once: bool) -> tuple[str, ...]:
-    """The faults of a campaign: the exactly-once points only pass with offset_store.sink."""
-    return KINDS if exactly_once else tuple(k for k in KINDS if k not in EXACTLY_ONCE_POINTS)
+    """The faults of a campaign: the exactly-once points only pass with offset_store.sink; the composed
+    index's (its rebuild) only without it, which a composed index refuses."""
+    skipped = DOCUMENT_POINTS if exactly_once else EXACTLY_ONCE_POINTS
+    return tuple(k for k in KINDS if k not in skipped)
 
 
 @dataclass
@@ -138,6 +141,13 @@ class Campaign:
                                             "amount": {"type": "keyword"},
                                             "updated_ms": {"type": "long"}}}},
                 *tables.sinks(self.table),  # a history table and a soft-delete table (issue 44)
+                # a composed index of the state table (issue 45), whose max_documents carries a backlog
+                *([] if self.exactly_once else [{
+                    "type": "elasticsearch", "name": "composed", "conn_id": "cdcflow_elasticsearch",
+                    "index": f"{self.index}-composed", "bulk_max_actions": 100,
+                    "mapping": {"properties": {"customer": {"type": "keyword"}, "status": {"type": "keyword"}}},
+                    "document": {"kept_by": "rows", "root": {"table": self.table, "key": ["id"]},
+                                 "max_documents": COMPOSED_MAX, "rebuild_batch": 100}}]),
             ],
             "errors": {"tolerance": "all", "dlq_topic": f"{self.topic}.dlq"},
             **({"offset_store": {"sink": "history"}} if self.exactly_once else {}),
@@ -181,8 +191,8 @@ class Campaign:
             if not done.ok:
                 out.notes.append(f"drain failed: {done.error[-500:]}")
                 break
-            if done.records == 0:
-                break
+            if done.records == 0 and not ((done.stats or {}).get("documents") or {}).get("composed", {}).get("backlog"):
+                break  # nothing read, and no document carried over
         self.check(out)
         return out
 
@@ -248,6 +258,11 @@ class Campaign:
         if out.lost > lost_before:  # keep what explains it (a CI run lost documents once, unexplained)
             out.notes.append(self._explain_es_loss(sorted(set(es_want) - {int(k) for k in docs})[:5], es_want))
             out.notes += out.runs
+        if not self.exactly_once:  # the composed index: a document per row of the state table, as MySQL has it
+            composed = es_docs(f"{self.index}-composed")
+            self._compare(out, want, {int(k): int(d["updated_at"]) for k, d in composed.items()},
+                          {int(k): (d["customer"], d["status"], _money(d["amount"])) for k, d in composed.items()},
+                          "composed", self.seen)
         dead = collections.Counter(m.value() for m in read_topic(f"{self.topic}.dlq"))
         for e in self.events:
             if e.kind.startswith("broken"):

@@ -1,6 +1,7 @@
-"""The short fault campaign (seeded): 13 faults, one at each kill point and one of each outage, each
-followed by retries and a drain; nothing lost, duplicated or regressed in MySQL and Elasticsearch
-(the state table and index, a history table and a soft-delete table: tests/faults/tables.py), every
+"""The short fault campaign (seeded): 14 faults, one at each kill point (a composed index's rebuild
+included) and one of each outage, each followed by retries and a drain; nothing lost, duplicated or
+regressed in MySQL and Elasticsearch (the state table and index, a history table, a soft-delete table:
+tests/faults/tables.py, and a composed index of the state table with a backlog), every
 poison record in the DLQ exactly once, the ledger without gaps. The long one:
 python -m tests.faults.harness."""
 
