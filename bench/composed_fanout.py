@@ -97,7 +97,9 @@ def documents_stage(stats: dict[str, Any]) -> tuple[float, dict[str, Any]]:
 
 
 def ceiling(index: str, docs: int) -> float:
-    """The same documents, bulk-indexed into a new index of the same mapping by the client's own helper."""
+    """The same documents, bulk-indexed into a new index of the same mapping by the client's own helper;
+    first, every one of them checked field by field against what the tables hold (customer 1's orders
+    by load(): its changed name and tier, two lines in order with their products' titles)."""
     from elasticsearch import Elasticsearch, helpers  # noqa: PLC0415
 
     client = Elasticsearch(get_connection("cdcflow_elasticsearch").http_url(), request_timeout=120)
@@ -106,6 +108,16 @@ def ceiling(index: str, docs: int) -> float:
     client.indices.create(index=copy, mappings=mapping)
     sources = [(h["_id"], h["_source"]) for h in helpers.scan(client, index=index, size=5000)]
     assert len(sources) == docs, (len(sources), docs)
+    for doc_id, doc in sources:
+        oid = int(doc_id)
+        if oid < 1001:
+            continue  # the setup window's order of customer 2
+        first, second = 2 * (oid - 1000) - 1, 2 * (oid - 1000)  # the lines load() gave the order
+        want_lines = [{"no": 1, "qty": 1, "product": {"title": f"Product {1 + first % 50}"}},
+                      {"no": 2, "qty": 1, "product": {"title": f"Product {1 + second % 50}"}}]
+        assert doc["customer"] == {"name": "Ada Lovelace", "tier": "platinum"}, (doc_id, doc)
+        assert doc["lines"] == want_lines, (doc_id, doc["lines"], want_lines)
+        assert doc["customer_id"] == 1 and doc["total"] == 12.5, (doc_id, doc)
     started = time.perf_counter()
     for ok, item in helpers.streaming_bulk(client, ({"_index": copy, "_id": i, "_source": s} for i, s in sources),
                                            chunk_size=2000, max_chunk_bytes=50_000_000, raise_on_error=True):
