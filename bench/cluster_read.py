@@ -6,6 +6,9 @@ with ``--full`` whole windows into MySQL (``runner.run_window``: read, decode, l
 write, commit), checked against the events' final state.
 
     scripts/bench.sh --cluster-read [--full]   (or: python -m bench.cluster_read [--events 600000] [--full])
+    python -m bench.cluster_read --full --shape debezium --events 60000
+                                   the real-shaped stream (bench/shapes.py: Debezium's JsonConverter with
+                                   schemas, ~10 KB an event, 3 partitions) into its declared columns
 
 Needs kafka (scripts/services.sh start kafka). Starts and stops its own clusters (tests/spark_cluster.py).
 Prints a table and writes bench/results/<time>-cluster-read.json.
@@ -17,6 +20,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 import uuid
@@ -74,6 +78,22 @@ def full_once(spark: object, topic: str, tmp: Path, r: int, want: tuple[int, int
     return records, seconds
 
 
+def full_shape_once(spark: object, shape: object, tag: str, tmp: Path, r: int, workers: int,
+                    want: object) -> tuple[int, float]:
+    """A shape's topic through whole windows into its declared columns (bench/paths.py, as bench.run
+    measures cdcflow), checked against the events' final state: (records, seconds of the windows)."""
+    from bench import harness, paths  # noqa: PLC0415
+
+    base = f"bench_cluster_{workers}w_{r}"
+    harness.drop_tables(shape, base)  # type: ignore[arg-type]
+    out = paths.run_cdcflow(f"cluster_{tag}_{workers}w_{r}", shape.source(tag),  # type: ignore[attr-defined]
+                            [paths.declared_sink(shape, base)], spark, tmp, None, shape.window)  # type: ignore[arg-type,attr-defined]
+    got = harness.mysql_checks(shape, base)  # type: ignore[arg-type]
+    assert got == want, f"{base}: {got} != the events' final state {want}"
+    harness.drop_tables(shape, base)  # type: ignore[arg-type]
+    return sum(w["records"] for w in out["windows"]), out["seconds"]
+
+
 def main() -> None:
     from connectors.kafka.reader import discover  # noqa: PLC0415
     from spark_jobs.session import release_sessions  # noqa: PLC0415
@@ -83,11 +103,27 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=600_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--full", action="store_true", help="whole windows into MySQL, not the read stage alone")
+    ap.add_argument("--shape", choices=["small", "debezium"], default="small",
+                    help="with --full: the workload (bench/shapes.py); debezium is real-shaped, ~10 KB an event")
     args = ap.parse_args()
+    if args.shape != "small" and not args.full:
+        ap.error("--shape debezium needs --full")
     bootstrap = get_connection("cdcflow_kafka").kafka_config()["bootstrap.servers"]
     topic = f"bench.cluster.{uuid.uuid4().hex[:8]}"
     t = time.perf_counter()
-    if args.full:  # the recorded benchmark's workload (bench/workload.py), checked by its final state
+    shape, tag = None, uuid.uuid4().hex[:8]
+    if args.shape != "small":  # real-shaped events, as bench.run produces them
+        from bench import harness as bench_harness  # noqa: PLC0415
+        from bench import shapes  # noqa: PLC0415
+
+        shape = shapes.make(args.shape, args.events, max(args.events // 10, 1), 5)
+        bench_harness.produce_shape(shape, tag)
+        want = bench_harness.expected(shape, shape.final_state())
+        topic = shape.topics(tag)[0]
+        tmp_config = Path(tempfile.mkdtemp(prefix="cdcflow-cluster-"))
+        os.environ["CDCFLOW_CONFIG_DIR"] = str(tmp_config)
+        os.environ["CDCFLOW_OFFSET_STORE_URL"] = f"sqlite:///{tmp_config / 'offsets.db'}"
+    elif args.full:  # the recorded benchmark's workload (bench/workload.py), checked by its final state
         from bench.harness import produce  # noqa: PLC0415
         from bench.workload import Workload, checksum  # noqa: PLC0415
 
@@ -100,10 +136,11 @@ def main() -> None:
     else:
         cdcgen.produce(bootstrap, topic, cdcgen.orders_stream(args.events, args.events // 10, seed=5,
                                                               broken=False).events, partitions=PARTITIONS)
-    print(f"produced {args.events:,} events to {topic} ({PARTITIONS} partitions) in {time.perf_counter() - t:.1f} s")
+    parts = shape.partitions if shape is not None else PARTITIONS
+    print(f"produced {args.events:,} events to {topic} ({parts} partitions) in {time.perf_counter() - t:.1f} s")
     conf = {"bootstrap.servers": bootstrap, "group.id": "bench-cluster-read", "enable.auto.commit": False,
             "enable.partition.eof": True, "fetch.wait.max.ms": 100, "auto.offset.reset": "error"}
-    ends = {s.partition: s.end for s in discover(conf, [topic])}
+    ends = {p.partition: p.end for p in discover(conf, [topic])}
     total = sum(ends.values())
     rows = []
     for workers in (1, 2):
@@ -116,7 +153,9 @@ def main() -> None:
                 spark = SparkSession.builder.remote(cluster.remote).create()
                 times = []
                 for r in range(args.rounds + 1):  # the first round warms the executors' Python workers
-                    if args.full:
+                    if shape is not None:
+                        n, seconds = full_shape_once(spark, shape, tag, tmp_config, r, workers, want)
+                    elif args.full:
                         n, seconds = full_once(spark, topic, tmp_config, r, want)
                     else:
                         n, seconds = read_once(spark, topic, conf, ends)
@@ -135,10 +174,11 @@ def main() -> None:
               f"= {total / med:,.0f} events/s  (runs {', '.join(f'{x:.2f}' for x in times)})", flush=True)
     ratio = round(rows[1]["events_per_s"] / rows[0]["events_per_s"], 2)
     print(f"2 workers / 1 worker: {ratio}x  ({os.cpu_count()} cores on this machine, shared with the broker)")
-    kind = "cluster-full" if args.full else "cluster-read"
+    kind = ("cluster-full" if args.full else "cluster-read") + ("" if shape is None else f"-{args.shape}")
     out = ROOT / "bench" / "results" / f"{time.strftime('%Y%m%dT%H%M%S')}-{kind}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"events": total, "partitions": PARTITIONS, "rows": rows, "ratio_2_over_1": ratio,
+    out.write_text(json.dumps({"command": "python -m bench.cluster_read " + " ".join(sys.argv[1:]), "events": total,
+                               "partitions": len(ends), "rows": rows, "ratio_2_over_1": ratio,
                                "cores": os.cpu_count(), "what": kind}, indent=2))
     print(f"wrote {out}")
 
