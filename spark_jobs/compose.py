@@ -13,6 +13,7 @@ documents; cdcflow/window/compose.py the stage on the driver):
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -32,7 +33,8 @@ if TYPE_CHECKING:
 
     from spark_jobs.sinks import SinkTarget
 
-STATS_SCHEMA = "task int, upserted long, deleted long, stale long, unchanged long, failed long, errors string"
+STATS_SCHEMA = ("task int, upserted long, deleted long, stale long, unchanged long, failed long, errors string, "
+                "read_s double, write_s double")  # read_s: the rows read and the documents built; write_s: written
 NO_RECORD = SourceRef("", -1, -1, None, None)  # a rebuilt document comes from tables, not from a record
 
 
@@ -85,7 +87,7 @@ def merge_seeds(tallies: list[dict[str, Any]]) -> dict[str, dict[str, tuple[list
 
 
 def rebuild(spark: SparkSession, target: SinkTarget, mysql_url: str, keys: list[tuple[str, ...]], version: int,
-            tables: compose.Tables, faults: tuple[str, ...] = (), indices: tuple[str, ...] = ()) -> dict[str, int]:
+            tables: compose.Tables, faults: tuple[str, ...] = (), indices: tuple[str, ...] = ()) -> dict[str, Any]:
     """The documents of ``keys`` rebuilt and written, a Spark task per batch of keys; their stats summed
     (``faults``: the driver's fault points, connectors/faults.py: ``before_rebuild_write`` once a task
     read its documents' rows, ``during_rebuild`` once it wrote them; ``indices``: where the documents go, by default the sink's index)."""
@@ -94,7 +96,7 @@ def rebuild(spark: SparkSession, target: SinkTarget, mysql_url: str, keys: list[
     size = cfg.document.rebuild_batch
     batches = [keys[i:i + size] for i in range(0, len(keys), size)]
     if not batches:
-        return {"upserted": 0, "deleted": 0, "stale": 0, "unchanged": 0, "failed": 0}
+        return {"upserted": 0, "deleted": 0, "stale": 0, "unchanged": 0, "failed": 0, "read_s": 0.0, "write_s": 0.0}
     frame = spark.range(0, len(batches), 1, len(batches)).selectExpr("cast(id as int) as idx")
     into = indices or (cfg.index,)
     rows = frame.mapInArrow(rebuild_task(target, mysql_url, batches, version, tables, faults, into),
@@ -103,7 +105,11 @@ def rebuild(spark: SparkSession, target: SinkTarget, mysql_url: str, keys: list[
     if errors:
         raise WindowFailed(f"sink {cfg.name!r}: Elasticsearch refused {len(errors)} rebuilt documents of index "
                            f"{cfg.index!r} (check document.fields against the index's mapping): {'; '.join(errors[:3])}")
-    return {k: sum(getattr(r, k) for r in rows) for k in ("upserted", "deleted", "stale", "unchanged", "failed")}
+    out: dict[str, Any] = {k: sum(getattr(r, k) for r in rows)
+                           for k in ("upserted", "deleted", "stale", "unchanged", "failed")}
+    # the tasks' seconds summed (they overlap on several cores): where a rebuild's time goes
+    out.update({k: round(sum(getattr(r, k) for r in rows), 3) for k in ("read_s", "write_s")})
+    return out
 
 
 def rebuild_task(target: SinkTarget, mysql_url: str, batches: list[list[tuple[str, ...]]], version: int,
@@ -129,6 +135,7 @@ def _rebuild_batch(idx: int, target: SinkTarget, mysql_url: str, keys: list[tupl
     cfg = target.config
     assert isinstance(cfg, ElasticsearchSinkConfig) and cfg.document is not None
     root = compose.graph(cfg.document)
+    started = time.perf_counter()
     engine = reader_engine(mysql_url)
     try:
         raw = engine.raw_connection()
@@ -140,7 +147,9 @@ def _rebuild_batch(idx: int, target: SinkTarget, mysql_url: str, keys: list[tupl
             raw.close()
     finally:
         engine.dispose()
+    read_s = time.perf_counter() - started
     fault_points.checkpoint("before_rebuild_write", faults)  # the documents read, not written
+    started = time.perf_counter()
     mapping = compose.mapping(cfg.mapping)
     sink = ElasticsearchSink(cfg, target.url, target.auth, mappings={index: mapping for index in indices})
     sink.open()
@@ -152,12 +161,15 @@ def _rebuild_batch(idx: int, target: SinkTarget, mysql_url: str, keys: list[tupl
         failed += sink.flush()
     finally:
         sink.close()
+    write_s = time.perf_counter() - started
     s = sink.stats
     errors = [f"{f.message}" for f in failed]
     return pa.RecordBatch.from_pylist([{"task": idx, "upserted": s.upserted, "deleted": s.deleted, "stale": s.stale,
                                         "unchanged": s.unchanged, "failed": len(failed),
-                                        "errors": json.dumps(errors) if errors else None}],
+                                        "errors": json.dumps(errors) if errors else None,
+                                        "read_s": read_s, "write_s": write_s}],
                                       schema=pa.schema([("task", pa.int32()), ("upserted", pa.int64()),
                                                         ("deleted", pa.int64()), ("stale", pa.int64()),
                                                         ("unchanged", pa.int64()), ("failed", pa.int64()),
-                                                        ("errors", pa.string())]))
+                                                        ("errors", pa.string()), ("read_s", pa.float64()),
+                                                        ("write_s", pa.float64())]))

@@ -126,7 +126,9 @@ def _one(pipeline: str, run_id: str, es: Any, keeper: Any, seeds: Mapping[str, A
                  len(now), backlog)
     return {"version": version, "affected": len(affected), "rebuilt": len(now), "upserted": stats.get("upserted", 0),
             "deleted": stats.get("deleted", 0), "stale": stats.get("stale", 0), "carried": len(rest),
-            "backlog": backlog, **({"indices": list(indices)} if len(indices) > 1 else {})}
+            "backlog": backlog, **({"indices": list(indices)} if len(indices) > 1 else {}),
+            # the rebuild tasks' seconds, summed: reading the rows and building, writing to Elasticsearch
+            "read_s": stats.get("read_s", 0.0), "write_s": stats.get("write_s", 0.0)}
 
 
 def _holding(es: Any, members: list[str], width: int) -> set[Key]:
