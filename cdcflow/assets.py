@@ -59,13 +59,13 @@ def topic_uri(cfg: PipelineConfig, topic: str) -> str:
 
 def composed_inlets(cfg: PipelineConfig, sink_name: str) -> list[str]:
     """The URIs of the tables a composed index (``document:``) is built from: its inlets."""
-    from cdcflow.config import keeper_of  # noqa: PLC0415
+    from connectors.elasticsearch.compose_config import keeper_of  # noqa: PLC0415
 
     sink = next(s for s in cfg.sinks if s.name == sink_name)
     document = getattr(sink, "document", None)
     if document is None:
         return []
-    keeper = keeper_of(cfg, sink)  # type: ignore[arg-type]
+    keeper = keeper_of(cfg.sinks, sink)
     return [target_uri(cfg, keeper.name, table) for table in document.tables()]
 
 

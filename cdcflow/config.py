@@ -25,10 +25,11 @@ from pydantic import (
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from cdcflow.config_errors import format_validation_error
+from connectors.elasticsearch.compose_config import composed_problems
 from connectors.elasticsearch.config import ElasticsearchSinkConfig
 from connectors.errors import ConfigError
 from connectors.kafka.config import REGISTRY_CONVERTERS, SourceConfig
-from connectors.models import ConnId, Duration, Period, StrictModel, TopicName, parse_duration
+from connectors.models import ConnId, Duration, Period, StrictModel, TopicName, field_errors, parse_duration
 from connectors.mysql.config import (
     KAFKA_PK_COLUMNS,
     TABLE_PLACEHOLDERS,
@@ -278,7 +279,9 @@ class PipelineConfig(StrictModel):
                              f"a preset such as @hourly), got schedule {self.schedule!r}")
         if self.truncate == "apply":
             _truncate_apply_checks(self)
-        _composed_checks(self)
+        problems = composed_problems(self.sinks, self.offset_store.sink, self.truncate)
+        if problems:
+            raise field_errors("PipelineConfig", problems)
         if self.offset_store.sink is not None:
             held = next((s for s in self.sinks if s.name == self.offset_store.sink), None)
             if held is None:
@@ -407,56 +410,6 @@ def json_schema() -> dict[str, Any]:
 
 def iter_errors(errors: dict[Path, str]) -> Iterable[str]:
     return (errors[p] for p in sorted(errors))
-
-
-def keeper_of(cfg: PipelineConfig, sink: ElasticsearchSinkConfig) -> MySqlSinkConfig:
-    """The MySQL sink that keeps a composed index's tables (checked by ``_composed_checks``)."""
-    assert sink.document is not None
-    mysql = [s for s in cfg.sinks if isinstance(s, MySqlSinkConfig)]
-    wanted = sink.document.kept_by
-    return next(s for s in mysql if s.name == wanted) if wanted else mysql[0]
-
-
-def _composed_checks(cfg: PipelineConfig) -> None:
-    """A composed index reads the current rows of tables this pipeline's MySQL sink keeps, after that
-    sink wrote the window: one sink, a state table per source table, and the offsets committed after
-    the documents (docs/composed-documents.md)."""
-    from connectors.models import field_errors  # noqa: PLC0415
-
-    mysql = {s.name: s for s in cfg.sinks if isinstance(s, MySqlSinkConfig)}
-    problems: list[tuple[tuple[str | int, ...], str, Any]] = []
-    for i, sink in enumerate(cfg.sinks):
-        if not isinstance(sink, ElasticsearchSinkConfig) or sink.document is None:
-            continue
-        at: tuple[str | int, ...] = ("sinks", i, "document", "kept_by")
-        wanted = sink.document.kept_by
-        if wanted is None and len(mysql) != 1:
-            problems.append((at, "expected the name of the MySQL sink that keeps the document's tables: this "
-                             f"pipeline has {len(mysql)} MySQL sinks {sorted(mysql)}", wanted))
-            continue
-        if wanted is not None and wanted not in mysql:
-            problems.append((at, f"expected the name of one of this pipeline's MySQL sinks {sorted(mysql)}", wanted))
-            continue
-        keeper = keeper_of(cfg, sink)
-        if keeper.mode != "state":
-            problems.append((at, f"sink {keeper.name!r} keeps history tables (mode: history); a document is built "
-                             "from current rows: name a sink with mode: state", wanted))
-        tables = sink.document.tables()
-        if not any(p in keeper.table for p in TABLE_PLACEHOLDERS) and tables != [keeper.table]:
-            problems.append((("sinks", i, "document"), f"the tables {[t for t in tables if t != keeper.table]} are "
-                             f"not kept by sink {keeper.name!r}, which writes the one table {keeper.table!r}: route "
-                             "its tables with a template such as '{source.table}'", sorted(tables)))
-        if cfg.offset_store.sink is not None:
-            problems.append((("offset_store", "sink"), f"exactly-once commits the offsets in sink "
-                             f"{cfg.offset_store.sink!r}'s transaction, before the composed index {sink.index!r} is "
-                             "rebuilt: a window killed between the two would never rebuild its documents; leave "
-                             "offset_store.sink unset with a composed index", cfg.offset_store.sink))
-        if cfg.truncate == "apply":
-            problems.append((("truncate",), f"a TRUNCATE of a table would change every document of the composed "
-                             f"index {sink.index!r}, which it does not rebuild yet: use truncate: ignore or dlq",
-                             cfg.truncate))
-    if problems:
-        raise field_errors("PipelineConfig", problems)
 
 
 def _truncate_apply_checks(cfg: PipelineConfig) -> None:

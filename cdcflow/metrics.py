@@ -109,7 +109,9 @@ class PipelineCollector(Collector):
                 continue
             name = p.name
             try:
-                _windows(f, name, control.store_for(p.config), now)
+                store = control.store_for(p.config)
+                _windows(f, name, store, now)
+                _backlogs(f, p.config, store)
                 f.state.add_metric([name, self.service.status(name).state], 1)
                 evaluated = self.service.lag(name)
             except Exception as exc:  # one pipeline's broken broker or store must not hide the others
@@ -157,8 +159,6 @@ def _windows(f: _Families, name: str, store: Any, now: datetime) -> None:
     f.failed.add_metric([name], sum(v for _l, v in values(totals.ATTEMPTS_FAILED)))
     _histogram(f.duration, totals.DURATION, rows, name)
     _histogram(f.stage_seconds, totals.STAGE_SECONDS, rows, name, "stage")
-    for sink, _index in _composed(name):
-        f.backlog.add_metric([name, sink], store.documents.backlog_size(name, sink))
     counts = store.ledger.status_counts(name)
     for status in ("planned", "read", "applied", "committed", "failed"):
         f.ledger.add_metric([name, status], counts.get(status, 0))
@@ -169,10 +169,11 @@ def _windows(f: _Families, name: str, store: Any, now: datetime) -> None:
         f.since_ok.add_metric([name], max(0.0, now.replace(tzinfo=UTC).timestamp() - newest_ok[0]))
 
 
-def _composed(name: str) -> list[tuple[str, str]]:
-    """The pipeline's composed indices: (sink, index)."""
-    cfg = control.get(name).config
-    return [(s.name, s.index) for s in (cfg.sinks if cfg else []) if getattr(s, "document", None) is not None]
+def _backlogs(f: _Families, cfg: Any, store: Any) -> None:
+    """Each composed index's documents waiting for the next windows (docs/composed-documents.md)."""
+    for sink in cfg.sinks:
+        if getattr(sink, "document", None) is not None:
+            f.backlog.add_metric([cfg.name, sink.name], store.documents.backlog_size(cfg.name, sink.name))
 
 
 def _lag(f: _Families, name: str, evaluated: Any) -> None:

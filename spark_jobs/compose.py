@@ -70,7 +70,7 @@ def seeds_of(jobs: tuple[DocumentJob, ...], valid: pa.Table,
                 continue
             fields = images.Fields(rows.filter(mine).column("image"))
             values = [fields.texts(c).to_pylist() for c in columns]
-            per[table] = [list(columns), sorted({tuple(v) for v in zip(*values, strict=True)}, key=repr)]
+            per[table] = [list(columns), list({tuple(v) for v in zip(*values, strict=True)})]  # merge_seeds sorts
         if per:
             out[job.sink] = per
     return out
@@ -130,23 +130,15 @@ def _rebuild_batch(idx: int, target: SinkTarget, mysql_url: str, keys: list[tupl
                    tables: compose.Tables, indices: tuple[str, ...], faults: tuple[str, ...] = ()) -> pa.RecordBatch:
     from connectors import faults as fault_points  # noqa: PLC0415
     from connectors.elasticsearch.sink import ElasticsearchSink  # noqa: PLC0415 - executor-side imports
-    from connectors.mysql.connection import reader_engine  # noqa: PLC0415
+    from connectors.mysql.connection import reader_cursor  # noqa: PLC0415
 
     cfg = target.config
     assert isinstance(cfg, ElasticsearchSinkConfig) and cfg.document is not None
     root = compose.graph(cfg.document)
     started = time.perf_counter()
-    engine = reader_engine(mysql_url)
-    try:
-        raw = engine.raw_connection()
-        try:
-            cursor = raw.cursor()
-            cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-            docs = compose.build(cursor, root, cfg.document.root.key, keys, tables)
-        finally:
-            raw.close()
-    finally:
-        engine.dispose()
+    with reader_cursor(mysql_url) as cursor:
+        cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        docs = compose.build(cursor, root, cfg.document.root.key, keys, tables)
     read_s = time.perf_counter() - started
     fault_points.checkpoint("before_rebuild_write", faults)  # the documents read, not written
     started = time.perf_counter()

@@ -122,12 +122,12 @@ class Reading(ControlBase):
         from connectors.elasticsearch import compose  # noqa: PLC0415
 
         cfg = valid(name)
+        store = store_for(cfg)
         out = []
         for sink in cfg.sinks:
             document = getattr(sink, "document", None)
             if document is None:
                 continue
-            store = store_for(cfg)
             relations = []
             for node in compose.graph(document).walk():
                 if node.parent is None:

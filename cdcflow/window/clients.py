@@ -70,9 +70,9 @@ class Clients:
     def documents(self) -> tuple[tuple[Any, Any], ...]:
         """Each composed index (an Elasticsearch sink with ``document:``) and the MySQL sink keeping its
         tables, both resolved."""
-        from cdcflow.config import keeper_of  # noqa: PLC0415
+        from connectors.elasticsearch.compose_config import keeper_of  # noqa: PLC0415
 
-        return tuple((self.target(s), self.target(keeper_of(self.cfg, s))) for s in self.cfg.sinks
+        return tuple((self.target(s), self.target(keeper_of(self.cfg.sinks, s))) for s in self.cfg.sinks
                      if getattr(s, "document", None) is not None)
 
     def target(self, sink: Any) -> Any:

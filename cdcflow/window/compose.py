@@ -17,8 +17,8 @@ documents are rebuilt once more, which changes nothing they show.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 from cdcflow.state import StateStore
@@ -35,29 +35,29 @@ def composed(target: Any) -> bool:
     return getattr(target.config, "document", None) is not None
 
 
-def table_facts(url: str, tables: Sequence[str]) -> compose.Tables:
-    """Which of ``tables`` exist (a routed sink creates a table with its first change), and each one's
-    primary key columns, in order."""
-    from connectors.mysql.connection import reader_engine  # noqa: PLC0415
+def table_facts(keeper: Any, tables: Sequence[str]) -> compose.Tables:
+    """What the builder knows of ``tables`` in the keeping MySQL sink's database: which exist (a routed
+    sink creates a table with its first change), each one's primary key columns in order, and the
+    soft-delete column whose rows count as gone (``delete: soft``)."""
+    from connectors.mysql.connection import reader_cursor, where  # noqa: PLC0415
 
-    engine = reader_engine(url)
+    marks = ", ".join(["%s"] * len(tables))
     try:
-        with engine.connect() as conn:
-            raw = conn.connection.cursor()
-            marks = ", ".join(["%s"] * len(tables))
-            raw.execute("SELECT TABLE_NAME, COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE "
-                        f"TABLE_SCHEMA = DATABASE() AND CONSTRAINT_NAME = 'PRIMARY' AND TABLE_NAME IN ({marks}) "
-                        "ORDER BY TABLE_NAME, ORDINAL_POSITION", list(tables))
+        with reader_cursor(keeper.url) as cursor:
+            cursor.execute("SELECT TABLE_NAME, COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE "
+                           f"TABLE_SCHEMA = DATABASE() AND CONSTRAINT_NAME = 'PRIMARY' AND TABLE_NAME IN ({marks}) "
+                           "ORDER BY TABLE_NAME, ORDINAL_POSITION", list(tables))
             keys: dict[str, list[str]] = {}
-            for table, column in raw.fetchall():
+            for table, column in cursor.fetchall():
                 keys.setdefault(table, []).append(column)
-            raw.execute("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND "
-                        f"TABLE_NAME IN ({marks})", list(tables))
-            return compose.Tables(keys, existing=frozenset(r[0] for r in raw.fetchall()))
+            cursor.execute("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND "
+                           f"TABLE_NAME IN ({marks})", list(tables))
+            existing = frozenset(r[0] for r in cursor.fetchall())
     except Exception as exc:
-        raise SinkUnavailable(f"reading the primary keys of {list(tables)} from MySQL failed: {exc}") from exc
-    finally:
-        engine.dispose()
+        raise SinkUnavailable(f"reading the primary keys of {list(tables)} from MySQL at {where(keeper.url)} "
+                              f"failed: {exc}") from exc
+    soft = keeper.config.deleted_column if keeper.config.delete == "soft" else None
+    return compose.Tables(keys, soft, existing)
 
 
 def document_jobs(documents: Iterable[tuple[Any, Any]]) -> tuple[Any, ...]:
@@ -68,7 +68,7 @@ def document_jobs(documents: Iterable[tuple[Any, Any]]) -> tuple[Any, ...]:
     for es, keeper in documents:
         doc = es.config.document
         root = compose.graph(doc)
-        columns = compose.seed_columns(root, doc.root.key, table_facts(keeper.url, doc.tables()).keys)
+        columns = compose.seed_columns(root, doc.root.key, table_facts(keeper, doc.tables()).keys)
         out.append(DocumentJob(es.config.name, keeper.config, tuple((t, tuple(c)) for t, c in columns.items())))
     return tuple(out)
 
@@ -85,7 +85,7 @@ def run_stage(pipeline: str, run_id: str, documents: Iterable[tuple[Any, Any]], 
 
 def _one(pipeline: str, run_id: str, es: Any, keeper: Any, seeds: Mapping[str, Any], store: StateStore,
          spark: Callable[[], Any]) -> dict[str, Any]:
-    from connectors.mysql.connection import reader_engine  # noqa: PLC0415
+    from connectors.mysql.connection import reader_cursor, where  # noqa: PLC0415
     from spark_jobs.compose import rebuild  # noqa: PLC0415
 
     cfg = es.config
@@ -95,22 +95,15 @@ def _one(pipeline: str, run_id: str, es: Any, keeper: Any, seeds: Mapping[str, A
     if not seeds and not held:
         return {"affected": 0, "rebuilt": 0, "deleted": 0, "carried": 0, "backlog": 0}
     root = compose.graph(doc)
-    tables = replace(table_facts(keeper.url, doc.tables()),
-                     deleted_column=keeper.config.deleted_column if keeper.config.delete == "soft" else None)
+    tables = table_facts(keeper, doc.tables())
     affected: set[Key] = set()
     if seeds:
-        engine = reader_engine(keeper.url)
         try:
-            raw = engine.raw_connection()
-            try:
-                affected = compose.affected_roots(raw.cursor(), root, doc.root.key, seeds, tables)
-            finally:
-                raw.close()
+            with reader_cursor(keeper.url) as cursor:
+                affected = compose.affected_roots(cursor, root, doc.root.key, seeds, tables)
         except Exception as exc:
             raise SinkUnavailable(f"sink {name!r}: finding the documents the window changed, in MySQL at "
-                                  f"{keeper.url.split('@')[-1]}, failed: {exc}") from exc
-        finally:
-            engine.dispose()
+                                  f"{where(keeper.url)}, failed: {exc}") from exc
         affected |= _holding(es, compose.member_values(root, seeds, tables.keys), len(doc.root.key))
     taken = set(held)
     fresh = sorted(k for k in affected if k not in taken)
@@ -196,11 +189,9 @@ def rebuild_index(pipeline: str, es: Any, keeper: Any, store: StateStore, spark:
     3. Every root key read from MySQL, and its document rebuilt with V into the new index.
     4. One alias action: ``<index>`` moves to the new index (the old one removed, also when ``<index>``
        was the index itself), and ``<index>-rebuilding`` goes. The old index is deleted."""
-    import time  # noqa: PLC0415
-
     from elasticsearch import Elasticsearch  # noqa: PLC0415
 
-    from connectors.mysql.connection import reader_engine  # noqa: PLC0415
+    from connectors.mysql.connection import reader_cursor  # noqa: PLC0415
     from spark_jobs.compose import rebuild  # noqa: PLC0415
 
     cfg = es.config
@@ -216,21 +207,12 @@ def rebuild_index(pipeline: str, es: Any, keeper: Any, store: StateStore, spark:
                               aliases={marker: {}})
         log_to(f"created {new} with the alias {marker}: windows write into it from now on")
         version = store.documents.next_version(pipeline, cfg.name)
-        tables = replace(table_facts(keeper.url, doc.tables()),
-                         deleted_column=keeper.config.deleted_column if keeper.config.delete == "soft" else None)
-        engine = reader_engine(keeper.url)
-        try:
-            raw = engine.raw_connection()
-            try:
-                cursor = raw.cursor()
-                cursor.execute(f"SELECT {', '.join(compose.quote(k) for k in doc.root.key)} FROM "
-                               f"{compose.quote(doc.root.table)} WHERE 1 = 1{tables.alive()} ORDER BY "
-                               f"{', '.join(compose.quote(k) for k in doc.root.key)}")
-                keys = [tuple(compose.text(v) for v in row) for row in cursor.fetchall()]
-            finally:
-                raw.close()
-        finally:
-            engine.dispose()
+        tables = table_facts(keeper, doc.tables())
+        key_columns = ", ".join(compose.quote(k) for k in doc.root.key)
+        with reader_cursor(keeper.url) as cursor:
+            cursor.execute(f"SELECT {key_columns} FROM {compose.quote(doc.root.table)} WHERE 1 = 1{tables.alive()} "
+                           f"ORDER BY {key_columns}")
+            keys = [tuple(compose.text(v) for v in row) for row in cursor.fetchall()]
         log_to(f"rebuilding {len(keys)} documents into {new} at version {version}")
         stats = rebuild(spark, es, keeper.url, keys, version, tables, faults.active(), (new,))
         old = sorted(client.indices.get_alias(name=alias)) if client.indices.exists_alias(name=alias) else []

@@ -11,11 +11,13 @@ column}``); left out, every column is taken.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
 from connectors.models import Identifier, StrictModel
+from connectors.mysql.config import TABLE_PLACEHOLDERS, MySqlSinkConfig
 
 MEMBERS_FIELD = "cdcflow_members"  # indexed, left out of _source: the nested rows a document holds (compose.py)
 
@@ -135,6 +137,56 @@ class DocumentConfig(StrictModel):
 
 def _own(fields: list[str] | dict[str, str] | None) -> set[str]:
     return set() if fields is None else set(fields)
+
+
+def keeper_of(sinks: Sequence[Any], sink: Any) -> MySqlSinkConfig:
+    """The MySQL sink of ``sinks`` that keeps a composed index's tables (checked by :func:`composed_problems`)."""
+    mysql = [s for s in sinks if isinstance(s, MySqlSinkConfig)]
+    wanted = sink.document.kept_by
+    return next(s for s in mysql if s.name == wanted) if wanted else mysql[0]
+
+
+Problem = tuple[tuple[str | int, ...], str, Any]  # (field path, what was expected, the value): field_errors
+
+
+def composed_problems(sinks: Sequence[Any], offsets_sink: str | None, truncate: str) -> list[Problem]:
+    """A pipeline's composed indices against the rest of its config. A composed index reads the current
+    rows of tables this pipeline's MySQL sink keeps, after that sink wrote the window: one sink, a
+    state table per source table, and the offsets committed after the documents
+    (docs/composed-documents.md)."""
+    mysql = {s.name: s for s in sinks if isinstance(s, MySqlSinkConfig)}
+    problems: list[Problem] = []
+    for i, sink in enumerate(sinks):
+        if getattr(sink, "document", None) is None:
+            continue
+        at: tuple[str | int, ...] = ("sinks", i, "document", "kept_by")
+        wanted = sink.document.kept_by
+        if wanted is None and len(mysql) != 1:
+            problems.append((at, "expected the name of the MySQL sink that keeps the document's tables: this "
+                             f"pipeline has {len(mysql)} MySQL sinks {sorted(mysql)}", wanted))
+            continue
+        if wanted is not None and wanted not in mysql:
+            problems.append((at, f"expected the name of one of this pipeline's MySQL sinks {sorted(mysql)}", wanted))
+            continue
+        keeper = keeper_of(sinks, sink)
+        if keeper.mode != "state":
+            problems.append((at, f"sink {keeper.name!r} keeps history tables (mode: history); a document is built "
+                             "from current rows: name a sink with mode: state", wanted))
+        tables = sink.document.tables()
+        if not any(p in keeper.table for p in TABLE_PLACEHOLDERS) and tables != [keeper.table]:
+            problems.append((("sinks", i, "document"), f"the tables {[t for t in tables if t != keeper.table]} are "
+                             f"not kept by sink {keeper.name!r}, which writes the one table {keeper.table!r}: route "
+                             "its tables with a template such as '{source.table}'", sorted(tables)))
+        if offsets_sink is not None:
+            problems.append((("offset_store", "sink"), f"exactly-once commits the offsets in sink "
+                             f"{offsets_sink!r}'s transaction, before the composed index {sink.index!r} is "
+                             "rebuilt: a window killed between the two would never rebuild its documents; leave "
+                             "offset_store.sink unset with a composed index", offsets_sink))
+        if truncate == "apply":
+            problems.append((("truncate",), f"a TRUNCATE of a table would change every document of the composed "
+                             f"index {sink.index!r}, which it does not rebuild yet: use truncate: ignore or dlq",
+                             truncate))
+    return problems
 
 
 Relation.model_rebuild()

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pymysql
@@ -46,6 +48,21 @@ def writer_engine(url: str, shared: bool = False) -> sa.Engine:
 
 def reader_engine(url: str) -> sa.Engine:
     return sa.create_engine(url, poolclass=NullPool, connect_args=CONNECT_ARGS)
+
+
+@contextmanager
+def reader_cursor(url: str) -> Iterator[Any]:
+    """A DB-API cursor of its own connection, for reads (composed indices: connectors/elasticsearch/compose.py);
+    the connection and its engine are gone afterwards."""
+    engine = reader_engine(url)
+    try:
+        raw = engine.raw_connection()
+        try:
+            yield raw.cursor()
+        finally:
+            raw.close()
+    finally:
+        engine.dispose()
 
 
 def where(url: str) -> str:
