@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import secrets
 import socket
 import subprocess
@@ -21,10 +22,31 @@ ROOT = Path(__file__).resolve().parent.parent
 PASSWORDS = {"admin": "admin-pw", "viewer": "viewer-pw"}
 
 
+def _ephemeral_floor() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free port below the kernel's ephemeral range, for a server a test starts later.
+
+    A port the kernel hands out (bind to 0) is free now but may be given to any other socket before
+    the server binds it: CI once lost a run when a Spark worker's own random port took the port
+    chosen for Spark Connect. Ports below the ephemeral range are never handed out at random, so
+    only another explicit choice could take one."""
+    floor = _ephemeral_floor()
+    low = max(20000, floor - 12000)
+    for _ in range(200):
+        port = random.randrange(low, floor)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port found in {low}-{floor - 1}")
 
 
 @dataclass
