@@ -48,6 +48,10 @@ SMT_CHAIN = [{"type": "ExtractNewRecordState", "delete_handling": "none", "drop_
              {"type": "TimestampConverter", "field": "updated_at", "target_type": "unix",
               "unix_precision": "milliseconds"}]
 SMT_COLUMNS = [*COLUMNS[:4], {"name": "updated_at", "type": "BIGINT"}]  # the field renamed by the chain
+# the same chain with a Spark stage (spark_jobs/spark_stage.py): a SqlExpression between the steps; it sets
+# updated_at again from itself, so the table must come out as the plain chain's
+SQL_CHAIN = [*SMT_CHAIN[:3], {"type": "SqlExpression", "fields": {"updated_at": "value.updated_at + 0"}},
+             *SMT_CHAIN[3:]]
 
 
 def mysql_checksum(table: str) -> tuple[int, int]:
@@ -110,6 +114,11 @@ def measure(rep: int, args: argparse.Namespace, shape: Shape, tag: str, state: d
                   f"{' (older path)' if smt_path else ''} ...")
             sink = {**paths.declared_sink(shape, f"bench_{key}"), "columns": SMT_COLUMNS}
             cdcflow(key, f"bench_{key}", [sink], {"transforms": SMT_CHAIN}, env=smt_path)
+        print("cdcflow end to end, Kafka -> Spark -> MySQL through the chain with a SqlExpression (Spark stage) ...")
+        sink = {**paths.declared_sink(shape, "bench_cdcflow_mysql_sql"), "columns": SMT_COLUMNS}
+        cdcflow("cdcflow_mysql_sql", "bench_cdcflow_mysql_sql", [sink], {"transforms": SQL_CHAIN})
+        for key in ("cdcflow_mysql_smt", "cdcflow_mysql_sql"):
+            ratios[f"{key}_vs_mysql"] = _ratio(out[key]["events_per_s"], cdc)
     if args.exactly_once:
         print("cdcflow end to end, Kafka -> Spark -> MySQL, exactly-once (offset_store.sink) ...")
         cdcflow("cdcflow_mysql_exactly_once", "bench_cdcflow_eo", [paths.declared_sink(shape, "bench_cdcflow_eo")],

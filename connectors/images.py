@@ -282,3 +282,55 @@ def concat_tables(tables: Sequence[pa.Table], columns: Sequence[str] = ("image",
     for c in present:
         rest = rest.add_column(tables[0].schema.get_field_index(c), c, merged[c])
     return rest
+
+
+# -- one struct ----------------------------------------------------------------------------------------
+def common_type(kinds: list[pa.DataType]) -> pa.DataType:
+    """The type the fields of several children share: theirs when they agree, a number's widest, else
+    text (each value's MySQL text, :func:`text_of`)."""
+    kinds = [k for k in dict.fromkeys(kinds) if not pa.types.is_null(k)]
+    if not kinds:
+        return pa.null()
+    if len(kinds) == 1:
+        return kinds[0]
+    if all(pa.types.is_integer(k) for k in kinds):
+        return pa.int64()
+    if all(pa.types.is_integer(k) or pa.types.is_floating(k) for k in kinds):
+        return pa.float64()
+    return pa.string()
+
+
+def as_type(values: pa.Array, kind: pa.DataType) -> pa.Array:
+    if values.type == kind:
+        return values
+    if pa.types.is_string(kind):
+        return text_of(values)
+    return pc.cast(values, kind)
+
+
+def as_struct(image: pa.Array | pa.ChunkedArray) -> pa.StructArray:
+    """The images as one struct (Spark has no unions: spark_jobs/spark_stage.py): every field of every
+    child, in the order first seen, of the type :func:`common_type` gives; null where a row lacks it."""
+    image = compact(image)
+    if pa.types.is_struct(image.type):
+        return image
+    if pa.types.is_null(image.type) or not pa.types.is_union(image.type):
+        return pa.array([None] * len(image), pa.struct([]))
+    children = _children(image)
+    names = field_names(image)
+    kinds = {n: common_type([c.type.field(n).type for c in children if c.type.get_field_index(n) >= 0]) for n in names}
+    layout = _layout(image)
+    arrays = []
+    for name in names:
+        parts = [as_type(c.field(name), kinds[name]) if c.type.get_field_index(name) >= 0
+                 else pa.nulls(len(c), kinds[name]) for c in children]
+        arrays.append(_gather(*layout, parts))
+    null = _gather(*layout, [c.is_null() for c in children])
+    return _struct(names, arrays, null, len(image))
+
+
+def from_struct(values: pa.StructArray) -> pa.Array:
+    """A struct of rows (what :func:`as_struct` made, after a Spark stage) as an image of one child."""
+    values = _whole(values)
+    names = [f.name for f in values.type]
+    return from_columns(names, [values.field(i) for i in range(len(names))], values.is_null())

@@ -18,7 +18,7 @@ from connectors.elasticsearch.config import ElasticsearchSinkConfig
 from connectors.errors import ConfigError
 from connectors.elasticsearch.sink import ElasticsearchSink
 from connectors.mysql.config import MySqlSinkConfig
-from spark_jobs import row_transforms
+from spark_jobs import row_chains, row_transforms
 from spark_jobs.job import WindowJob, WindowResult, smaller
 from spark_jobs.sinks import (
     SINK_TYPES,
@@ -111,6 +111,7 @@ def early_targets(job: WindowJob) -> dict[str, SinkTarget]:
 def early_window(job: WindowJob) -> bool:
     """A window whose read tasks may write (:func:`early_targets`)."""
     return not (os.environ.get("CDCFLOW_WINDOW_PATH") == "staged" or job.max_dead_letters is not None
+                or row_chains.staged(job.transforms)
                 or job.truncate == "apply" or len({r.topic for r in job.ranges}) != 1
                 or job.source_format != "debezium")
 

@@ -151,7 +151,7 @@ def _bad_rows(rows: pa.Table, stage: Any, message: Any, component: str) -> pa.Ta
                      message, pa.array([component] * n, pa.string())], names=BAD_COLUMNS)
 
 
-def _tally_of(decoded: pa.Table, bad: pa.Table) -> dict[str, Any]:
+def tally_of(decoded: pa.Table, bad: pa.Table) -> dict[str, Any]:
     """Per partition: end, records, first and last Kafka timestamps, TRUNCATEs left unapplied; per
     (stage, partition) the dead letters (spark_jobs.job.Counted, by JSON)."""
     first = pc.equal(decoded.column("row_index"), 0)
@@ -337,7 +337,7 @@ def sort_out(job: WindowJob, decoded: pa.Table, early: dict[str, SinkTarget] | N
         *[bad.column(c).slice(0, MAX_EXAMPLES).to_pylist() for c in
           ("topic", "partition", "offset", "error_stage", "error_message")], strict=True)]
     seeds = compose.seeds_of(job.documents, valid, _table_names)  # the changed rows of composed indices' tables
-    return Sorted(rows, bad, {**_tally_of(decoded, bad), "schemas": schemas, "examples": examples,
+    return Sorted(rows, bad, {**tally_of(decoded, bad), "schemas": schemas, "examples": examples,
                               "truncates": truncates, **({"seeds": seeds} if seeds else {})})
 
 

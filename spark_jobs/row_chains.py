@@ -25,6 +25,17 @@ SERVED_STEPS = frozenset({"Cast", "ReplaceField", "TimestampConverter", "MaskFie
                           "Filter", "TombstoneHandler", "Drop", "SetSchemaMetadata", "TimestampRouter",
                           "ExtractTopic", "ValueToKey", "Flatten", "ExtractField", "HoistField"})
 NESTED_STEPS = ("Flatten", "ExtractField", "HoistField")  # spark_jobs/row_nested.py: they need nested values whole
+SPARK_STEPS = ("SqlExpression", "Python")  # spark_jobs/spark_stage.py: they run in Spark
+
+
+def sparked(cfg: Any) -> bool:
+    """The step runs in Spark, or its predicate does (spark_jobs/spark_stage.py)."""
+    return cfg.type in SPARK_STEPS or isinstance(getattr(cfg, "predicate", None), cfgs.SqlCondition)
+
+
+def staged(chain: Any) -> bool:
+    """The chain has a Spark stage."""
+    return any(sparked(cfg) for cfg in chain)
 
 
 def nested(chain: Any) -> bool:
@@ -67,6 +78,18 @@ def unserved(job: Any) -> str | None:
             reason = "a table from the record schema takes its key from the Kafka key's schema"
         if reason is not None:
             return f"transforms.{i} ({cfg.type}): {reason}"
+    return _unserved_stage(chain, tables) if staged(chain) else None
+
+
+def _unserved_stage(chain: list[Any], tables: list[MySqlSinkConfig]) -> str | None:
+    """What a Spark stage (spark_jobs/spark_stage.py) cannot carry across."""
+    if any(not s.columns for s in tables):
+        return ("a table from the record schema behind a Spark step (SqlExpression, a Sql predicate, Python): "
+                "its columns are known only after Spark")
+    last = max(i for i, cfg in enumerate(chain) if sparked(cfg))
+    for i, cfg in enumerate(chain[:last]):
+        if isinstance(cfg, cfgs.ValueToKey) or (isinstance(cfg, cfgs.Drop) and cfg.target == "key"):
+            return f"transforms.{i} ({cfg.type}): the key it makes does not cross the Spark step transforms.{last}"
     return None
 
 
@@ -84,13 +107,13 @@ def _unserved_step(cfg: Any, first: bool, versioning: str) -> str | None:
         why = ["the decode keeps source.ts_ms in the version only with versioning source_ts_ms" if f == "source.ts_ms"
                else f"the decoded changes do not keep {_NOT_DECODED[f]}" for f in extra]
         return f"add_fields {extra}: {'; '.join(why)} (this path adds {', '.join(added)})" if extra else None
+    if kind in SPARK_STEPS:
+        return None
     if kind not in SERVED_STEPS:
         return "not among the transforms of this path"
     if getattr(cfg, "target", "value") != "value" and kind not in _KEY_STEPS:
         return "only the value is transformed on this path (the key by Drop, ExtractTopic, SetSchemaMetadata)"
     predicate = getattr(cfg, "predicate", None)
-    if isinstance(predicate, cfgs.SqlCondition):
-        return "a Sql predicate needs Spark"
     if isinstance(predicate, cfgs.TopicNameMatches) and not _re2(predicate.pattern):
         return f"the pattern {predicate.pattern!r} is not an RE2 expression"
     if isinstance(cfg, cfgs.RegexRouter) and not _re2(cfg.regex):

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectors import images
+from connectors.errors import ConfigError
 from spark_jobs import transform_config as cfgs
 
 
@@ -29,6 +30,7 @@ class Rows:
     table: pa.Table
     key_from: tuple[pa.Array, tuple[str, ...]] | None = None
     keyless: pa.Array | None = None
+    when: pa.Array | None = None  # the first step's Sql predicate, as Spark evaluated it (spark_stage.py)
 
     def column(self, name: str) -> Any:
         return self.table.column(name).combine_chunks()
@@ -131,6 +133,10 @@ def applies(rows: Rows, cfg: Any) -> pa.Array:
         hit = pc.match_substring_regex(rows.column("route"), f"^(?:{pred.pattern})$")
     elif isinstance(pred, cfgs.RecordIsTombstone):
         hit = rows.tombstone()
+    elif isinstance(pred, cfgs.SqlCondition):  # evaluated by the Spark stage before the step
+        if rows.when is None:
+            raise ConfigError("a Sql predicate is evaluated by Spark, before the step (spark_jobs/spark_stage.py)")
+        hit = pc.fill_null(rows.when, False)
     else:  # HasHeaderKey
         headers = rows.column("headers")
         keys = pc.list_flatten(headers).field("key")

@@ -30,9 +30,10 @@ from spark_jobs.row_chains import names_before
 _FRAGMENTS = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 
-def rewritten(before: pa.Table, after: pa.Table, chain: Any) -> pa.Table:
+def rewritten(before: pa.Table, after: pa.Table, chain: Any | None) -> pa.Table:
     """``after`` (the changes of ``before`` through ``chain``, row for row) with its documents
-    written from its images (the module's rule). A change without a document keeps none."""
+    written from its images (the module's rule). A change without a document keeps none. Without a
+    ``chain`` (after a Spark stage, which may have changed any field) every field is made."""
     old_docs = before.column("image_json").combine_chunks()
     if old_docs.null_count == len(old_docs):  # no sink reads documents (the decode wrote none)
         return after
@@ -50,7 +51,7 @@ def rewritten(before: pa.Table, after: pa.Table, chain: Any) -> pa.Table:
         out = []
         for name, values in fields.items():
             made = typed.json_of(values)
-            origin = names_before(chain, name)
+            origin = names_before(chain, name) if chain is not None else None
             if origin is not None:
                 same = pc.fill_null(pc.equal(images.text_of(values), old.texts(origin).take(pa.array(rows))), False)
                 if pc.any(same).as_py():

@@ -307,17 +307,24 @@ STEPS: dict[str, Callable[[Rows, Any], None]] = {
 assert set(STEPS) == SERVED_STEPS, "row_chains.SERVED_STEPS names the steps this module applies"
 
 
-def apply(decoded: pa.Table, chain: Any, versioning: str) -> pa.Table:
+def apply(decoded: pa.Table, chain: Any, versioning: str, finish: bool = True, first: int = 0,
+          when: pa.Array | None = None, documents: str = "kept") -> pa.Table:
     """A read task's decoded changes through the chain (:func:`unserved` said it is served); the row
-    schemas (the tables created from them) rewritten to match (:func:`described`)."""
-    rows = Rows(decoded)
+    schemas (the tables created from them) rewritten to match (:func:`described`).
+
+    Around a Spark stage (spark_jobs/spark_stage.py) the chain comes in parts: ``first`` is the
+    chain index of the part's first step, ``when`` the Spark-evaluated Sql predicate of that step,
+    and only the last part ``finish``es the changes (the key a Drop nulled, values that are not
+    rows, the documents: ``documents`` "all" writes each from its typed values, as nothing of the
+    decode's JSON is known to hold after a Spark step)."""
+    rows = Rows(decoded, when=when)
     if not decoded.num_rows:
         return decoded
     schemas = rows.column("row_schema")
     if schemas.null_count < len(schemas):
         texts = {t: described(chain, t) for t in pc.unique(schemas).drop_null().to_pylist()}
         rows.set("row_schema", pa.array([None if t is None else texts[t] for t in schemas.to_pylist()], pa.string()))
-    for i, cfg in enumerate(chain):
+    for i, cfg in enumerate(chain, start=first):
         try:
             if cfg.type == "ExtractNewRecordState":
                 extract_new_record_state(rows, cfg, versioning)
@@ -325,6 +332,11 @@ def apply(decoded: pa.Table, chain: Any, versioning: str) -> pa.Table:
                 STEPS[cfg.type](rows, cfg)
         except ConfigError as exc:
             raise ConfigError(f"transforms.{i} ({cfg.type}): {exc}") from None
+        rows.when = None  # the Sql predicate was the first step's
+    if not finish:
+        return rows.table
     row_steps.keyless_deletes(rows)
     row_nested.not_rows(rows)
+    if documents == "all":
+        return row_documents.rewritten(decoded, rows.table, None)
     return row_documents.rewritten(decoded, rows.table, chain)  # an index's documents, from the rewritten images

@@ -37,6 +37,11 @@ to the write (issue 25); the JVM holds only a few large binary values:
    MySQL sink of ``offset_store.sink`` (exactly-once) is written last by one task, in one
    transaction with the window's offsets, once every other sink succeeded.
 
+A chain with ``SqlExpression``, a ``Sql`` predicate or ``Python`` has a Spark stage between 1 and 2
+(spark_jobs/spark_stage.py): its read tasks hand on their changes as a typed record frame, Spark
+applies those steps, and a task per Spark partition applies the rest of the chain and sorts the rows
+out by target, as a read task does; no target is written early.
+
 Debezium keys records by primary key, so a key's changes usually sit in one read task; the second
 reduction is for the others (several topics into one table, a primary key that is not the Kafka
 key), and resolves a tombstone whose delete was read by another task.
@@ -59,7 +64,7 @@ from connectors import errors as cdc_errors
 from connectors import timing
 from connectors.base import SinkStats
 from connectors.errors import CdcflowError, WindowFailed
-from spark_jobs import compose, prepare, spark_path
+from spark_jobs import compose, prepare, row_chains, spark_path, spark_stage
 from spark_jobs.blobs import BAD, CHANGES, DELETES, PACKED_SCHEMA, ROWS, TALLY, unpack
 from spark_jobs.dead_letters import blob_rows, breaker, reporter, send_dead_letters
 from spark_jobs.deadline import Deadline
@@ -133,7 +138,11 @@ def run_partition_path(spark: SparkSession, job: WindowJob, on_read: OnRead,
         pieces = read_pieces(job.ranges, read_slots(spark))
         tasks = len(pieces)
         ranges = spark.range(0, tasks, 1, tasks).select(F.col("id").cast("int").alias("idx"))
-        packed = checkpoint(ranges.mapInArrow(read_task(job, pieces, early), PACKED_SCHEMA))
+        if row_chains.staged(job.transforms):  # SqlExpression, Sql predicates, Python: spark_jobs/spark_stage.py
+            packed = checkpoint(ranges.mapInArrow(spark_stage.read_task(job, pieces), PACKED_SCHEMA))
+            packed = spark_stage.run(spark, job, packed, tasks, checkpoint)
+        else:
+            packed = checkpoint(ranges.mapInArrow(read_task(job, pieces, early), PACKED_SCHEMA))
         collected = packed.where(F.col("kind").isin(TALLY, DELETES)).select("kind", "target", "blob", "info").collect()
         tallies = [json.loads(r.info) for r in collected if r.kind == TALLY]
         tally = merge_tallies(tallies)

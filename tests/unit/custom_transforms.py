@@ -16,3 +16,8 @@ def exhaust_heap(df: DataFrame) -> DataFrame:
     big = df.sparkSession.range(0, 10_000_000, 1, 1).groupBy().agg(
         F.collect_list(F.repeat(F.lit("x"), 1000)).alias("strings"))
     return df.crossJoin(big.select(F.size("strings").alias("_n"))).where(F.col("_n") > 0).drop("_n")
+
+
+def drops_a_column(df: DataFrame) -> DataFrame:
+    """A function that loses a column the window needs (the Spark stage names it)."""
+    return df.drop("_version")

@@ -155,11 +155,14 @@ def test_the_driver_merges_the_tasks_row_schemas_first_by_version() -> None:
 
 def test_the_older_path_serves_what_this_one_does_not() -> None:
     assert prepare.eligible(job(MYSQL, ES, ROUTED))
-    served, unserved = (TypeAdapter(list[TransformConfig]).validate_python(
-        [{"type": "ExtractNewRecordState"}, step]) for step in ({"type": "Cast", "spec": {"id": "int64"}},
-                                                                {"type": "Filter", "predicate": {
-                                                                    "type": "Sql", "condition": "true"}}))
+    served, sparked, unserved = (TypeAdapter(list[TransformConfig]).validate_python(
+        [{"type": "ExtractNewRecordState"}, *steps]) for steps in (
+            [{"type": "Cast", "spec": {"id": "int64"}}],
+            [{"type": "Filter", "predicate": {"type": "Sql", "condition": "true"}}],
+            # the key a ValueToKey makes does not cross a Spark stage (spark_jobs/spark_stage.py)
+            [{"type": "ValueToKey", "fields": ["id"]}, {"type": "Filter", "predicate": {"type": "Sql", "condition": "true"}}]))
     assert prepare.eligible(job(MYSQL, transforms=tuple(served)))  # spark_jobs/row_transforms.py
+    assert prepare.eligible(job(MYSQL, transforms=tuple(sparked)))  # spark_jobs/spark_stage.py
     assert not prepare.eligible(job(MYSQL, transforms=tuple(unserved)))
     assert prepare.eligible(job(MYSQL, ES, transforms=tuple(served)))  # an index too (spark_jobs/row_documents.py)
     assert not prepare.eligible(job(MYSQL.model_copy(update={"pk_mode": "kafka", "columns": [], "primary_key": []})))

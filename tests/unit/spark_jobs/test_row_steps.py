@@ -121,8 +121,6 @@ def test_value_to_key_fails_an_upsert_whose_field_is_null_and_leaves_deletes() -
      "only the value is transformed on this path (the key by Drop, ExtractTopic, SetSchemaMetadata)"),
     ({"type": "Flatten", "target": "key"},
      "only the value is transformed on this path (the key by Drop, ExtractTopic, SetSchemaMetadata)"),
-    ({"type": "SqlExpression", "fields": {"x": "1"}}, "not among the transforms of this path"),
-    ({"type": "Drop", "predicate": {"type": "Sql", "condition": "value.id > 1"}}, "a Sql predicate needs Spark"),
 ])
 def test_what_stays_on_the_older_path(step: dict[str, Any], reason: str) -> None:
     assert rt.unserved(job(MYSQL, transforms=chain(step))) == f"transforms.1 ({step['type']}): {reason}"

@@ -336,8 +336,13 @@ def test_which_chains_the_partition_path_serves() -> None:
         "transforms.1 (Cast): only the value is transformed on this path (the key by Drop, ExtractTopic, "
         "SetSchemaMetadata)": [
             job(MYSQL, transforms=chain({"type": "Cast", "target": "key", "spec": {"id": "int64"}}))],
-        "transforms.1 (Filter): a Sql predicate needs Spark": [
-            job(MYSQL, transforms=chain({"type": "Filter", "predicate": {"type": "Sql", "condition": "true"}}))],
+        "transforms.1 (ValueToKey): the key it makes does not cross the Spark step transforms.2": [
+            job(MYSQL, transforms=chain({"type": "ValueToKey", "fields": ["id"]},
+                                        {"type": "Filter", "predicate": {"type": "Sql", "condition": "true"}}))],
+        "a table from the record schema behind a Spark step (SqlExpression, a Sql predicate, Python): its columns "
+        "are known only after Spark": [
+            job(dynamic, transforms=chain({"type": "SqlExpression", "fields": {"x": "1"}}),
+                value_converter="json_schema")],
         "transforms.1 (RegexRouter): the regex '(?=a)b' is not an RE2 expression": [
             job(MYSQL, transforms=chain({"type": "RegexRouter", "regex": "(?=a)b", "replacement": "x"}))],
         "the chain is applied to records read with the json and json_schema converters only (and string, in a "
@@ -348,6 +353,9 @@ def test_which_chains_the_partition_path_serves() -> None:
         for j in jobs:
             assert rt.unserved(j) == reason
     assert rt.unserved(job(dynamic, transforms=ok, value_converter="json_schema")) is None
+    sparked = chain({"type": "SqlExpression", "fields": {"x": "1"}},
+                    {"type": "Drop", "predicate": {"type": "Sql", "condition": "value.id > 1"}})
+    assert rt.unserved(job(MYSQL, es, transforms=sparked)) is None  # spark_jobs/spark_stage.py
     assert rt.unserved(job(es, transforms=ok)) is None  # an index, mapped or not (spark_jobs/row_documents.py)
     # Kafka Connect's record model: the value is the row, of any source format
     rows = CHAIN.validate_python([{"type": "Cast", "spec": {"id": "int64"}}])

@@ -1,0 +1,392 @@
+"""The Spark stage of a window: ``SqlExpression``, ``Sql`` predicates and ``Python`` (issue 43).
+
+These three are Spark by nature (a Spark SQL expression, a function ``DataFrame -> DataFrame``), so a
+chain that has one runs them in Spark, between the per-partition steps of spark_jobs/row_transforms.py:
+
+1. The read task applies the steps before the first of them (:func:`cut`: the ``head``) and hands
+   on its changes as the **record frame** (:func:`to_frame`), packed as ``staged`` blobs, with its
+   tally (what it read) and the frame's Arrow schema.
+2. The driver makes one Spark frame of them, typed (the schemas of every task merged:
+   :func:`merged`; Arrow into Spark, no JSON inference), and applies the segment's Spark steps
+   (:func:`apply_spark`). A ``Sql`` predicate is evaluated there into ``_when``, which the row step
+   it belongs to reads.
+3. A task per Spark partition takes the frame back into changes (:func:`from_frame`) and applies the
+   row steps up to the next Spark step; the last segment's task then does what the read task does
+   without a Spark stage (spark_jobs/project.split): the rows per target, the dead letters, the tally.
+   A chain with Spark steps after row steps after Spark steps makes a stage of each.
+
+The record frame is what a Kafka Connect SMT sees, as the older path's frame was: ``topic`` (the
+route so far), ``partition``, ``offset``, ``timestamp``, ``headers``, ``key`` (the JSON key's
+payload as a struct, or its text) and ``value`` (the row, typed: a Decimal is a decimal, a DATETIME
+a timestamp; null for a delete). The columns whose names start with ``_`` carry what the window needs
+afterwards (the record as read, its version, the delete's row): a ``Python`` function must keep them,
+and may add, change or drop value fields and drop records. A change to ``key`` is not read back (use
+ValueToKey before the stage); a ``value`` made null deletes the record's key.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from connectors import images
+from connectors.errors import ConfigError
+from spark_jobs import project, row_transforms
+from spark_jobs import transform_config as cfgs
+from spark_jobs.blobs import BAD, PACKED_SCHEMA, TALLY, bucketed, pack, packed
+from spark_jobs.read import reader
+from spark_jobs.row_chains import SPARK_STEPS, sparked, staged
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from spark_jobs.job import Pieces, WindowJob
+
+STAGED = "staged"  # a packed kind: a task's changes as the record frame, for the Spark stage
+_SHOWN = ("topic", "partition", "offset", "timestamp", "headers", "key", "value")
+_FROM = {"topic": "route", "partition": "partition", "offset": "offset", "timestamp": "timestamp",
+         "headers": "headers"}  # frame column <- change column
+_KEY_DECODER = msgspec.json.Decoder()
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Spark steps, then the row steps up to the next Spark step; ``first`` is the chain index of
+    the segment's first step (errors name the step by it). The first row step may carry a ``Sql``
+    predicate: Spark evaluates it, last."""
+
+    spark: tuple[Any, ...]
+    rows: tuple[Any, ...]
+    first: int
+
+    @property
+    def when(self) -> cfgs.SqlCondition | None:
+        pred = getattr(self.rows[0], "predicate", None) if self.rows else None
+        return pred if isinstance(pred, cfgs.SqlCondition) else None
+
+
+def cut(chain: Any) -> tuple[tuple[Any, ...], list[Segment]]:
+    """The chain as its head (row steps, in the read task) and its segments."""
+    chain = list(chain)
+    i = 0
+    while i < len(chain) and not sparked(chain[i]):
+        i += 1
+    head, segments = tuple(chain[:i]), []
+    while i < len(chain):
+        start = i
+        while i < len(chain) and chain[i].type in SPARK_STEPS:
+            i += 1
+        spark_end = i
+        if i < len(chain):
+            i += 1  # a row step, its predicate perhaps a Sql one
+            while i < len(chain) and not sparked(chain[i]):
+                i += 1
+        segments.append(Segment(tuple(chain[start:spark_end]), tuple(chain[spark_end:i]), start))
+    return head, segments
+
+
+# -- the record frame, in Arrow --------------------------------------------------------------------------
+def _only(image: pa.Array, where: pa.Array) -> pa.Array:
+    """The rows' images where ``where`` holds as one struct (:func:`images.as_struct`), null elsewhere."""
+    where = pc.fill_null(where, False)
+    if not pc.any(where).as_py():
+        return pa.nulls(len(where), pa.struct([]))
+    picked = images.as_struct(images.compact(image).filter(where))
+    index = np.full(len(where), -1, np.int64)
+    mask = np.asarray(where.to_numpy(zero_copy_only=False), bool)
+    index[mask] = np.arange(int(mask.sum()))
+    return picked.take(pa.array(index, mask=~mask))
+
+
+def key_values(raw: pa.Array, converter: str) -> pa.Array:
+    """The Kafka keys as the frame's ``key``: a JSON key's payload (a struct where the keys agree),
+    else its text."""
+    texts = [None if b is None else b.decode("utf-8", "replace") for b in raw.to_pylist()]
+    if converter not in ("json", "json_schema"):
+        return pa.array(texts, pa.string())
+    values = []
+    for text in texts:
+        try:
+            value = None if text is None else _KEY_DECODER.decode(text)
+        except msgspec.DecodeError:
+            return pa.array(texts, pa.string())
+        if converter == "json_schema" and isinstance(value, dict) and "payload" in value:
+            value = value["payload"]
+        values.append(value)
+    try:
+        return pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return pa.array(texts, pa.string())
+
+
+def to_frame(changes: pa.Table, key_converter: str) -> pa.Table:
+    """A task's changes as the record frame (the module's docstring)."""
+    op = pc.fill_null(changes.column("change_op"), "")
+    image = changes.column("image").combine_chunks()
+    shown = {name: changes.column(source) for name, source in _FROM.items()}
+    shown["key"] = key_values(changes.column("key").combine_chunks(), key_converter)
+    shown["value"] = _only(image, pc.equal(op, "upsert"))
+    carried = {"_deleted": _only(image, pc.equal(op, "delete"))}
+    for name in changes.column_names:
+        if name == "image" or name in _FROM.values():
+            continue
+        values = changes.column(name).combine_chunks()
+        if pa.types.is_union(values.type):
+            values = images.as_struct(values)
+        elif pa.types.is_null(values.type):
+            values = pa.nulls(len(values), pa.string())
+        carried[f"_{name}"] = values
+    return pa.table({**shown, **carried})
+
+
+def from_frame(frame: pa.Table) -> pa.Table:
+    """The record frame back as changes: ``image`` from ``value`` (an upsert) or ``_deleted`` (a
+    delete); an upsert whose value a Spark step made null deletes its key's row. The record's Connect
+    schema is dropped (a Spark step may have changed any field): an index mapped from the records
+    maps the documents as they are."""
+    names = [n for n in frame.column_names if n.startswith("_") and n not in ("_when", "_deleted")]
+    changes = {n[1:]: frame.column(n).combine_chunks() for n in names}
+    for name, source in _FROM.items():
+        changes[source] = frame.column(name).combine_chunks()
+    value = frame.column("value").combine_chunks()
+    op = pc.fill_null(changes["change_op"], "")
+    nulled = pc.and_(pc.equal(op, "upsert"), pc.is_null(value))
+    if pc.any(nulled).as_py():
+        changes["change_op"] = pc.if_else(nulled, "delete", changes["change_op"])
+    deleting = pc.fill_null(pc.equal(changes["change_op"], "delete"), False)
+    changes["image"] = _image(value, frame.column("_deleted").combine_chunks(), deleting,
+                              frame.column("key").combine_chunks(), nulled)
+    if "key_image" in changes and pa.types.is_struct(changes["key_image"].type):
+        changes["key_image"] = images.from_struct(changes["key_image"])
+    for name in ("row_schema", "schema_id"):  # the Connect schema no longer describes the value
+        changes[name] = pa.nulls(frame.num_rows, pa.string())
+    return pa.table(changes)
+
+
+def _image(value: pa.Array, deleted: pa.Array, deleting: pa.Array, key: pa.Array, nulled: pa.Array) -> pa.Array:
+    """Each change's row image: its value, a delete's row, or (an upsert made null) its key's fields."""
+    parts = [value, deleted]
+    if pc.any(nulled).as_py() and pa.types.is_struct(key.type):
+        parts.append(key)
+    codes = np.where(np.asarray(deleting.to_numpy(zero_copy_only=False), bool), 1, 0).astype(np.int8)
+    if len(parts) == 3:
+        codes[np.asarray(pc.fill_null(nulled, False).to_numpy(zero_copy_only=False), bool)] = 2
+    offsets = np.zeros(len(codes), np.int32)
+    children = []
+    for code, part in enumerate(parts):
+        rows = np.flatnonzero(codes == code)
+        offsets[rows] = np.arange(len(rows), dtype=np.int32)
+        child = part.take(pa.array(rows))
+        children.append(child if child.type.num_fields else images.from_struct(child).field(0))
+    return images.union(codes, offsets, children)
+
+
+def schema_text(schema: pa.Schema) -> str:
+    return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
+
+
+def merged(texts: list[str]) -> pa.Schema:
+    """The frame's schema over every task's: a field's type where they agree, a number's widest, else
+    text (:func:`images.as_struct`'s rule, applied again between tasks)."""
+    schemas = [pa.ipc.read_schema(pa.py_buffer(base64.b64decode(t))) for t in texts]
+    return pa.schema([pa.field(f.name, _merged_type([s.field(f.name).type for s in schemas if f.name in s.names]))
+                      for f in schemas[0]])
+
+
+def _merged_type(kinds: list[pa.DataType]) -> pa.DataType:
+    structs = [k for k in kinds if pa.types.is_struct(k)]
+    if structs and len(structs) == len([k for k in kinds if not pa.types.is_null(k)]):
+        names = list(dict.fromkeys(f.name for k in structs for f in k))
+        return pa.struct([pa.field(n, _merged_type([k.field(n).type for k in structs if k.get_field_index(n) >= 0]))
+                          for n in names])
+    return images.common_type(kinds)
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """A task's frame in the merged schema: fields it lacks null, types widened or made texts."""
+    return pa.table([_conformed(table.column(f.name).combine_chunks(), f.type) if f.name in table.column_names
+                     else pa.nulls(table.num_rows, f.type) for f in schema], schema=schema)
+
+
+def _conformed(values: pa.Array, kind: pa.DataType) -> pa.Array:
+    if values.type == kind:
+        return values
+    if pa.types.is_struct(kind) and pa.types.is_struct(values.type):
+        fields = [_conformed(values.field(f.name), f.type) if values.type.get_field_index(f.name) >= 0
+                  else pa.nulls(len(values), f.type) for f in kind]
+        mask = values.is_null() if values.null_count else None
+        if not fields:
+            return pa.array([None if mask is not None and mask[i].as_py() else {} for i in range(len(values))], kind)
+        return pa.StructArray.from_arrays(fields, fields=list(kind), mask=mask)
+    return images.as_type(values, kind)
+
+
+# -- the tasks around the Spark steps ---------------------------------------------------------------------
+def staged_blobs(task: int, changes: pa.Table, key_converter: str) -> Iterator[pa.RecordBatch]:
+    """A task's changes packed as the record frame, and the frame's schema (for the tally)."""
+    frame = to_frame(changes, key_converter)
+    yield from (packed(task, STAGED, "", blob, bucket=task) for blob in pack(frame))
+    yield packed(task, TALLY, "", info={"counted": [], "frame": schema_text(frame.schema)})
+
+
+def read_task(job: WindowJob, pieces: Pieces) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The read task of a chain with a Spark stage: its ranges read and decoded, the chain's head,
+    then the live changes as the record frame; its dead letters (which no Spark step sees) and its
+    tally (every record read) from here (spark_jobs/project.read_task without a Spark stage)."""
+    decode = reader(job, pieces, decode=True, typed=True)
+    head, _segments = cut(job.transforms)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        batches = list(batches)
+        task = batches[0].column("idx")[0].as_py() if batches and batches[0].num_rows else -1
+        decoded_batches = list(decode(iter(batches)))
+        if not decoded_batches:
+            yield packed(task, TALLY, "", info={"counted": []})
+            return
+        decoded = images.concat_tables([pa.table(b) for b in decoded_batches])
+        decoded = project.truncate_policy(job, row_transforms.apply(decoded, head, job.versioning, finish=False))
+        op = pc.fill_null(decoded.column("change_op"), "")
+        live = pc.and_(pc.is_null(decoded.column("error_stage")),
+                       pc.is_in(op, value_set=pa.array(["upsert", "delete"])))
+        rest = project.sort_out(job, decoded.filter(pc.invert(live)))  # dead letters; truncate: apply's TRUNCATEs
+        if rest.bad.num_rows:
+            yield from (packed(task, BAD, "", blob) for blob in pack(rest.bad))
+        *frame, tally = staged_blobs(task, decoded.filter(live), job.key_converter)
+        yield from frame
+        info = json.loads(tally.column("info")[0].as_py())
+        yield packed(task, TALLY, "", info={**rest.info, **project.tally_of(decoded, rest.bad), "frame": info["frame"]})
+    return run
+
+
+def _unstage(schema: pa.Schema) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for blob in batch.column("blob").to_pylist():
+                yield from conform(pa.ipc.open_stream(blob).read_all(), schema).to_batches()
+    return run
+
+
+def _after(job: WindowJob, segment: Segment, last: bool,
+           tasks: int) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The task after a segment's Spark steps: its row steps, then the next stage's frame or (last)
+    :func:`finished`."""
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext  # noqa: PLC0415
+
+        task = TaskContext.get().partitionId()
+        tables = [pa.table(b) for b in batches if b.num_rows]
+        if not tables:
+            yield packed(task, TALLY, "", info={"counted": []})
+            return
+        frame = pa.concat_tables(tables)
+        when = frame.column("_when").combine_chunks() if "_when" in frame.column_names else None
+        changes = row_transforms.apply(from_frame(frame), segment.rows, job.versioning, finish=last,
+                                       first=segment.first + len(segment.spark), when=when,
+                                       documents="all" if last else "kept")
+        yield from finished(job, task, changes, tasks) if last else staged_blobs(task, changes, job.key_converter)
+    return run
+
+
+def finished(job: WindowJob, task: int, changes: pa.Table, writers: int) -> Iterator[pa.RecordBatch]:
+    """After the chain: as spark_jobs/project.split, but for the records read, which the read tasks
+    counted."""
+    out = project.sort_out(job, project.routes_checked(changes))
+    out.info["counted"] = [c for c in out.info["counted"] if c[0] is not None]
+    for name, kind, table, columns in out.rows:
+        yield from bucketed(task, kind, name, table, columns, writers)
+    if out.bad.num_rows:
+        yield from (packed(task, BAD, "", blob) for blob in pack(out.bad))
+    yield packed(task, TALLY, "", info=out.info)
+
+
+def apply_spark(frame: DataFrame, segment: Segment) -> DataFrame:
+    """The segment's Spark steps over the record frame, and its row step's Sql predicate as ``_when``."""
+    from pyspark.sql import functions as F  # noqa: PLC0415
+
+    for i, cfg in enumerate(segment.spark, start=segment.first):
+        try:
+            frame = sql_expression(frame, cfg) if cfg.type == "SqlExpression" else python_transform(frame, cfg)
+            frame.schema  # noqa: B018 (analysed now: a bad expression names its step)
+        except ConfigError as exc:
+            raise ConfigError(f"transforms.{i} ({cfg.type}): {exc}") from None
+        except Exception as exc:  # Spark's AnalysisException, ParseException (classic or Connect)
+            if type(exc).__name__ not in ("AnalysisException", "ParseException", "SparkConnectGrpcException"):
+                raise
+            raise ConfigError(f"transforms.{i} ({cfg.type}): Spark refused it: {_first_line(exc)}") from None
+    if segment.when is not None:
+        i = segment.first + len(segment.spark)
+        try:
+            frame = frame.withColumn("_when", F.expr(segment.when.condition).cast("boolean"))
+            frame.schema  # noqa: B018
+        except Exception as exc:
+            if type(exc).__name__ not in ("AnalysisException", "ParseException", "SparkConnectGrpcException"):
+                raise
+            raise ConfigError(f"transforms.{i} ({segment.rows[0].type}): its Sql predicate "
+                              f"{segment.when.condition!r}: Spark refused it: {_first_line(exc)}") from None
+    return frame
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def sql_expression(frame: DataFrame, cfg: cfgs.SqlExpression) -> DataFrame:
+    """Value fields set from Spark SQL expressions (a delete's null value stays null)."""
+    from pyspark.sql import functions as F  # noqa: PLC0415
+
+    value = F.col("value")
+    for name, expression in cfg.fields.items():
+        value = value.withField(name, F.expr(expression))
+    return frame.withColumn("value", F.when(F.col("value").isNull(), F.lit(None)).otherwise(value))
+
+
+def python_transform(frame: DataFrame, cfg: cfgs.PythonTransform) -> DataFrame:
+    """The user's ``DataFrame -> DataFrame``, which must keep the frame's columns."""
+    module_name, _, attr = cfg.function.rpartition(".")
+    try:
+        fn = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"cannot import {cfg.function!r}: {exc}") from exc
+    result = fn(frame, **cfg.options)
+    if not hasattr(result, "columns") or not hasattr(result, "mapInArrow"):
+        raise ConfigError(f"{cfg.function!r} returned {type(result).__name__}, expected a DataFrame")
+    missing = [c for c in frame.columns if c not in result.columns]
+    if missing:
+        raise ConfigError(f"{cfg.function!r} returned a frame without the columns {missing}: keep every column of "
+                          "the frame it is given (those starting with _ carry the record for the window)")
+    return result.select(*frame.columns)
+
+
+def run(spark: SparkSession, job: WindowJob, staged_frame: DataFrame, tasks: int, checkpoint: Any) -> DataFrame:
+    """The window's Spark stages over the read tasks' packed output (``staged_frame``): the last
+    stage's packed rows per target, with every tally (the read tasks' too)."""
+    from pyspark.sql import functions as F  # noqa: PLC0415
+    from pyspark.sql.pandas.types import from_arrow_schema  # noqa: PLC0415
+
+    _head, segments = cut(job.transforms)
+    current, tallies = staged_frame, staged_frame.where(F.col("kind") == TALLY)
+    for n, segment in enumerate(segments):
+        last = n == len(segments) - 1
+        texts = [json.loads(r.info).get("frame") for r in current.where(F.col("kind") == TALLY).select("info").collect()]
+        texts = [t for t in texts if t]
+        if not texts:  # nothing was read
+            return tallies
+        schema = merged(texts)
+        frame = current.where(F.col("kind") == STAGED).mapInArrow(_unstage(schema), from_arrow_schema(schema))
+        frame = apply_spark(frame, segment)
+        out = checkpoint(frame.mapInArrow(_after(job, segment, last, tasks), PACKED_SCHEMA))
+        if not last:
+            current = out
+            continue
+        return out.unionByName(tallies)
+    return tallies

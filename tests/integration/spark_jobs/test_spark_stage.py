@@ -1,0 +1,121 @@
+"""The Spark stage of the one window path (spark_jobs/spark_stage.py): SqlExpression, Sql predicates
+and Python run in Spark over the typed record frame, between the per-partition steps, and the rows
+and documents are read back against the values the source database held.
+
+The records are Debezium's MySQL connector's own (tests/fixtures/debezium/orders.py: the JsonConverter
+with schemas, per the pages that module names).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdcflow import cdcgen, runner
+from cdcflow.config import load_pipeline
+from cdcflow.state import StateStore
+from connectors.errors import ConfigError
+from spark_jobs import spark_path
+from tests.fixtures import orders as o
+from tests.fixtures.debezium import orders as fx
+from tests.helpers import bootstrap, es_docs, mysql_engine, unique, write_pipeline
+
+pytestmark = [pytest.mark.integration, pytest.mark.services("kafka", "mysql", "elasticsearch", "spark")]
+
+UNWRAP = {"type": "ExtractNewRecordState", "delete_handling": "none", "drop_tombstones": False}
+# two Spark stages: SqlExpression, then MaskField under a Sql predicate (evaluated by the first
+# stage), then a Python function
+CHAIN = [
+    UNWRAP,
+    {"type": "SqlExpression", "fields": {"doubled": "value.amount * 2", "buyer": "upper(value.customer)",
+                                         "day": "date_format(value.created, 'yyyy-MM-dd')"}},
+    {"type": "MaskField", "fields": ["note"], "replacement": "***",
+     "predicate": {"type": "Sql", "condition": "value.paid = 0"}},
+    {"type": "Python", "function": "tests.unit.custom_transforms.add_ten", "options": {"field": "doubled"}},
+]
+COLUMNS = [{"name": "id", "type": "INT"}, {"name": "buyer", "type": "VARCHAR(64)"},
+           {"name": "doubled", "type": "DECIMAL(14,2)"}, {"name": "note", "type": "TEXT"},
+           {"name": "day", "type": "VARCHAR(10)"}]
+
+
+def _older_path_fails(*_a: Any, **_k: Any) -> None:
+    raise AssertionError("the chain took the older Spark path")
+
+
+def _pipeline(config_dir: Path, tag: str, topic: str, chain: list[dict[str, Any]]) -> Any:
+    return load_pipeline(write_pipeline(
+        config_dir, tag, topic, tag, transforms=chain,
+        source={"key_converter": "json_schema", "value_converter": "json_schema"},
+        sinks=[{"type": "mysql", "name": "m", "conn_id": "cdcflow_mysql", "table": tag, "create_table": True,
+                "primary_key": ["id"], "columns": COLUMNS},
+               {"type": "elasticsearch", "name": "es", "conn_id": "cdcflow_elasticsearch", "index": tag,
+                "id_fields": ["id"]}]))
+
+
+def _want(row: o.Row) -> dict[str, Any]:
+    return {"id": row["id"], "buyer": row["customer"].upper(), "doubled": row["amount"] * 2 + 10,
+            "note": "***" if row["paid"] == 0 else row["note"], "day": row["created"].strftime("%Y-%m-%d")}
+
+
+def test_sql_expressions_a_sql_predicate_and_a_python_function_give_the_sources_rows_and_documents(
+        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(spark_path, "run_spark_path", _older_path_fails)
+    tag = unique("sstage")
+    topic = f"{tag}.inventory.orders"
+    cdcgen.produce(bootstrap(), topic, [cdcgen.Event(k, v) for k, v in fx.events()], partitions=2)
+    stats = runner.run_window(_pipeline(config_dir, tag, topic, CHAIN), "w1", store=store, spark=spark)
+
+    want = [_want(row) for _id, row in sorted(o.FINAL.items())]
+    with mysql_engine().connect() as conn:
+        got = [dict(r._mapping) for r in conn.exec_driver_sql(
+            f"SELECT id, buyer, doubled, note, day FROM `{tag}` ORDER BY id")]
+    assert got == want
+    docs = es_docs(tag)
+    assert sorted(docs) == [str(w["id"]) for w in want]  # id 1 deleted, 2 moved to 3
+    for w in want:
+        doc = docs[str(w["id"])]
+        assert (doc["buyer"], Decimal(str(doc["doubled"])), doc["note"], doc["day"]) == (
+            w["buyer"], w["doubled"], w["note"], w["day"])
+        assert doc["customer"] == o.FINAL[w["id"]]["customer"]  # a field no step touched
+    assert stats["records"] == len(fx.events()) and stats["dead_lettered"] == 0
+
+
+def test_a_python_function_that_drops_records_and_a_filter_by_sql_change_only_the_others(
+        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Filter under a Sql predicate drops the paid rows' changes (their deletes too: a delete's value is
+    null, so the predicate is not true for it and the delete stays)."""
+    monkeypatch.setattr(spark_path, "run_spark_path", _older_path_fails)
+    tag = unique("sfilter")
+    topic = f"{tag}.inventory.orders"
+    cdcgen.produce(bootstrap(), topic, [cdcgen.Event(k, v) for k, v in fx.events()])
+    chain = [UNWRAP, {"type": "Filter", "predicate": {"type": "Sql", "condition": "value.paid = 1"}},
+             {"type": "SqlExpression", "fields": {"doubled": "value.amount * 2", "buyer": "value.customer",
+                                                  "day": "'-'"}}]
+    stats = runner.run_window(_pipeline(config_dir, tag, topic, chain), "w1", store=store, spark=spark)
+    with mysql_engine().connect() as conn:
+        got = [tuple(r) for r in conn.exec_driver_sql(f"SELECT id, buyer, doubled FROM `{tag}` ORDER BY id")]
+    # of the final rows only id 3 (row 2, paid 0) passes the filter; the unpaid rows' changes are all kept
+    assert got == [(3, o.ROW_2B["customer"], o.ROW_2B["amount"] * 2)]
+    assert stats["records"] == len(fx.events()) and stats["dead_lettered"] == 0
+
+
+@pytest.mark.parametrize(("step", "words"), [
+    ({"type": "SqlExpression", "fields": {"x": "value.nope + 1"}}, r"transforms\.1 \(SqlExpression\): Spark refused"),
+    ({"type": "Python", "function": "tests.unit.custom_transforms.drops_a_column"},
+     r"transforms\.1 \(Python\): 'tests\.unit\.custom_transforms\.drops_a_column' returned a frame without the "
+     r"columns \['_version'\]"),
+    ({"type": "Filter", "predicate": {"type": "Sql", "condition": "value.paid ="}},
+     r"transforms\.1 \(Filter\): its Sql predicate 'value.paid =': Spark refused"),
+])
+def test_a_step_spark_refuses_fails_the_window_naming_it_and_moves_no_offset(
+        config_dir: Path, store: StateStore, spark: Any, step: dict[str, Any], words: str) -> None:
+    tag = unique("sbad")
+    topic = f"{tag}.inventory.orders"
+    cdcgen.produce(bootstrap(), topic, [cdcgen.Event(k, v) for k, v in fx.events()])
+    cfg = _pipeline(config_dir, tag, topic, [UNWRAP, step])
+    with pytest.raises(ConfigError, match=words):
+        runner.run_window(cfg, "w1", store=store, spark=spark)
+    assert store.offsets.load(cfg.name) == {}
