@@ -320,8 +320,8 @@ class PipelineConfig(StrictModel):
             bare = [s.name for s in self.sinks if s.type == "mysql" and not s.columns and not s.create_table]
             if bare:
                 raise ValueError(f"mysql sinks {bare} need columns, or create_table: true to create each table from "
-                                 "the schema of its records (Debezium's JsonConverter with schemas.enable=true, or "
-                                 "Canal's mysqlType)")
+                                 "the schema of its records (Debezium's JsonConverter with schemas.enable=true, "
+                                 "Canal's mysqlType, or the types of schemaless values)")
         elif self.versioning == "source_ts_ms" and not any(t.type == "ExtractNewRecordState" for t in self.transforms):
             raise ValueError("versioning source_ts_ms needs an ExtractNewRecordState transform (Debezium topics); "
                              "for other records set versioning: kafka_offset")

@@ -72,7 +72,7 @@ TRUNCATE = "truncate"  # change_op of a TRUNCATE of the source table (source_db,
 @dataclass
 class Change:
     change_op: str | None = None
-    image: dict[str, str | None] | None = None
+    image: dict[str, Any] | None = None  # texts; a schemaless JSON number or boolean as itself (images.values_array)
     image_json: str | None = None
     version: int | None = None
     error_stage: str | None = None

@@ -6,7 +6,8 @@ An image column is a dense union of structs, one child per row shape:
   the schema says (int64, double, boolean, string, ``decimal128`` with the field's scale, ``date32``,
   ``timestamp[us]``, ``duration[us]`` …: connectors/debezium/typed.py);
 * the rows of the per-record decoders (every format's rows, Debezium's odd records): their exact
-  texts, as strings, a child per set of fields.
+  texts, as strings, a child per set of fields; a schemaless Debezium field's JSON numbers and
+  booleans (no declared column reads them) keep their type, as the column-wise decode reads them.
 
 A null image (a TRUNCATE; a record that changes nothing) is a null struct, and a field a row does not
 have reads as null. A window holds few shapes; past :data:`MAX_CHILDREN` (a union holds 128) the
@@ -20,12 +21,15 @@ are Spark expressions over ``map<string,string>``, gets :func:`as_map` at the JV
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectors.debezium import typed
+from connectors.debezium.logical import plain_text
 
 MAX_CHILDREN = 120
 STRING_MAP = pa.map_(pa.string(), pa.string())
@@ -51,8 +55,32 @@ def from_columns(names: Sequence[str], arrays: Sequence[pa.Array], null: pa.Arra
     return union(np.zeros(n, np.int8), np.arange(n, dtype=np.int32), [_struct(names, arrays, null, n)])
 
 
-def from_texts(images: Sequence[Mapping[str, str | None] | None]) -> pa.Array:
-    """The per-record decoders' images ({field: exact text}, None for none): a child per field set."""
+def values_array(values: Sequence[Any]) -> pa.Array:
+    """One field of per-record images as an Arrow array: texts as strings; a field whose every value
+    is a JSON number or boolean (a schemaless field no column declares: connectors/debezium/envelope.py)
+    typed as the column-wise decode reads it (Arrow's JSON reader: integers int64, with a fraction
+    among them float64), so a chain and a table made from the values see one type whichever decode
+    read the record; a field of mixed kinds as the texts of its values."""
+    kinds = {type(v) for v in values if v is not None}
+    if kinds <= {str}:
+        return pa.array(values, pa.string())
+    if kinds == {bool}:
+        return pa.array(values, pa.bool_())
+    try:
+        if kinds == {int}:
+            return pa.array(values, pa.int64())
+        if kinds <= {int, Decimal, float}:
+            floats = pa.array([None if v is None else float(v) for v in values], pa.float64())
+            if pc.all(pc.is_finite(floats)).as_py() is not False:
+                return floats
+    except (OverflowError, pa.ArrowInvalid):  # past int64: its text
+        pass
+    return pa.array([None if v is None else plain_text(v) for v in values], pa.string())
+
+
+def from_texts(images: Sequence[Mapping[str, Any] | None]) -> pa.Array:
+    """The per-record decoders' images ({field: exact text, or a schemaless JSON number or boolean},
+    None for none): a child per field set (:func:`values_array`)."""
     shapes: dict[tuple[str, ...], int] = {}
     shape_of = np.zeros(len(images), np.int32)
     for i, image in enumerate(images):
@@ -62,14 +90,14 @@ def from_texts(images: Sequence[Mapping[str, str | None] | None]) -> pa.Array:
         rows = np.flatnonzero(shape_of == code)
         offsets[rows] = np.arange(len(rows))
         members = [images[i] for i in rows]
-        arrays = [pa.array([m[name] for m in members], pa.string()) for name in shape]  # type: ignore[index]
+        arrays = [values_array([m[name] for m in members]) for name in shape]  # type: ignore[index]
         null = pa.array([m is None for m in members], pa.bool_())
         children.append(_struct(shape, arrays, null, len(rows)))
     if not children:
         return from_columns([], [], pa.array([], pa.bool_()))
     if len(children) > MAX_CHILDREN:  # one child of every field name
         names = list(dict.fromkeys(name for image in images if image is not None for name in image))
-        return from_columns(names, [pa.array([None if i is None else i.get(name) for i in images], pa.string())
+        return from_columns(names, [values_array([None if i is None else i.get(name) for i in images])
                                     for name in names], pa.array([i is None for i in images], pa.bool_()))
     return union(shape_of, offsets, children)
 

@@ -50,15 +50,13 @@ def is_history(target: SinkTarget) -> bool:
 def is_dynamic(target: SinkTarget, job: WindowJob) -> bool:
     """A MySQL sink whose tables or columns come from the records (spark_jobs/tables.py)."""
     cfg = target.config
-    return (isinstance(cfg, MySqlSinkConfig) and cfg.pk_mode != "kafka" and cfg.name != job.offsets_sink
-            and not is_static(target))
+    return isinstance(cfg, MySqlSinkConfig) and cfg.name != job.offsets_sink and not is_static(target)
 
 
 def eligible(job: WindowJob) -> bool:
     """This path serves pipelines whose every sink is static or dynamic, and the transform chains
-    spark_jobs/row_transforms.py serves (row_chains.unserved); the others (pk_mode kafka into tables from
-    the record schema, an exactly-once sink without declared columns, other chains) take
-    ``spark_path.run_spark_path``, as
+    spark_jobs/row_transforms.py serves (row_chains.unserved); the others (an exactly-once sink without
+    declared columns, other chains) take ``spark_path.run_spark_path``, as
     does every window when ``CDCFLOW_WINDOW_PATH=spark`` is set in the driver's environment."""
     if os.environ.get("CDCFLOW_WINDOW_PATH") == "spark":  # the older path, for comparisons (bench/run.py)
         return False
@@ -133,7 +131,8 @@ def schema_tables(job: WindowJob, early: dict[str, SinkTarget],
     within the window) goes the staged way: the window makes the table or the index ready for it
     after the read, then writes it (``project.sort_out``). Returns the schema changes run."""
     tables = [t for t in job.sinks if is_dynamic(t, job) and isinstance(t.config, MySqlSinkConfig)
-              and not t.config.columns and not is_routed(t.config) and not is_history(t)]
+              and not t.config.columns and not is_routed(t.config) and not is_history(t)
+              and not row_transforms.nested(job.transforms)]  # described from the images (row_schemas)
     indices = [t for t in early.values() if mapped_by_records(t) and "{topic}" not in t.config.index]
     if not (tables or indices) or not early_window(job):
         return []

@@ -19,7 +19,7 @@ from connectors import images
 from connectors.changes import TRUNCATE
 from connectors.elasticsearch.config import ElasticsearchSinkConfig
 from connectors.mysql.config import MySqlSinkConfig
-from spark_jobs import compose, row_transforms
+from spark_jobs import compose, row_schemas, row_transforms
 from spark_jobs.blobs import BAD, CHANGES, DELETES, ROWS, TALLY, bucketed, pack, packed
 from spark_jobs.dead_letters import first_per_record, send_first
 from spark_jobs.job import MAX_EXAMPLES, TRUNCATE_TO_DLQ, Pieces, WindowJob
@@ -320,12 +320,12 @@ def sort_out(job: WindowJob, decoded: pa.Table, early: dict[str, SinkTarget] | N
     for target in job.sinks:
         made = (early or {}).get(target.config.name)
         if made is not None and made.schema_ids:
-            rows += _made_table_rows(made, target, valid, schemas, bad_parts, known)
+            rows += _made_table_rows(made, target, valid, schemas, bad_parts, known, job.transforms)
             continue
         if is_static(target):
             found = _static_rows(target, valid, schemas, bad_parts, known)
         else:
-            found = _tagged_changes(target, valid, schemas, bad_parts, known)
+            found = _tagged_changes(target, valid, schemas, bad_parts, known, job.transforms)
         if found is not None:
             rows.append(found)
     bad = pa.concat_tables(bad_parts) if bad_parts else pa.table(
@@ -366,7 +366,7 @@ def _static_rows(target: SinkTarget, valid: pa.Table, schemas: dict[str, list[li
 
 
 def _made_table_rows(made: SinkTarget, target: SinkTarget, valid: pa.Table, schemas: dict[str, list[list[Any]]],
-                     bad_parts: list[pa.Table], known: dict[str, str],
+                     bad_parts: list[pa.Table], known: dict[str, str], chain: Any = (),
                      ) -> list[tuple[str, str, pa.Table, list[str] | None]]:
     """A table from the record schema, or an index mapped from it, made ready before the read
     (``prepare.schema_tables``): the changes of the schemas it was made for, and the deletes without
@@ -385,15 +385,16 @@ def _made_table_rows(made: SinkTarget, target: SinkTarget, valid: pa.Table, sche
         later = _static_rows(made, others, schemas, bad_parts, known)
         found.append(None if later is None else (later[0], LATER, later[2], later[3]))
     else:
-        found.append(_tagged_changes(target, others, schemas, bad_parts, known))
+        found.append(_tagged_changes(target, others, schemas, bad_parts, known, chain))
     return [f for f in found if f is not None]
 
 
 def _tagged_changes(target: SinkTarget, valid: pa.Table, schemas: dict[str, list[list[Any]]], bad_parts: list[pa.Table],
-                    known: dict[str, str]) -> tuple[str, str, pa.Table, list[str] | None] | None:
+                    known: dict[str, str], chain: Any = ()) -> tuple[str, str, pa.Table, list[str] | None] | None:
     """A MySQL sink whose tables or columns come from the records: its changes tagged with their
     table, packed by table (the unroutable and, with declared columns, the unfit into ``bad_parts``;
-    each table's row schemas into ``schemas``)."""
+    each table's row schemas into ``schemas``, inferred from the images after ``chain`` for records
+    without one: spark_jobs/row_schemas.py)."""
     cfg = target.config
     assert isinstance(cfg, MySqlSinkConfig)
     names = _table_names(valid, cfg.table) if is_routed(cfg) else pa.array([cfg.table] * valid.num_rows, pa.string())
@@ -415,7 +416,8 @@ def _tagged_changes(target: SinkTarget, valid: pa.Table, schemas: dict[str, list
     tagged = routed.select(["topic", "partition", "offset", "timestamp", "key", "value", "headers", "route",
                             "change_op", "version", "row_index", "image", "key_image", "source_op"]).append_column(
         TABLE_COLUMN, names)
-    schemas[cfg.name] = _schemas(routed, names, known)
+    found = _schemas(routed, names, known)
+    schemas[cfg.name] = found if cfg.columns else row_schemas.with_inferred(found, routed, names, chain)
     return cfg.name, CHANGES, tagged, [TABLE_COLUMN]
 
 

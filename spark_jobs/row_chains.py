@@ -63,19 +63,10 @@ def unserved(job: Any) -> str | None:
         return "ExtractNewRecordState unwraps Debezium's envelopes (source.format debezium)"
     tables = [t.config for t in job.sinks if isinstance(t.config, MySqlSinkConfig)]  # and indices: any
     for sink in tables:  # prepare.is_static or prepare.is_dynamic
-        if sink.pk_mode == "kafka" and (not sink.columns or "{" in sink.table):
-            return "a MySQL sink with pk_mode kafka makes its tables from the record schema"
         if sink.name == job.offsets_sink and (not sink.columns or "{" in sink.table):
             return "the exactly-once sink has no declared columns"
-    if any(not s.columns for s in tables) and job.value_converter != "json_schema":
-        # tables from the record schema need the Connect schemas (the older path infers them from JSON)
-        return "tables from the record schema need value_converter json_schema"
     for i, cfg in enumerate(chain):
         reason = _unserved_step(cfg, first=i == 0, versioning=job.versioning)
-        if cfg.type in NESTED_STEPS and any(not s.columns for s in tables):
-            reason = "a table from the record schema is made from the schema before such a step"
-        if isinstance(cfg, cfgs.ValueToKey) and any(not s.columns for s in tables):
-            reason = "a table from the record schema takes its key from the Kafka key's schema"
         if reason is not None:
             return f"transforms.{i} ({cfg.type}): {reason}"
     return _unserved_stage(chain, tables) if staged(chain) else None
@@ -166,7 +157,20 @@ def _made_or_retyped(cfg: Any) -> tuple[str | None, ...]:
 
 
 # -- the row schema (the MySQL table created from the records: connectors/debezium/schema_columns.py) --
+_BOUNDED = {"LONGTEXT": "VARCHAR(255)", "LONGBLOB": "VARBINARY(255)"}  # a key's text and bytes
 TIME_COLUMNS = {"unix": "BIGINT", "Timestamp": "DATETIME(6)", "Date": "DATE", "Time": "LONGTEXT", "string": "LONGTEXT"}
+
+
+def key_after(chain: Any, key: list[str]) -> list[str]:
+    """The fields of a row's key (the Kafka key's, as the table's primary key) after the chain: a
+    ValueToKey's fields, renamed and left out with the value's fields by ReplaceField (a key column
+    is read from the row image)."""
+    for cfg in chain:
+        if isinstance(cfg, cfgs.ValueToKey):
+            key = list(cfg.fields)
+        elif isinstance(cfg, cfgs.ReplaceField):
+            key = [cfg.renames.get(n, n) for n in key if (not cfg.include or n in cfg.include) and n not in cfg.exclude]
+    return key
 
 
 def described(chain: Any, text: str) -> str:
@@ -190,7 +194,6 @@ def described(chain: Any, text: str) -> str:
         elif isinstance(cfg, cfgs.ReplaceField):
             kept = [n for n in columns if (not cfg.include or n in cfg.include) and n not in cfg.exclude]
             columns = {cfg.renames.get(n, n): {**columns[n], "name": cfg.renames.get(n, n)} for n in kept}
-            key = [cfg.renames.get(n, n) for n in key if n in kept]
             properties = {cfg.renames.get(n, n): p for n, p in properties.items() if n in kept}
         elif isinstance(cfg, cfgs.Cast):
             for field, kind in cfg.spec.items():
@@ -207,6 +210,10 @@ def described(chain: Any, text: str) -> str:
                 value = cfg.static_value
                 typed(cfg.static_field, "TINYINT(1)" if isinstance(value, bool) else "BIGINT" if isinstance(
                     value, int) else "DOUBLE" if isinstance(value, float) else "LONGTEXT")
+    key = [k for k in key_after(chain, key) if k in columns]
+    for name in key:  # a key column is NOT NULL, and bounded (a ValueToKey's field, a key of a text type)
+        kind = columns[name]["type"]
+        columns[name] = {**columns[name], "type": _BOUNDED.get(kind, kind), "nullable": False}
     return json.dumps({**table, "columns": list(columns.values()), "key": key, "properties": properties})
 
 

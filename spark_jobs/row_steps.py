@@ -86,9 +86,9 @@ def extract_topic(rows: Rows, cfg: cfgs.ExtractTopic) -> None:
 def value_to_key(rows: Rows, cfg: cfgs.ValueToKey) -> None:
     """The key becomes the value's ``fields``. This path keys a table's rows by its key columns,
     read from the row image (pk_mode record_key too: on the older path, the key's fields where it
-    has them, which are the same values), and unserved() keeps the tables keyed by the record schema
-    on the older path: so the key changes no row here, but a later step on the key reads these
-    fields (a delete's from its row image). The check: an upsert whose field is null or missing
+    has them, which are the same values), and a table from the record schema takes these fields as
+    its primary key (row_chains.key_after): so the key changes no row here, but a later step on the
+    key reads these fields (a delete's from its row image). The check: an upsert whose field is null or missing
     fails, the first such field named."""
     rows.key_from, rows.keyless = (rows.column("image"), tuple(cfg.fields)), None
 

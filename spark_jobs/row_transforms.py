@@ -13,11 +13,13 @@ versioning: the envelope's ts_ms, source.lsn and source.connector are not kept b
 followed by Cast, ReplaceField, TimestampConverter, MaskField, InsertField, RegexRouter (any Java
 replacement: ``$10``, ``${name}``), Filter and TombstoneHandler on the value, and the steps on the
 whole record of spark_jobs/row_steps.py (Drop and ExtractTopic on the value or the key,
-SetSchemaMetadata, TimestampRouter, and ValueToKey into tables of declared columns), with the
+SetSchemaMetadata, TimestampRouter, and ValueToKey), with the
 predicates TopicNameMatches, RecordIsTombstone and HasHeaderKey (regexes RE2 reads as Java does;
 Java datetime patterns as spark_jobs/row_patterns.py lists them), into MySQL tables of
-declared columns, or created from the record schema (the json_schema converter: the row schema
-rewritten as the images are, :func:`described`), and Elasticsearch indices. A chain that does not
+declared columns, or created from the record schema (a Connect schema rewritten as the images are,
+:func:`described`; for records without one, and behind Flatten, ExtractField or HoistField, the
+schema inferred from the images after the chain: spark_jobs/row_schemas.py), and Elasticsearch
+indices. A chain that does not
 start with ExtractNewRecordState reads Kafka Connect's record model (:func:`record_model`): the
 decode reads each value, json or json_schema, as the row (connectors/debezium/envelope.Decoder
 ``rows``), typed by its Connect schema, or the string converter's text. Flatten, HoistField and
@@ -51,6 +53,9 @@ compares the rows read back), with these differences, which docs/transforms.md l
   row unwrapped upstream (``__deleted``, ``__op``) is read as such.
 * a record-model row is read by its Connect schema (a Timestamp is a datetime, not its number), and
   a Connect string makes a LONGTEXT column (the older path's: TEXT);
+* a table from records without a schema gets the types of their values after the chain
+  (spark_jobs/row_schemas.py: integers and doubles a DOUBLE, where Spark's inference gave a decimal
+  text; a field null throughout no column);
 * an Elasticsearch document holds the decode's JSON of each field the chain left as it was, and the
   JSON of the new value of each it changed (spark_jobs/row_documents.py); the older path indexes the
   transformed Connect value (Decimal bytes as base64).

@@ -22,6 +22,7 @@ from connectors.elasticsearch.config import ElasticsearchSinkConfig
 from connectors.errors import ConfigError
 from connectors.mysql.config import HISTORY_OWN, KAFKA_PK_COLUMNS, TABLE_PLACEHOLDERS, MySqlSinkConfig
 from connectors.mysql.sink import arrow_changes
+from spark_jobs.row_schemas import KAFKA_COLUMNS, by_coordinates, inferred_columns, key_type, merged
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -291,8 +292,10 @@ def derive_from_connect(target: SinkTarget, table: str, descriptions: list[str],
     decoder's row_schema: connectors/debezium/schema_columns.mysql_columns). Several schemas (the source
     table changed within the window): their columns together, the first one's types where they
     overlap (a table is created as the window's first changes need it), or with ``latest`` the
-    last one's (a table is evolved to what the latest changes need: connectors/mysql/evolution.py).
-    No schema in this window (only deletes by key): the table as it is in MySQL."""
+    last one's (a table is evolved to what the latest changes need: connectors/mysql/evolution.py);
+    the types inferred from records without a schema joined (spark_jobs/row_schemas.py). No schema in
+    this window (only deletes by key): the table as it is in MySQL. pk_mode kafka: keyed by the
+    records' coordinates."""
     cfg = target.config
     assert isinstance(cfg, MySqlSinkConfig)
     columns: dict[str, dict[str, Any]] = {}
@@ -300,17 +303,19 @@ def derive_from_connect(target: SinkTarget, table: str, descriptions: list[str],
     for text in descriptions:
         description = json.loads(text)
         for column in description["columns"]:
-            if latest:
-                columns[column["name"]] = column  # in the order they first came, with the latest type
-            else:
-                columns.setdefault(column["name"], column)
+            columns[column["name"]] = merged(columns.get(column["name"]), column, latest)
         key = description["key"] if latest and description["key"] else key or description["key"]
     if not columns:
         columns, key = _existing_table(target, table)
+    if cfg.pk_mode == "kafka":  # every record a row of its own, keyed by its coordinates (tables.project_rows)
+        columns, key = by_coordinates(columns), [c["name"] for c in KAFKA_COLUMNS]
     pk = cfg.primary_key or key
+    for name in pk:  # an inferred key column of text, bytes or JSON bounded (row_schemas.key_type)
+        if columns.get(name, {}).get("inferred"):
+            columns[name] = {**columns[name], "type": key_type(columns[name]["type"])}
     if not pk:
-        raise ConfigError(f"sink {cfg.name!r}: table {table!r} has no primary key: the record key carries no schema "
-                          "(key.converter schemas.enable=false) and the sink declares no primary_key; declare "
+        raise ConfigError(f"sink {cfg.name!r}: table {table!r} has no primary key: the record key has no fields (no "
+                          "Connect schema, and not a JSON object) and the sink declares no primary_key; declare "
                           "primary_key")
     missing = [k for k in pk if k not in columns]
     if missing:
@@ -418,6 +423,7 @@ def prepare_derived(group: TableGroup, policy: str, decisions: dict[str, str] | 
 
     pairs = []
     generic: dict[str, dict[str, str]] = {}
+    inferred: dict[str, frozenset[str]] = {}
     for table, target in sorted(group.tables.items()):
         first = target.config
         assert isinstance(first, MySqlSinkConfig)
@@ -427,7 +433,8 @@ def prepare_derived(group: TableGroup, policy: str, decisions: dict[str, str] | 
         plain = generic.setdefault(table, {})  # the types without the propagated source types
         for text in described:  # (connectors/debezium/schema_columns._column)
             plain.update({c["name"]: c["generic"] for c in json.loads(text)["columns"] if "generic" in c})
-    configs, changes = prepare(group.target.url, pairs, policy, decisions, pipeline, generic)
+        inferred[table] = inferred_columns(described)  # typed from values: a table's type that holds them stays
+    configs, changes = prepare(group.target.url, pairs, policy, decisions, pipeline, generic, inferred)
     tables = {table: replace(target, config=configs[table]) for table, target in group.tables.items()}
     return TableGroup(group.target, tables, group.descriptions), changes
 

@@ -1,5 +1,5 @@
 """The older window path: the records in Spark frames, for the pipelines the per-partition path does
-not serve yet (spark_jobs/row_chains.unserved: Sql/SqlExpression/Python, tables from schemaless JSON …).
+not serve yet (spark_jobs/row_chains.unserved: Sql/SqlExpression/Python …).
 
 spark_jobs/window.py picks it for the pipelines the per-partition path does not serve. The records
 are decoded in the read task, then handed to Spark: converters and the transform chain are Spark

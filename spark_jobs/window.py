@@ -46,8 +46,8 @@ Debezium keys records by primary key, so a key's changes usually sit in one read
 reduction is for the others (several topics into one table, a primary key that is not the Kafka
 key), and resolves a tombstone whose delete was read by another task.
 
-The pipelines the default path does not serve (the chains row_chains.unserved names, ``pk_mode: kafka``
-into tables from the record schema …) take the older path,
+The pipelines the default path does not serve (the chains row_chains.unserved names, an exactly-once
+sink without declared columns …) take the older path,
 where the records are Spark frames (spark_jobs/spark_path.py).
 """
 

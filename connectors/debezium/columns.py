@@ -29,7 +29,8 @@ Elasticsearch searches).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from decimal import Decimal
+from typing import Any, Protocol
 
 import msgspec
 import numpy as np
@@ -111,9 +112,15 @@ class _Group:
     schema's are read too, each with the fallback converter)."""
 
     def __init__(self, rows: np.ndarray, lines: pa.Array, row_type: pa.StructType, converters: dict[str, Converter],
-                 reader: RowReader | None, wrapped: bool, infer: bool = False, fallback: Converter | None = None) -> None:
+                 reader: RowReader | None, wrapped: bool, infer: bool = False, fallback: Converter | None = None,
+                 loose: frozenset[str] = frozenset()) -> None:
         self.rows, self.lines, self.row_type, self.converters = rows, lines, row_type, converters
         self.reader, self.wrapped, self.infer, self.fallback = reader, wrapped, infer, fallback
+        self.loose = loose  # fields of ``converters`` Arrow types over the group (not in ``row_type``)
+
+
+def _structured(kind: pa.DataType) -> bool:
+    return pa.types.is_struct(kind) or pa.types.is_list(kind)
 
 
 def _fields(before: pa.DataType, after: pa.DataType, group: _Group) -> dict[str, Converter]:
@@ -125,8 +132,7 @@ def _fields(before: pa.DataType, after: pa.DataType, group: _Group) -> dict[str,
     # first in its batch, must not send the whole batch to the per-record decode)
     extra = list(dict.fromkeys([f.name for f in after if f.name not in group.converters]
                                + [f.name for f in before if f.name not in group.converters]))
-    if any(pa.types.is_struct(f.type) or pa.types.is_list(f.type) for image in (before, after) for f in image
-           if f.name in extra):
+    if any(_structured(f.type) for image in (before, after) for f in image if f.name in extra or f.name in group.loose):
         raise Unsupported("fields beyond the first record's that are structured")
     assert group.fallback is not None
     return {**group.converters, **{name: group.fallback for name in extra}}
@@ -220,7 +226,7 @@ def _decode_rows(decoder: Decoder, batch: pa.RecordBatch, group: _Group) -> list
     converters = dict(group.converters)
     if group.infer:
         extra = [f for f in table.schema if f.name not in converters]
-        if not decoder.nested and any(pa.types.is_struct(f.type) or pa.types.is_list(f.type) for f in extra):
+        if not decoder.nested and any(_structured(f.type) for f in table.schema if f in extra or f.name in group.loose):
             raise Unsupported("fields beyond the first record's that are structured")
         converters.update({f.name: group.fallback for f in extra})  # type: ignore[misc]
     names, fields, fragments = [], [], []
@@ -254,10 +260,19 @@ def _plain_group(decoder: Decoder, rows: np.ndarray, lines: pa.Array) -> _Group:
     if decoder.rows and decoder.nested:  # objects, arrays (and nulls, which may be either): by their JSON types
         names = [n for n in names if not isinstance(sample.get(n), dict | list)
                  and (sample.get(n) is not None or n in decoder.hints)]  # a declared column keeps its type
-    row_type = pa.struct([(n, declared_type(decoder.hints.get(n), sample.get(n))) for n in names])
+    # with ``infer``, a field no column declares whose first value is a number or null is typed by Arrow
+    # over the whole group: integers int64, with a fraction among them float64 (not the first value's type,
+    # which would send a later 2.5 to the per-record decode)
+    pinned = [n for n in names if not (infer and n not in decoder.hints and _open(sample.get(n)))]
+    row_type = pa.struct([(n, declared_type(decoder.hints.get(n), sample.get(n))) for n in pinned])
     reader = decoder.schemaless
     return _Group(rows, lines, row_type, {n: reader.converters.get(n, reader.fallback) for n in names}, None, False,
-                  infer, reader.fallback)
+                  infer, reader.fallback, frozenset(names) - set(pinned))
+
+
+def _open(sample: Any) -> bool:
+    """A first value whose type the group's other values may widen: a JSON number, or null."""
+    return sample is None or isinstance(sample, int | Decimal | float) and not isinstance(sample, bool)
 
 
 def _wrapper_prefix(first: bytes) -> tuple[bytes, msgspec.Raw] | None:

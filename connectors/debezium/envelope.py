@@ -48,6 +48,7 @@ UNWRAPPED_MARKERS = ("__op", "__deleted", "__source_ts_ms")
 
 _DECODE = JSON_DECODE
 _ENCODE = JSON_ENCODE
+_SCALARS = frozenset({int, bool, Decimal})  # a schemaless JSON value typed in the image (Decoder._read)
 
 
 class _Envelope(msgspec.Struct):
@@ -207,11 +208,22 @@ class Decoder(RecordDecoder):
         if not isinstance(row, dict):
             raise RecordError("transform", f"the row image is not a JSON object: {bytes(raw)[:80]!r}")
         self._whole(row)
+        texts, docs = self._read(reader, row)
+        return texts, (_ENCODE.encode(docs).decode("utf-8") if self.need_json else None)
+
+    def _read(self, reader: RowReader, row: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """A row's image and document values. Schemaless, a JSON number or boolean of a field no
+        declared column reads stays one in the image (connectors/images.values_array), as the
+        column-wise decode reads it: a chain, and a table made from the values
+        (spark_jobs/row_schemas.py), see one type whichever decode read the record."""
         try:
             texts, docs = reader.read(row, self.fields)
         except BadValue as exc:
             raise RecordError("converter", f"{exc}") from None
-        return texts, (_ENCODE.encode(docs).decode("utf-8") if self.need_json else None)
+        if reader.schema is not None:
+            return texts, docs
+        return {n: docs[n] if n not in reader.converters and type(docs[n]) in _SCALARS else t
+                for n, t in texts.items()}, docs
 
     def _whole(self, row: Mapping[str, Any]) -> None:
         """With ``nested`` (a chain that takes structs apart): a record read here, whose structs and
@@ -333,10 +345,7 @@ class Decoder(RecordDecoder):
             raise RecordError("converter", f"value is JSON but not an object (value.converter {self.rows})")
         reader = self.reader(schema, "")
         self._whole(row)
-        try:
-            texts, docs = reader.read(row, self.fields)
-        except BadValue as exc:
-            raise RecordError("converter", f"{exc}") from None
+        texts, docs = self._read(reader, row)
         doc = _ENCODE.encode(docs).decode("utf-8") if self.need_json else None
         version = self._version(offset, None, _ROW_UNVERSIONED)
         return Change("upsert", texts, doc, version, **self._schema_of(reader, key))
@@ -357,10 +366,7 @@ class Decoder(RecordDecoder):
         source = env.source or _Source()
         version = self._envelope_version(offset, source, env.ts_ms)
         reader = self.schemaless
-        try:
-            texts, docs = reader.read(row, self.fields)
-        except BadValue as exc:
-            raise RecordError("converter", f"{exc}") from None
+        texts, docs = self._read(reader, row)
         return Change("delete" if op == "d" else "upsert", texts,
                       _ENCODE.encode(docs).decode("utf-8") if self.need_json else None, version,
                       source_db=text(source.db), source_table=text(source.table), **self._schema_of(reader, key),
@@ -401,10 +407,7 @@ class Decoder(RecordDecoder):
                                 "ExtractNewRecordState's add.fields, or set versioning: kafka_offset)")
         reader = self.reader(schema, "")
         row = {k: v for k, v in probe.items() if not k.startswith("__")}
-        try:
-            texts, docs = reader.read(row, self.fields)
-        except BadValue as exc:
-            raise RecordError("converter", f"{exc}") from None
+        texts, docs = self._read(reader, row)
         doc = _ENCODE.encode(docs).decode("utf-8") if self.need_json else None
         return Change("delete" if deleted else "upsert", texts, doc, version, source_db=text(probe.get("__db")),
                       source_table=text(probe.get("__table")), **self._schema_of(reader, key),

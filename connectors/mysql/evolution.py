@@ -252,3 +252,61 @@ def decide(found: list[SchemaChange], policy: str, decisions: Mapping[str, str] 
         return ([c for c in found if decided[c.key] == "approved" and c.statement is not None],
                 [c for c in found if decided[c.key] == "rejected"])
     return [c for c in found if c.statement is not None], []
+
+
+# -- columns inferred from values (tables from schemaless records: spark_jobs/row_schemas.py) ----------
+_NUMBERS = frozenset({"FLOAT", "DOUBLE", "DECIMAL"})
+
+
+def _family(t: ColumnType) -> str:
+    """What values a column of ``t`` holds, as inferred columns are joined: a TINYINT(1) is a boolean
+    (the JSON ``true``), a MariaDB JSON (shown as LONGTEXT) is a text."""
+    if t.base in ("BOOL", "BOOLEAN") or t.base == "TINYINT" and t.args == (1,):
+        return "boolean"
+    if t.base in _INT_RANK:
+        return "integer"
+    if t.base in _NUMBERS:
+        return "number"
+    if t.base != "JSON" and _text_size(t) is not None:
+        return "text"
+    return t.base
+
+
+def joined(a: str, b: str) -> str:
+    """The type of a column inferred from values that are of type ``a`` in some records and ``b`` in
+    others (docs/types.md, "Tables from records without a schema"): the same type; the wider of two
+    integers, two texts or two fractional times; an integer and a DOUBLE (or FLOAT) a DOUBLE, two
+    DECIMALs or an integer and a DECIMAL the DECIMAL that holds both; a DATE and a DATETIME the
+    DATETIME; anything else (a boolean and a number, a number and a text, JSON and a text) a text
+    that holds both: the text column where it holds the other's longest text, else LONGTEXT."""
+    ta, tb = parse_type(a), parse_type(b)
+    if (ta.base == "JSON") == (tb.base == "JSON") and _same(ta, tb):
+        return a
+    fa, fb = _family(ta), _family(tb)
+    if fa == fb == "integer":
+        return a if _INT_RANK[ta.base] >= _INT_RANK[tb.base] else b
+    if {fa, fb} <= {"integer", "number"}:
+        if {ta.base, tb.base} <= {"DECIMAL"} | set(_INT_RANK):  # DECIMAL(p,s) and DECIMAL or an integer
+            scale = max(t.scale for t in (ta, tb) if t.base == "DECIMAL")
+            digits = max(t.precision - t.scale if t.base == "DECIMAL" else _INT_DIGITS[_INT_RANK[t.base]] - 1
+                         for t in (ta, tb))
+            return f"DECIMAL({min(digits + scale, 65)},{min(scale, 30)})"
+        return "DOUBLE"
+    if ta.base == tb.base and ta.base in ("DATETIME", "TIMESTAMP", "TIME"):
+        return a if ta.fsp >= tb.fsp else b
+    if {ta.base, tb.base} == {"DATE", "DATETIME"}:
+        return a if ta.base == "DATETIME" else b
+    for text, other in ((ta, tb), (tb, ta)):
+        size, longest = _text_size(text), _longest_text(other) if other.base != "JSON" else None
+        if _family(text) == "text" and size is not None and longest is not None and size >= longest:
+            return text.sql
+    return "LONGTEXT"
+
+
+def settled(existing: str, inferred: str) -> str:
+    """The type an inferred column is written with into a table that has it: the column's own type
+    where that holds the values (a DOUBLE takes integers, a LONGTEXT anything: the table keeps what
+    earlier windows saw), else the type both join to (a schema change, which ``schema_changes``
+    decides: BIGINT to DOUBLE is narrow, a DOUBLE cannot hold every BIGINT)."""
+    both = joined(existing, inferred)
+    return parse_type(existing).sql if _same(parse_type(both), parse_type(existing)) else both

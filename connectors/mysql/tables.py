@@ -165,6 +165,7 @@ def prepare_tables(url: str, configs: Sequence[MySqlSinkConfig]) -> None:
 def prepare_derived(url: str, tables: Sequence[tuple[MySqlSinkConfig, MySqlSinkConfig]], policy: str,
                     decisions: Mapping[str, str] | None = None, pipeline: str = "PIPELINE",
                     generic: Mapping[str, Mapping[str, str]] | None = None,
+                    inferred: Mapping[str, frozenset[str]] | None = None,
                     ) -> tuple[dict[str, MySqlSinkConfig], list[dict[str, Any]]]:
     """Create the tables made from the record schema, or change them as ``policy`` says
     (connectors/mysql/evolution.py), once per window, before any write. ``tables``: per table, its
@@ -174,7 +175,9 @@ def prepare_derived(url: str, tables: Sequence[tuple[MySqlSinkConfig, MySqlSinkC
     (applied or ignored) for the window's stats. Under a MySQL lock, the tables read again: two
     windows never run the same DDL (MySQL's DDL is not transactional; a window killed between DDL
     statements finds the rest to do the next time). ``generic``: per table, the types its columns
-    have without the source's exact types the records carry (evolution.changes)."""
+    have without the source's exact types the records carry (evolution.changes); ``inferred``: per
+    table, its columns typed from the values of records without a schema, which keep the type the
+    table has where it holds them (evolution.settled)."""
     if not tables:
         return {}, []
     engine = writer_engine(url)
@@ -196,7 +199,8 @@ def prepare_derived(url: str, tables: Sequence[tuple[MySqlSinkConfig, MySqlSinkC
                     cfg, have = create, None
                     if existing is not None:
                         before = len(recorded)
-                        cfg = _evolve(conn, evolve, existing, policy, recorded, decisions, pipeline,
+                        settled = _settled(evolve, existing[0], (inferred or {}).get(create.table, frozenset()))
+                        cfg = _evolve(conn, settled, existing, policy, recorded, decisions, pipeline,
                                       (generic or {}).get(create.table))
                         if not any(r["applied"] for r in recorded[before:]):  # the columns as read: no query
                             have = {c.name.lower() for c in existing[0]}
@@ -211,6 +215,17 @@ def prepare_derived(url: str, tables: Sequence[tuple[MySqlSinkConfig, MySqlSinkC
     finally:
         engine.dispose()
     return configs, recorded
+
+
+def _settled(cfg: MySqlSinkConfig, existing: list[evolution.Column], inferred: frozenset[str]) -> MySqlSinkConfig:
+    """``cfg`` with each inferred column typed as the table's column of that name holds it
+    (evolution.settled)."""
+    have = {c.name.lower(): c.type for c in existing}
+    if not inferred or not have:
+        return cfg
+    columns = [c.model_copy(update={"type": evolution.settled(have[c.name.lower()], c.type)})
+               if c.name in inferred and c.name.lower() in have else c for c in cfg.columns]
+    return cfg.model_copy(update={"columns": columns})
 
 
 def _evolve(conn: sa.Connection, cfg: MySqlSinkConfig, existing: tuple[list[evolution.Column], list[str]],

@@ -165,7 +165,8 @@ def test_the_older_path_serves_what_this_one_does_not() -> None:
     assert prepare.eligible(job(MYSQL, transforms=tuple(sparked)))  # spark_jobs/spark_stage.py
     assert not prepare.eligible(job(MYSQL, transforms=tuple(unserved)))
     assert prepare.eligible(job(MYSQL, ES, transforms=tuple(served)))  # an index too (spark_jobs/row_documents.py)
-    assert not prepare.eligible(job(MYSQL.model_copy(update={"pk_mode": "kafka", "columns": [], "primary_key": []})))
+    # pk_mode kafka into a table from the record schema: keyed by the coordinates (spark_jobs/row_schemas.py)
+    assert prepare.eligible(job(MYSQL.model_copy(update={"pk_mode": "kafka", "columns": [], "primary_key": []})))
 
 
 def test_the_decoder_reads_only_the_fields_that_declared_mysql_columns_use() -> None:

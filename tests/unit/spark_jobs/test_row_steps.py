@@ -126,12 +126,18 @@ def test_what_stays_on_the_older_path(step: dict[str, Any], reason: str) -> None
     assert rt.unserved(job(MYSQL, transforms=chain(step))) == f"transforms.1 ({step['type']}): {reason}"
 
 
-def test_value_to_key_into_a_table_from_the_record_schema_stays_on_the_older_path() -> None:
+def test_value_to_key_into_a_table_from_the_record_schema_keys_it_by_those_fields() -> None:
     steps = chain({"type": "ValueToKey", "fields": ["id"]})
     assert rt.unserved(job(MYSQL, transforms=steps)) is None
     keyed = MySqlSinkConfig(type="mysql", name="t", table="{topic}", create_table=True, pk_mode="record_key")
-    assert rt.unserved(job(keyed, transforms=steps, value_converter="json_schema")) == (
-        "transforms.1 (ValueToKey): a table from the record schema takes its key from the Kafka key's schema")
+    assert rt.unserved(job(keyed, transforms=steps, value_converter="json_schema")) is None
+    # the table's key: the ValueToKey's fields, not the Kafka key schema's (row_chains.key_after)
+    schema = json.dumps({"columns": [{"name": "id", "type": "BIGINT", "nullable": False},
+                                     {"name": "customer", "type": "LONGTEXT", "nullable": True}],
+                         "key": ["id"], "properties": {}})
+    moved = json.loads(rt.described(chain({"type": "ValueToKey", "fields": ["customer"]}), schema))
+    assert moved["key"] == ["customer"]
+    assert moved["columns"][1] == {"name": "customer", "type": "VARCHAR(255)", "nullable": False}
     assert rt.unserved(job(MYSQL, transforms=CHAIN.validate_python([
         {"type": "ExtractNewRecordState"}, {"type": "Drop"}, {"type": "SetSchemaMetadata", "name": "n"},
         {"type": "TimestampRouter"}, {"type": "ExtractTopic", "field": "customer"}]))) is None
