@@ -40,7 +40,7 @@ def rewritten(before: pa.Table, after: pa.Table, chain: Any | None) -> pa.Table:
     image = images.compact(after.column("image").combine_chunks())
     if not pa.types.is_union(image.type) or not len(image):
         return after
-    old = images.Fields(before.column("image"))
+    old = images.Fields(before.column("image")) if chain is not None else None  # none kept after Spark
     fragments = _Fragments(old_docs)
     codes = np.frombuffer(image.buffers()[1], np.int8)[image.offset:image.offset + len(image)]
     parts, order = [], []
@@ -51,8 +51,8 @@ def rewritten(before: pa.Table, after: pa.Table, chain: Any | None) -> pa.Table:
         out = []
         for name, values in fields.items():
             made = typed.json_of(values)
-            origin = names_before(chain, name) if chain is not None else None
-            if origin is not None:
+            origin = names_before(chain, name) if old is not None else None
+            if old is not None and origin is not None:
                 same = pc.fill_null(pc.equal(images.text_of(values), old.texts(origin).take(pa.array(rows))), False)
                 if pc.any(same).as_py():
                     made = pc.if_else(same, fragments.of(origin, rows), made)

@@ -185,8 +185,7 @@ def _image(value: pa.Array, deleted: pa.Array, deleting: pa.Array, key: pa.Array
     for code, part in enumerate(parts):
         rows = np.flatnonzero(codes == code)
         offsets[rows] = np.arange(len(rows), dtype=np.int32)
-        child = part.take(pa.array(rows))
-        children.append(child if child.type.num_fields else images.from_struct(child).field(0))
+        children.append(part.take(pa.array(rows)))
     return images.union(codes, offsets, children)
 
 
@@ -231,11 +230,12 @@ def _conformed(values: pa.Array, kind: pa.DataType) -> pa.Array:
 
 
 # -- the tasks around the Spark steps ---------------------------------------------------------------------
-def staged_blobs(task: int, changes: pa.Table, key_converter: str) -> Iterator[pa.RecordBatch]:
-    """A task's changes packed as the record frame, and the frame's schema (for the tally)."""
+def staged_blobs(task: int, changes: pa.Table, key_converter: str,
+                 info: dict[str, Any] | None = None) -> Iterator[pa.RecordBatch]:
+    """A task's changes packed as the record frame, then its tally (``info``) with the frame's schema."""
     frame = to_frame(changes, key_converter)
     yield from (packed(task, STAGED, "", blob, bucket=task) for blob in pack(frame))
-    yield packed(task, TALLY, "", info={"counted": [], "frame": schema_text(frame.schema)})
+    yield packed(task, TALLY, "", info={"counted": [], **(info or {}), "frame": schema_text(frame.schema)})
 
 
 def read_task(job: WindowJob, pieces: Pieces) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -260,10 +260,8 @@ def read_task(job: WindowJob, pieces: Pieces) -> Callable[[Iterator[pa.RecordBat
         rest = project.sort_out(job, decoded.filter(pc.invert(live)))  # dead letters; truncate: apply's TRUNCATEs
         if rest.bad.num_rows:
             yield from (packed(task, BAD, "", blob) for blob in pack(rest.bad))
-        *frame, tally = staged_blobs(task, decoded.filter(live), job.key_converter)
-        yield from frame
-        info = json.loads(tally.column("info")[0].as_py())
-        yield packed(task, TALLY, "", info={**rest.info, **project.tally_of(decoded, rest.bad), "frame": info["frame"]})
+        yield from staged_blobs(task, decoded.filter(live), job.key_converter,
+                                {**rest.info, **project.tally_of(decoded, rest.bad)})
     return run
 
 
@@ -313,25 +311,31 @@ def apply_spark(frame: DataFrame, segment: Segment) -> DataFrame:
     from pyspark.sql import functions as F  # noqa: PLC0415
 
     for i, cfg in enumerate(segment.spark, start=segment.first):
-        try:
-            frame = sql_expression(frame, cfg) if cfg.type == "SqlExpression" else python_transform(frame, cfg)
-            frame.schema  # noqa: B018 (analysed now: a bad expression names its step)
-        except ConfigError as exc:
-            raise ConfigError(f"transforms.{i} ({cfg.type}): {exc}") from None
-        except Exception as exc:  # Spark's AnalysisException, ParseException (classic or Connect)
-            if type(exc).__name__ not in ("AnalysisException", "ParseException", "SparkConnectGrpcException"):
-                raise
-            raise ConfigError(f"transforms.{i} ({cfg.type}): Spark refused it: {_first_line(exc)}") from None
+        step = sql_expression if cfg.type == "SqlExpression" else python_transform
+        frame = _analysed(lambda f=frame, c=cfg, s=step: s(f, c), f"transforms.{i} ({cfg.type})")
     if segment.when is not None:
         i = segment.first + len(segment.spark)
-        try:
-            frame = frame.withColumn("_when", F.expr(segment.when.condition).cast("boolean"))
-            frame.schema  # noqa: B018
-        except Exception as exc:
-            if type(exc).__name__ not in ("AnalysisException", "ParseException", "SparkConnectGrpcException"):
-                raise
-            raise ConfigError(f"transforms.{i} ({segment.rows[0].type}): its Sql predicate "
-                              f"{segment.when.condition!r}: Spark refused it: {_first_line(exc)}") from None
+        condition = segment.when.condition
+        frame = _analysed(lambda f=frame: f.withColumn("_when", F.expr(condition).cast("boolean")),
+                          f"transforms.{i} ({segment.rows[0].type}): its Sql predicate {condition!r}")
+    return frame
+
+
+_REFUSALS = ("AnalysisException", "ParseException", "SparkConnectGrpcException")  # classic Spark or Connect
+
+
+def _analysed(build: Callable[[], DataFrame], step: str) -> DataFrame:
+    """``build()``'s frame, analysed now, so that an expression Spark refuses fails the window before
+    any write, naming ``step``."""
+    try:
+        frame = build()
+        frame.schema  # noqa: B018
+    except ConfigError as exc:
+        raise ConfigError(f"{step}: {exc}") from None
+    except Exception as exc:
+        if type(exc).__name__ not in _REFUSALS:
+            raise
+        raise ConfigError(f"{step}: Spark refused it: {_first_line(exc)}") from None
     return frame
 
 
