@@ -37,7 +37,7 @@ from connectors.mysql.config import (
     MySqlSinkConfig,
 )
 from spark_jobs.config import SparkConfig
-from spark_jobs.transform_config import TransformConfig
+from spark_jobs.transform_config import TransformConfig, chain_problems
 
 # The source, sink and Spark models are defined beside the code that uses them; the pipeline model gathers them.
 __all__ = ["KAFKA_PK_COLUMNS", "TABLE_PLACEHOLDERS", "ElasticsearchSinkConfig", "MySqlColumn", "MySqlSinkConfig",
@@ -279,7 +279,8 @@ class PipelineConfig(StrictModel):
                              f"a preset such as @hourly), got schedule {self.schedule!r}")
         if self.truncate == "apply":
             _truncate_apply_checks(self)
-        problems = composed_problems(self.sinks, self.offset_store.sink, self.truncate)
+        problems = composed_problems(self.sinks, self.offset_store.sink, self.truncate) + chain_problems(
+            self.transforms)
         if problems:
             raise field_errors("PipelineConfig", problems)
         if self.offset_store.sink is not None:

@@ -207,6 +207,9 @@ class OffsetSink(Sink, Protocol):
     one transaction (connectors/mysql/offsets.py). ``begin_window`` returns False when this run's
     window committed already; ``commit_window`` commits rows and offsets together."""
 
+    def open_for_offsets(self) -> None:
+        """Connected for a window's offsets alone, its table as it is (instead of ``open``)."""
+
     def begin_window(self, commit: Any) -> bool: ...
 
     def commit_window(self, commit: Any, before_commit: Any = ...) -> dict[str, Any]: ...

@@ -47,22 +47,23 @@ def is_history(target: SinkTarget) -> bool:
     return isinstance(target.config, MySqlSinkConfig) and target.config.mode == "history"
 
 
-def is_dynamic(target: SinkTarget, job: WindowJob) -> bool:
-    """A MySQL sink whose tables or columns come from the records (spark_jobs/tables.py)."""
+def is_dynamic(target: SinkTarget) -> bool:
+    """A MySQL sink whose tables or columns come from the records (spark_jobs/tables.py); the
+    exactly-once sink too (its one table, written last with the offsets: window._write_offsets_sink)."""
     cfg = target.config
-    return isinstance(cfg, MySqlSinkConfig) and cfg.name != job.offsets_sink and not is_static(target)
+    return isinstance(cfg, MySqlSinkConfig) and not is_static(target)
 
 
 def eligible(job: WindowJob) -> bool:
     """This path serves pipelines whose every sink is static or dynamic, and the transform chains
-    spark_jobs/row_transforms.py serves (row_chains.unserved); the others (an exactly-once sink without
-    declared columns, other chains) take ``spark_path.run_spark_path``, as
+    spark_jobs/row_transforms.py serves (row_chains.unserved); the others (other chains) take
+    ``spark_path.run_spark_path``, as
     does every window when ``CDCFLOW_WINDOW_PATH=spark`` is set in the driver's environment."""
     if os.environ.get("CDCFLOW_WINDOW_PATH") == "spark":  # the older path, for comparisons (bench/run.py)
         return False
     if job.transforms:
         return row_transforms.unserved(job) is None
-    return all(is_static(t) or is_dynamic(t, job) for t in job.sinks)
+    return all(is_static(t) or is_dynamic(t) for t in job.sinks)
 
 
 def refuse_older_path(job: WindowJob) -> None:
@@ -130,9 +131,10 @@ def schema_tables(job: WindowJob, early: dict[str, SinkTarget],
     and deletes (a tombstone has no schema); a change of another schema (the source table changed
     within the window) goes the staged way: the window makes the table or the index ready for it
     after the read, then writes it (``project.sort_out``). Returns the schema changes run."""
-    tables = [t for t in job.sinks if is_dynamic(t, job) and isinstance(t.config, MySqlSinkConfig)
+    tables = [t for t in job.sinks if is_dynamic(t) and isinstance(t.config, MySqlSinkConfig)
               and not t.config.columns and not is_routed(t.config) and not is_history(t)
-              and not row_transforms.nested(job.transforms)]  # described from the images (row_schemas)
+              and not row_transforms.nested(job.transforms)  # described from the images (row_schemas)
+              and t.config.name != job.offsets_sink]  # exactly-once: written last, with the offsets
     indices = [t for t in early.values() if mapped_by_records(t) and "{topic}" not in t.config.index]
     if not (tables or indices) or not early_window(job):
         return []

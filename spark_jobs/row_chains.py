@@ -45,28 +45,28 @@ def nested(chain: Any) -> bool:
 
 # -- which chains this path serves ------------------------------------------------------------------
 def record_model(chain: Any) -> bool:
-    """A chain that does not start with ExtractNewRecordState reads Kafka Connect's record model:
-    each record's value is the row (connectors/debezium/envelope.Decoder ``rows``), whatever the
-    source format."""
+    """A chain without ExtractNewRecordState reads Kafka Connect's record model: each record's value
+    is the row (connectors/debezium/envelope.Decoder ``rows``), whatever the source format. With one,
+    anywhere in the chain, the decode unwraps Debezium's envelopes (the steps before it act on the
+    record, spark_jobs/row_unwrap.py)."""
     chain = list(chain)
-    return bool(chain) and chain[0].type != "ExtractNewRecordState"
+    return bool(chain) and all(cfg.type != "ExtractNewRecordState" for cfg in chain)
 
 
 def unserved(job: Any) -> str | None:
     """Why the per-partition path cannot run this pipeline's transforms (None: it can)."""
     chain = list(job.transforms)
-    converters = {"json", "json_schema", "string"} if record_model(chain) else {"json", "json_schema"}
+    converters = {"json", "json_schema", "string", "bytes"} if record_model(chain) else {"json", "json_schema"}
     if {job.key_converter, job.value_converter} - converters:
-        return ("the chain is applied to records read with the json and json_schema converters only (and string, "
-                "in a chain without ExtractNewRecordState)")
+        return ("the chain is applied to records read with the json and json_schema converters only (and string or "
+                "bytes, in a chain without ExtractNewRecordState)")
     if not record_model(chain) and job.source_format != "debezium":
         return "ExtractNewRecordState unwraps Debezium's envelopes (source.format debezium)"
     tables = [t.config for t in job.sinks if isinstance(t.config, MySqlSinkConfig)]  # and indices: any
-    for sink in tables:  # prepare.is_static or prepare.is_dynamic
-        if sink.name == job.offsets_sink and (not sink.columns or "{" in sink.table):
-            return "the exactly-once sink has no declared columns"
+    unwrapped = record_model(chain)  # the steps before an ExtractNewRecordState see the envelope
     for i, cfg in enumerate(chain):
-        reason = _unserved_step(cfg, first=i == 0, versioning=job.versioning)
+        reason = _unserved_step(cfg, unwrapped)
+        unwrapped = unwrapped or cfg.type == "ExtractNewRecordState"
         if reason is not None:
             return f"transforms.{i} ({cfg.type}): {reason}"
     return _unserved_stage(chain, tables) if staged(chain) else None
@@ -85,21 +85,17 @@ def _unserved_stage(chain: list[Any], tables: list[MySqlSinkConfig]) -> str | No
 
 
 _KEY_STEPS = ("SetSchemaMetadata", "Drop", "ExtractTopic")  # the steps this path applies to the key too
-_NOT_DECODED = {"ts_ms": "the envelope's ts_ms", "lsn": "source.lsn", "connector": "source.connector"}
 
 
-def _unserved_step(cfg: Any, first: bool, versioning: str) -> str | None:
+def _unserved_step(cfg: Any, unwrapped: bool) -> str | None:
     kind = cfg.type
     if kind == "ExtractNewRecordState":
-        if not first:
-            return "only as the first transform"
-        added = ("op", "table", "db", "source.ts_ms") if versioning == "source_ts_ms" else ("op", "table", "db")
-        extra = [f for f in cfg.add_fields if f not in added]
-        why = ["the decode keeps source.ts_ms in the version only with versioning source_ts_ms" if f == "source.ts_ms"
-               else f"the decoded changes do not keep {_NOT_DECODED[f]}" for f in extra]
-        return f"add_fields {extra}: {'; '.join(why)} (this path adds {', '.join(added)})" if extra else None
-    if kind in SPARK_STEPS:
-        return None
+        return "a second one: the first already unwrapped the envelope" if unwrapped else None
+    if sparked(cfg):  # spark_jobs/spark_stage.py: its frame holds the row, as after the unwrap
+        return None if unwrapped else ("before ExtractNewRecordState a Spark step would see Debezium's envelope, "
+                                       "which this path unwraps as it decodes")
+    if not unwrapped and cfgs.envelope_problem(cfg) is not None:  # cdcflow/config.py refuses it
+        return cfgs.envelope_problem(cfg)
     if kind not in SERVED_STEPS:
         return "not among the transforms of this path"
     if getattr(cfg, "target", "value") != "value" and kind not in _KEY_STEPS:
@@ -189,8 +185,9 @@ def described(chain: Any, text: str) -> str:
         if isinstance(cfg, cfgs.ExtractNewRecordState):
             if cfg.delete_handling == "rewrite":
                 typed("__deleted", "LONGTEXT")
-            for field in cfg.add_fields:
-                typed("__" + field.replace(".", "_"), "BIGINT" if field == "source.ts_ms" else "LONGTEXT")
+            for field in cfg.add_fields:  # Debezium's int64 fields, and texts
+                typed("__" + field.replace(".", "_"), "BIGINT" if field in ("source.ts_ms", "ts_ms", "lsn")
+                      else "LONGTEXT")
         elif isinstance(cfg, cfgs.ReplaceField):
             kept = [n for n in columns if (not cfg.include or n in cfg.include) and n not in cfg.exclude]
             columns = {cfg.renames.get(n, n): {**columns[n], "name": cfg.renames.get(n, n)} for n in kept}

@@ -25,12 +25,17 @@ class Rows:
     """The decoded changes a step rewrites; ``live`` marks the changes a step may touch: read, with a
     row image, not failed, not dropped. The key as the chain leaves it (spark_jobs/row_steps.py):
     ``key_from``, the row images and fields a ValueToKey made it of (None: the Kafka key), and
-    ``keyless``, the changes whose key a Drop set to null (None: none)."""
+    ``keyless``, the changes whose key a Drop set to null (None: none). The value: ``enveloped``
+    while the steps before an ExtractNewRecordState run (the value is still Debezium's envelope,
+    though the decode already holds its row image), and ``nulled``, the changes whose value a Drop
+    set to null (None: none)."""
 
     table: pa.Table
     key_from: tuple[pa.Array, tuple[str, ...]] | None = None
     keyless: pa.Array | None = None
     when: pa.Array | None = None  # the first step's Sql predicate, as Spark evaluated it (spark_stage.py)
+    enveloped: bool = False
+    nulled: pa.Array | None = None
 
     def column(self, name: str) -> Any:
         return self.table.column(name).combine_chunks()
@@ -59,10 +64,34 @@ class Rows:
         if pc.any(hit).as_py():
             self.set("change_op", pc.if_else(hit, "", self.column("change_op")))
 
+    def value_null(self) -> pa.Array:
+        """The changes whose value is null: a Kafka tombstone, or a value a Drop set to null."""
+        null = pc.is_null(self.column("value"))
+        return null if self.nulled is None else pc.or_(null, self.nulled)
+
     def tombstone(self) -> pa.Array:
-        """The changes whose value is null after ExtractNewRecordState: the deletes (a Kafka tombstone,
-        or a delete event unwrapped with delete_handling none, as on the older path)."""
-        return pc.or_(pc.is_null(self.column("value")), pc.equal(pc.fill_null(self.column("change_op"), ""), "delete"))
+        """The changes whose value is null (RecordIsTombstone, TombstoneHandler): before an
+        ExtractNewRecordState the Kafka tombstones (a delete event's value is its envelope, as in
+        Kafka Connect); after it, and in the record model, every delete (a Kafka tombstone, or a delete
+        event unwrapped with delete_handling none, as on the older path)."""
+        if self.enveloped:
+            return self.value_null()
+        return pc.or_(self.value_null(), pc.equal(pc.fill_null(self.column("change_op"), ""), "delete"))
+
+    def insert(self, added: dict[str, pa.Array], where: pa.Array) -> None:
+        """Set fields (per change, aligned with the rows) on the images of the changes where ``where``."""
+        where = pc.fill_null(where, False)
+
+        def step(child: pa.StructArray, at: np.ndarray) -> tuple[pa.StructArray, None]:
+            fields = fields_of(child)
+            index = pa.array(at)
+            for name, values in added.items():
+                new = values.take(index)
+                old = fields.get(name)
+                fields[name] = pc.if_else(where.take(index), new, old if old is not None and old.type == new.type
+                                          else pa.nulls(len(new), new.type))
+            return struct_like(fields, child), None
+        self.map_images(step)
 
     def map_images(self, step: Callable[[pa.StructArray, np.ndarray], tuple[pa.StructArray, pa.Array | None]],
                    ) -> None:

@@ -2,22 +2,37 @@
 TimestampRouter's ``timestamp_format`` read into tokens (:func:`tokens`; :func:`problem` says why a
 pattern is not served), texts read by them into microseconds since the epoch (:func:`parse`) and
 timestamps written by them (:func:`write`), in UTC, as the older path's Spark (``try_to_timestamp``,
-``date_format``: Spark's datetime patterns) reads and writes them:
+``date_format``: Spark's datetime patterns) reads and writes them, and, for what Spark refuses, as
+Kafka Connect's TimestampConverter does (``java.text.SimpleDateFormat``, in UTC):
 
-* ``y`` the year (``yy`` its last two digits, read as 2000-2099), ``M``/``L`` the month (``MMM``
-  Jan, ``MMMM`` January), ``d``, ``H`` (0-23), ``h`` (1-12), ``K`` (0-11), ``k`` (1-24), ``m``,
-  ``s``, ``S`` a fraction of the second (as many digits as letters: ``S`` tenths, ``SSS``
-  milliseconds, ``SSSSSS`` microseconds; a text may give fewer digits), ``a`` AM or PM, ``E`` the
-  day's name (Thu, ``EEEE`` Thursday), ``X``/``x``/``Z`` a zone offset (written as UTC's: ``Z``,
-  ``+00``, ``+0000``, ``+00:00``; a text's offset is taken off, to UTC); quoted text (``'T'``,
-  ``''`` a quote) and every other character but ``[ ] { } #`` stand for themselves;
-* a number of one letter reads one or two digits, of more exactly as many (``yyyy`` four); names
-  and quoted text are read in any case (Spark's parser ignores case); a field the pattern lacks is
-  that of 1970-01-01 00:00:00; ``hh`` without ``a`` is before noon, ``kk`` 24 is midnight; ``HH``
-  with ``a`` must agree with it;
-* one difference: a day name (``E``) is read and checked to be a day's name, but the date need not
-  fall on it, as Kafka Connect's SimpleDateFormat reads it (Spark refuses ``E`` in a pattern it
-  parses by, which fails the window).
+* ``G`` the era (AD, BC; then ``y`` is the year of the era), ``y`` the year (``yy`` its last two
+  digits, read as 2000-2099; without ``G`` a year before 1 is written with its sign, as Spark's),
+  ``M``/``L`` the month (``MMM`` Jan, ``MMMM`` or more January), ``D`` the day of the year, ``d``,
+  ``H`` (0-23), ``h`` (1-12), ``K`` (0-11), ``k`` (1-24), ``m``, ``s``, ``S`` a fraction of the
+  second (as many digits as letters: ``S`` tenths, ``SSS`` milliseconds, ``SSSSSS`` microseconds; a
+  text may give fewer digits), ``a`` AM or PM, ``E`` the day's name (Thu, ``EEEE`` or more
+  Thursday), ``u`` the day's number (1 Monday … 7 Sunday, SimpleDateFormat's), ``X``/``x``/``Z`` a
+  zone offset (written as UTC's: ``Z``, ``+00``, ``+0000``, ``+00:00``; a text's offset is taken
+  off, to UTC), ``z`` the zone's name (written ``UTC``, ``zzzz`` Coordinated Universal Time; read:
+  UTC, GMT or UT, with an offset ``+01:00`` or not, ``Z``, ``Etc/UTC``, ``Etc/GMT``, and with
+  ``zzzz`` Coordinated Universal Time and Greenwich Mean Time); quoted text (``'T'``, ``''`` a
+  quote) and every other character but ``[ ] { } #`` stand for themselves;
+* a number of one letter reads one or two digits (``D`` one to three), of more exactly as many
+  (``yyyy`` four; ``DD`` two or three); names and quoted text are read in any case (Spark's parser
+  ignores case); a field the pattern lacks is that of 1970-01-01 00:00:00; ``hh`` without ``a`` is
+  before noon, ``kk`` 24 is midnight; ``HH`` with ``a``, ``D`` with ``M`` or ``d``, must agree;
+* where the two differ: a day's name (``E``) or number (``u``) is read and checked to be one, but
+  the date need not fall on it, as SimpleDateFormat reads it (Spark refuses ``E`` in a pattern it
+  parses by, and ``u``); more than four ``E`` or ``M`` are the full name (SimpleDateFormat's; Spark
+  refuses them). Dates are proleptic Gregorian, as Spark's (SimpleDateFormat's are Julian before
+  1582-10-15).
+
+What neither serves alike is refused, naming the letter (:data:`REFUSED`): the week fields (``w``,
+``W``, ``Y``: SimpleDateFormat counts them by the JVM's locale), ``F`` (the week of the month in
+SimpleDateFormat, the day of the aligned week in Spark), ``GGGG`` (AD and Anno Domini), optional
+sections ``[…]`` (a literal in SimpleDateFormat, optional in Spark), and the letters
+SimpleDateFormat has not (``Q``, ``V``, ``O``, ``e``, ``c`` …). A zone name other than those above
+(PST, CET) is read by the JVM's zone data, which this path has not: its text fails its record.
 """
 
 from __future__ import annotations
@@ -33,11 +48,25 @@ Token = tuple[str, Any]  # (letter, count) of a field, or ("'", text) of a liter
 MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
           "November", "December"]
 DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]  # Arrow's day_of_week
-_COUNTS = {"y": (1, 2, 3, 4), "M": (1, 2, 3, 4), "L": (1, 2, 3, 4), "d": (1, 2), "H": (1, 2), "h": (1, 2),
+_COUNTS = {"y": (1, 2, 3, 4), "M": (1, 2, 3, 4, 5), "L": (1, 2, 3, 4, 5), "d": (1, 2), "H": (1, 2), "h": (1, 2),
            "K": (1, 2), "k": (1, 2), "m": (1, 2), "s": (1, 2), "S": tuple(range(1, 10)), "a": (1,),
-           "E": (1, 2, 3, 4), "X": (1, 2, 3, 4, 5), "x": (1, 2, 3, 4, 5), "Z": (1, 2, 3, 5)}
+           "E": (1, 2, 3, 4, 5), "X": (1, 2, 3, 4, 5), "x": (1, 2, 3, 4, 5), "Z": (1, 2, 3, 5), "G": (1, 2, 3),
+           "D": (1, 2, 3), "u": (1, 2), "z": (1, 2, 3, 4)}
+_WEEKS = ("a week field: Kafka Connect's SimpleDateFormat counts weeks by the JVM's locale (the first day of the "
+          "week, the days of the first week), and Spark refuses it")
+_SDF_LACKS = "Kafka Connect's SimpleDateFormat has no such letter (its TimestampConverter refuses the pattern)"
+REFUSED = {  # letters that SimpleDateFormat and Spark do not read alike, or that SimpleDateFormat has not
+    "w": _WEEKS, "W": _WEEKS, "Y": _WEEKS,
+    "F": ("the week of the month in Kafka Connect's SimpleDateFormat ((day - 1) / 7 + 1), the day of the aligned "
+          "week in Spark's DateTimeFormatter ((day - 1) % 7 + 1)"),
+    "GGGG": "Kafka Connect's SimpleDateFormat writes AD, Spark's DateTimeFormatter Anno Domini: use G",
+    **{c: _SDF_LACKS for c in "QqVOecnNAB"},
+}
 _RANGES = {"M": (1, 12), "L": (1, 12), "H": (0, 23), "h": (1, 12), "K": (0, 11), "k": (1, 24), "m": (0, 59),
-           "s": (0, 59)}
+           "s": (0, 59), "D": (1, 366), "u": (1, 7)}
+# zone names read without the JVM's zone data: UTC's and GMT's, with an offset or not
+_ZONES = r"(?:(?:UTC|GMT|UT)(?:[+-]\d{2}:\d{2})?|Z|Etc/UTC|Etc/GMT)"
+_LONG_ZONES = r"|Coordinated Universal Time|Greenwich Mean Time"
 _OFFSETS = {1: r"[+-]\d{2}(?:\d{2})?", 2: r"[+-]\d{4}", 3: r"[+-]\d{2}:\d{2}", 4: r"[+-]\d{4}(?:\d{2})?",
             5: r"[+-]\d{2}:\d{2}(?::\d{2})?"}
 _UTC = {("x", 1): "+00", ("x", 2): "+0000", ("x", 3): "+00:00", ("x", 4): "+0000", ("x", 5): "+00:00"}
@@ -68,14 +97,21 @@ def tokens(java: str) -> list[Token]:
             i = end + 1
         elif c.isascii() and c.isalpha():
             count = len(java) - i - len(java[i:].lstrip(c))
+            shown = c * count if c * count in REFUSED else c
+            if shown in REFUSED:
+                raise ValueError(f"{shown!r} is not read on this path: {REFUSED[shown]}")
             if c not in _COUNTS:
                 raise ValueError(f"the letter {c!r} is not read on this path")
             if count not in _COUNTS[c]:
                 raise ValueError(f"{c * count!r} is not read on this path")
             out.append((c, count))
             i += count
-        elif c in "[]{}#":
-            raise ValueError(f"{c!r} (optional sections, reserved characters) is not read on this path")
+        elif c in "[]":
+            raise ValueError(f"{c!r} is not read on this path: an optional section in Spark's DateTimeFormatter, a "
+                             "literal in Kafka Connect's SimpleDateFormat (quote it, '[', for the literal)")
+        elif c in "{}#":
+            raise ValueError(f"{c!r} is not read on this path: reserved in Spark's DateTimeFormatter, a literal in "
+                             f"Kafka Connect's SimpleDateFormat (quote it, '{c}', for the literal)")
         else:
             out.append(("'", c))
             i += 1
@@ -96,11 +132,17 @@ def problem(java: str) -> str | None:
 # -- reading ------------------------------------------------------------------------------------------
 def _regex(letter: str, count: int) -> str:
     if letter in "ML" and count >= 3:
-        return "(?:" + "|".join(m if count == 4 else m[:3] for m in MONTHS) + ")"
+        return "(?:" + "|".join(m if count >= 4 else m[:3] for m in MONTHS) + ")"
     if letter == "E":
-        return "(?:" + "|".join(d if count == 4 else d[:3] for d in DAYS) + ")"
+        return "(?:" + "|".join(d if count >= 4 else d[:3] for d in DAYS) + ")"
     if letter == "a":
         return "(?:AM|PM)"
+    if letter == "G":
+        return "(?:AD|BC)"
+    if letter == "z":
+        return _ZONES[:-1] + (_LONG_ZONES if count == 4 else "") + ")"
+    if letter == "D":
+        return {1: r"\d{1,3}", 2: r"\d{2,3}", 3: r"\d{3}"}[count]
     if letter == "S":
         return rf"\d{{1,{count}}}"
     if letter == "y":
@@ -139,10 +181,15 @@ def parse(texts: pa.Array, pattern: list[Token]) -> pa.Array:
         if letter == "E":
             continue  # a day's name (the regex read it), not checked against the date
         if letter in "ML" and count >= 3:
-            names = [m if count == 4 else m[:3] for m in MONTHS]
+            names = [m if count >= 4 else m[:3] for m in MONTHS]
             put("month", _ints(pc.add(pc.index_in(pc.utf8_lower(text), pa.array([m.lower() for m in names])), 1)))
         elif letter == "a":
             put("pm", _ints(pc.equal(pc.utf8_upper(text), "PM")))
+        elif letter == "G":
+            put("bc", _ints(pc.equal(pc.utf8_upper(text), "BC")))
+        elif letter == "z":  # UTC's or GMT's name, and its offset if it has one
+            put("offset", _offset_seconds(pc.fill_null(pc.extract_regex(text, r"(?P<o>[+-]\d{2}:\d{2})$").field(
+                "o"), "Z")))
         elif letter == "S":  # a fraction: its digits, then zeros, to six (µs; more digits are cut)
             put("micro", _ints(pc.utf8_slice_codeunits(pc.utf8_rpad(text, 6, "0"), 0, 6)))
         elif letter in "XxZ":
@@ -153,12 +200,15 @@ def parse(texts: pa.Array, pattern: list[Token]) -> pa.Array:
             values = _ints(text)
             low, high = _RANGES.get(letter, (0, 10**9))
             ok &= (values >= low) & (values <= high)
-            part = {"y": "year", "M": "month", "L": "month", "d": "day", "m": "minute", "s": "second"}.get(letter)
+            part = {"y": "year", "M": "month", "L": "month", "d": "day", "m": "minute", "s": "second",
+                    "D": "day_of_year", "u": "day_number"}.get(letter)
             if letter == "y" and count == 2:
                 values = values + 2000
             put(part or letter, values)
-    year, month, day = parts.get("year", np.full(n, 1970)), parts.get("month", np.ones(n, np.int64)), parts.get(
-        "day", np.ones(n, np.int64))
+    year = parts.get("year", np.full(n, 1970))
+    if "bc" in parts:  # y is the year of the era: 1 BC is the year 0
+        year = np.where(parts["bc"] == 1, 1 - year, year)
+    month, day = _month_and_day(parts, year, ok)
     ok &= (day >= 1) & (day <= days_in_month(year, month))
     pm = parts.get("pm")
     if "H" in parts:
@@ -173,6 +223,37 @@ def parse(texts: pa.Array, pattern: list[Token]) -> pa.Array:
                + parts.get("second", 0) - parts.get("offset", 0))
     micros = seconds * 1_000_000 + parts.get("micro", 0)
     return pa.array(micros, pa.int64(), mask=~ok)
+
+
+def _month_and_day(parts: dict[str, np.ndarray], year: np.ndarray, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The month and day of the month read, or those of the day of the year (``D``), which a month
+    or a day read beside it must agree with (as Spark resolves them); ``ok`` cleared where not."""
+    n = len(year)
+    month, day = parts.get("month", np.ones(n, np.int64)), parts.get("day", np.ones(n, np.int64))
+    if "day_of_year" not in parts:
+        return month, day
+    of_year = parts["day_of_year"]
+    leap = days_in_month(year, np.full(n, 2)) == 29
+    ok &= of_year <= 365 + leap
+    starts = days_from_civil(year, np.ones(n, np.int64), np.ones(n, np.int64))
+    at = days_from_civil(year, np.full(n, 12), np.full(n, 31))  # a day past the year's end is caught above
+    at = np.minimum(starts + of_year - 1, at)
+    derived_month, derived_day = civil_from_days(at)
+    for part, derived in (("month", derived_month), ("day", derived_day)):
+        if part in parts:
+            ok &= parts[part] == derived
+    return derived_month, derived_day
+
+
+def civil_from_days(days: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The month and day of days since 1970-01-01 (the inverse of :func:`days_from_civil`)."""
+    z = days + 719_468
+    era = np.floor_divide(z, 146_097)
+    of_era = z - era * 146_097
+    year_of_era = (of_era - of_era // 1_460 + of_era // 36_524 - of_era // 146_096) // 365
+    of_year = of_era - (365 * year_of_era + year_of_era // 4 - year_of_era // 100)
+    shifted = (5 * of_year + 2) // 153
+    return np.where(shifted < 10, shifted + 3, shifted - 9), of_year - (153 * shifted + 2) // 5 + 1
 
 
 def _ints(values: pa.Array) -> np.ndarray:
@@ -210,12 +291,17 @@ def write(stamp: pa.Array, pattern: list[Token]) -> pa.Array:
     """Timestamps (UTC) as text by the pattern; null stays null."""
     stamp = pc.cast(stamp, pa.timestamp("us"))
     pieces: list[Any] = []
+    era = any(letter == "G" for letter, _c in pattern)  # y is then the year of the era
     for letter, count in pattern:
         if letter == "'":
             pieces.append(count)
         elif letter in "XxZ":
             pieces.append("Z" if letter == "X" or (letter == "Z" and count == 5)
                           else _UTC.get((letter, count), "+0000"))
+        elif letter == "z":
+            pieces.append("Coordinated Universal Time" if count == 4 else "UTC")
+        elif letter == "y":
+            pieces.append(_year_text(stamp, count, era))
         else:
             pieces.append(_field_text(stamp, letter, count))
     if not any(isinstance(p, pa.Array) for p in pieces):
@@ -223,19 +309,36 @@ def write(stamp: pa.Array, pattern: list[Token]) -> pa.Array:
     return pc.binary_join_element_wise(*pieces, "")
 
 
+def _year_text(stamp: pa.Array, count: int, era: bool) -> pa.Array:
+    """The year: with ``G`` the year of the era (1 BC is 1), without it the proleptic year, signed
+    (Spark's ``y`` without ``G`` is the proleptic year); ``yy`` the last two digits of either."""
+    year = pc.year(stamp).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    if era:
+        year = np.where(year < 1, 1 - year, year)
+    mask = stamp.is_null().to_numpy(zero_copy_only=False)
+    if count == 2:
+        return pc.utf8_lpad(pc.cast(pa.array(np.abs(year) % 100, pa.int64(), mask=mask), pa.string()), 2, "0")
+    digits = pc.utf8_lpad(pc.cast(pa.array(np.abs(year), pa.int64(), mask=mask), pa.string()), count, "0")
+    # a sign before a year of more digits than four or more letters ask for (DateTimeFormatter's EXCEEDS_PAD)
+    sign = np.where(year < 0, "-", np.where((count >= 4) & (year >= 10 ** min(count, 18)), "+", ""))
+    return pc.binary_join_element_wise(pa.array(sign, pa.string()), digits, "")
+
+
 def _field_text(stamp: pa.Array, letter: str, count: int) -> pa.Array:
     if letter in "ML" and count >= 3 or letter == "E":
         index = pc.subtract(pc.month(stamp), 1) if letter != "E" else pc.day_of_week(stamp)
-        names = [v if count == 4 else v[:3] for v in (MONTHS if letter != "E" else DAYS)]
+        names = [v if count >= 4 else v[:3] for v in (MONTHS if letter != "E" else DAYS)]
         return pa.array(names).take(index)
     if letter == "a":
         return pc.if_else(pc.greater_equal(pc.hour(stamp), 12), "PM", "AM")
+    if letter == "G":
+        return pc.if_else(pc.greater_equal(pc.year(stamp), 1), "AD", "BC")
     if letter == "S":  # the fraction's first digits (µs, then zeros)
         micros = pc.add(pc.multiply(pc.millisecond(stamp), 1000), pc.microsecond(stamp))
         digits = pc.utf8_rpad(pc.utf8_lpad(pc.cast(micros, pa.string()), 6, "0"), 9, "0")
         return pc.utf8_slice_codeunits(digits, 0, count)
-    part = {"y": pc.year, "M": pc.month, "L": pc.month, "d": pc.day, "m": pc.minute, "s": pc.second}.get(
-        letter, pc.hour)
+    part = {"M": pc.month, "L": pc.month, "d": pc.day, "m": pc.minute, "s": pc.second, "D": pc.day_of_year,
+            "u": pc.day_of_week}.get(letter, pc.hour)
     values = part(stamp).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
     if letter == "h":
         values = (values + 11) % 12 + 1
@@ -243,7 +346,7 @@ def _field_text(stamp: pa.Array, letter: str, count: int) -> pa.Array:
         values = values % 12
     elif letter == "k":
         values = np.where(values == 0, 24, values)
-    elif letter == "y" and count == 2:
-        values = values % 100
+    elif letter == "u":  # SimpleDateFormat's day number: 1 Monday (Arrow's day_of_week: 0 Monday)
+        values = values + 1
     number = pa.array(values, pa.int64(), mask=stamp.is_null().to_numpy(zero_copy_only=False))
     return pc.utf8_lpad(pc.cast(number, pa.string()), 1 if count == 1 else count, "0")

@@ -40,13 +40,17 @@ _PLACEHOLDERS = re.compile(r"(\$\{topic\}|\$\{timestamp\})")
 def drop(rows: Rows, cfg: cfgs.Drop) -> None:
     """A value Drop makes the record a tombstone, which the sinks read as a delete of its key. The
     change keeps its row image, the image a delete finds its row by (as after an
-    ExtractNewRecordState with delete_handling none). A key Drop marks the changes keyless."""
+    ExtractNewRecordState with delete_handling none); before an ExtractNewRecordState, a delete event
+    becomes a tombstone too (``Rows.nulled``), which the unwrap drops with ``drop_tombstones``. A key
+    Drop marks the changes keyless."""
     if cfg.target == "key":
         hit = pc.fill_null(applies(rows, cfg), False)
         rows.keyless = hit if rows.keyless is None else pc.or_(rows.keyless, hit)
         return
+    dropped = pc.fill_null(pc.and_(rows.live, applies(rows, cfg)), False)
+    rows.nulled = dropped if rows.nulled is None else pc.or_(rows.nulled, dropped)
     upsert = pc.equal(pc.fill_null(rows.column("change_op"), ""), "upsert")
-    hit = pc.and_(rows.live, pc.and_(applies(rows, cfg), upsert))
+    hit = pc.and_(dropped, upsert)
     if pc.any(hit).as_py():
         rows.set("change_op", pc.if_else(hit, "delete", rows.column("change_op")))
 

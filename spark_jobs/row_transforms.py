@@ -6,25 +6,32 @@ parse. Here the read task decodes the Debezium envelopes into typed row images (
 as the default path does, and the chain rewrites those images in the worker, before the projection.
 
 :func:`unserved` says why a pipeline's chain cannot run here (None: it can); spark_jobs/prepare.py
-sends the others to the older path. Served: a Debezium chain that starts with ExtractNewRecordState
-(every ``delete_handling``: rewrite makes a delete event its ``before`` image with ``__deleted``
-"true", an upsert of that row; ``add_fields`` op, table, db, and source.ts_ms with source_ts_ms
-versioning: the envelope's ts_ms, source.lsn and source.connector are not kept by the decode),
-followed by Cast, ReplaceField, TimestampConverter, MaskField, InsertField, RegexRouter (any Java
-replacement: ``$10``, ``${name}``), Filter and TombstoneHandler on the value, and the steps on the
-whole record of spark_jobs/row_steps.py (Drop and ExtractTopic on the value or the key,
-SetSchemaMetadata, TimestampRouter, and ValueToKey), with the
-predicates TopicNameMatches, RecordIsTombstone and HasHeaderKey (regexes RE2 reads as Java does;
-Java datetime patterns as spark_jobs/row_patterns.py lists them), into MySQL tables of
-declared columns, or created from the record schema (a Connect schema rewritten as the images are,
-:func:`described`; for records without one, and behind Flatten, ExtractField or HoistField, the
-schema inferred from the images after the chain: spark_jobs/row_schemas.py), and Elasticsearch
-indices. A chain that does not
-start with ExtractNewRecordState reads Kafka Connect's record model (:func:`record_model`): the
-decode reads each value, json or json_schema, as the row (connectors/debezium/envelope.Decoder
-``rows``), typed by its Connect schema, or the string converter's text. Flatten, HoistField and
-ExtractField (spark_jobs/row_nested.py) work on nested values, which the decode keeps whole for a
-chain that has one of them (elsewhere it reads a struct into its JSON text). The transforms act as those of the
+sends the others to the older path. Served: a Debezium chain with an ExtractNewRecordState
+(spark_jobs/row_unwrap.py: every ``delete_handling``, rewrite making a delete event its ``before``
+image with ``__deleted`` "true", an upsert of that row; every ``add_fields``: op, table, db, ts_ms,
+lsn, connector, source.ts_ms), anywhere in the chain: before it the steps on the record (RegexRouter,
+TimestampRouter, Filter, TombstoneHandler, SetSchemaMetadata, Drop, ExtractTopic on the key), which
+see the record with its envelope (a RecordIsTombstone there is a Kafka tombstone, not a delete
+event; cdcflow/config.py refuses a step on the value's fields there: it would act on the envelope,
+transform_config.envelope_problem), and after it Cast, ReplaceField, TimestampConverter, MaskField,
+InsertField, RegexRouter (any Java replacement: ``$10``, ``${name}``), Filter and TombstoneHandler on
+the value, and the steps on the whole record of spark_jobs/row_steps.py (Drop and ExtractTopic on the
+value or the key, SetSchemaMetadata, TimestampRouter, and ValueToKey into tables of declared
+columns), with the predicates TopicNameMatches, RecordIsTombstone and HasHeaderKey (regexes RE2 reads
+as Java does; Java datetime patterns as spark_jobs/row_patterns.py lists them), into MySQL tables of
+declared columns, or created from the record schema (the json_schema converter: the row schema
+rewritten as the images are, :func:`described`; the exactly-once sink's too), and Elasticsearch
+indices. A chain without ExtractNewRecordState reads Kafka Connect's record model
+(:func:`record_model`): the decode reads each value, json or json_schema, as the row
+(connectors/debezium/envelope.Decoder ``rows``), typed by its Connect schema, or the string
+converter's text, or the bytes converter's bytes (as base64, the text a row image holds binary data
+in). Flatten, HoistField and ExtractField (spark_jobs/row_nested.py) work on nested values, which the
+decode keeps whole for a chain that has one of them (elsewhere it reads a struct into its JSON text).
+Tables from the record schema of records without one, and behind Flatten, ExtractField or
+HoistField, get the schema inferred from the images after the chain (spark_jobs/row_schemas.py).
+SqlExpression, Python and Sql predicates run in Spark between these steps (spark_jobs/spark_stage.py).
+Still on the older path: the other steps on the key, and the Java patterns row_patterns.REFUSED
+names. The transforms act as those of the
 older path do (tests/integration/spark_jobs/test_row_transforms.py runs both on the same records and
 compares the rows read back), with these differences, which docs/transforms.md lists:
 
@@ -43,14 +50,18 @@ compares the rows read back), with these differences, which docs/transforms.md l
   config error when no record of the window has it);
 * TimestampRouter reads ``topic_format`` as text and ``${topic}``, ``${timestamp}`` (the older path
   also reads a text between them that is exactly ``ts`` or ``topic`` as a placeholder); a day name
-  (``E``) in a pattern a text is read by is read, as Kafka Connect's SimpleDateFormat reads it (Spark
-  refuses it: the older path's window fails);
+  (``E``) or number (``u``) in a pattern a text is read by is read, five ``E`` or ``M`` are the full
+  name, and a year BC is read, as Kafka Connect's SimpleDateFormat does (Spark refuses them: the older
+  path's window fails); a zone name (``z``) other than UTC's and GMT's fails its record (Spark reads
+  PST, CET by the JVM's zone data);
 * a delete whose key a Drop set to null fails with the Drop's words (the older path's: its primary
   key field is missing);
 * a record a transform drops (Filter, a dropped delete or tombstone) is read and counted but changes
   nothing, as a Maxwell bootstrap-start does: the window's ends stay those of what was read;
 * what the Debezium decode reads its own way stays so: a TRUNCATE (op t) follows ``truncate``, a
-  row unwrapped upstream (``__deleted``, ``__op``) is read as such.
+  row unwrapped upstream (``__deleted``, ``__op``) is read as such (its own ``__ts_ms``, ``__lsn``,
+  ``__connector``, ``__source_ts_ms`` are what add_fields gives it);
+* ``add_fields`` ts_ms and lsn are numbers (Debezium's int64; the older path makes lsn a text);
 * a record-model row is read by its Connect schema (a Timestamp is a datetime, not its number), and
   a Connect string makes a LONGTEXT column (the older path's: TEXT);
 * a table from records without a schema gets the types of their values after the chain
@@ -74,15 +85,13 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectors import images
-from connectors.changes import VERSION_SHIFT
 from connectors.errors import ConfigError
-from spark_jobs import row_documents, row_nested, row_steps
+from spark_jobs import row_documents, row_nested, row_steps, row_unwrap
 from spark_jobs import transform_config as cfgs
 from spark_jobs.row_changes import Rows, applies, fields_of, first_error, joined, struct_like
 from spark_jobs.row_casts import CAST_TYPES, cast_values  # noqa: F401
@@ -102,79 +111,8 @@ from spark_jobs.row_timestamps import as_micros, timestamp_out
 
 log = logging.getLogger(__name__)
 
-_ADDED = {"table": "source_table", "db": "source_db", "op": "source_op"}
-
-
-class _Before(msgspec.Struct):
-    """Of a change event's value: its before image, or its {schema, payload} wrapper's payload."""
-
-    before: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
-    payload: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
-
-
-_BEFORE = msgspec.json.Decoder(_Before)
-
-
-def _has_before(value: bytes) -> bool:
-    """Whether a change event (with or without the {schema, payload} wrapper) has a before image."""
-    try:
-        event = _BEFORE.decode(value)
-        if len(event.payload) and bytes(event.payload).strip() != b"null":
-            event = _BEFORE.decode(event.payload)
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeDecodeError):
-        return False
-    return len(event.before) > 0 and bytes(event.before).strip() != b"null"
-
 
 # -- the steps -------------------------------------------------------------------------------------
-def extract_new_record_state(rows: Rows, cfg: cfgs.ExtractNewRecordState, versioning: str) -> None:
-    """The decode already unwrapped the envelope (connectors/debezium/envelope.py): a delete event
-    is a delete of its ``before`` image, a tombstone a delete of its key. Here its options. With
-    ``rewrite`` a delete event with a ``before`` image becomes an upsert of that image with
-    ``__deleted`` "true" (the other changes' images get "false"), as Debezium's and the older path's
-    do; one without (its image is its key's) stays a delete, as the older path's null value does."""
-    tombstone, op = pc.is_null(rows.column("value")), pc.fill_null(rows.column("change_op"), "")
-    delete_event = pc.and_(pc.equal(op, "delete"), pc.invert(tombstone))
-    if cfg.drop_tombstones:
-        rows.drop(tombstone)
-    if cfg.delete_handling == "drop":
-        rows.drop(delete_event)
-    added: dict[str, pa.Array] = {}
-    if cfg.delete_handling == "rewrite":
-        at = np.flatnonzero(pc.and_(delete_event, rows.live).to_numpy(zero_copy_only=False))
-        rewritten = np.zeros(rows.table.num_rows, bool)
-        rewritten[at] = [_has_before(v) for v in rows.column("value").take(pa.array(at, pa.int64())).to_pylist()]
-        rows.set("change_op", pc.if_else(pa.array(rewritten), "upsert", rows.column("change_op")))
-        kept_delete = pc.and_(delete_event, pa.array(~rewritten))
-        added["__deleted"] = pc.if_else(pa.array(rewritten), "true", pc.if_else(
-            kept_delete, pa.scalar(None, pa.string()), "false"))
-    for name in cfg.add_fields:
-        if name == "source.ts_ms":
-            version = rows.column("version")
-            added["__source_ts_ms"] = (pc.shift_right(version, int(np.log2(VERSION_SHIFT)))
-                                       if versioning == "source_ts_ms" else pa.nulls(len(version), pa.int64()))
-        else:
-            added["__" + name] = rows.column(_ADDED[name])
-    if added:
-        _insert(rows, added, pc.invert(tombstone))
-
-
-def _insert(rows: Rows, added: dict[str, pa.Array], where: pa.Array) -> None:
-    """Set fields (per change, aligned with the rows) on the images of the changes where ``where``."""
-    where = pc.fill_null(where, False)
-
-    def step(child: pa.StructArray, at: np.ndarray) -> tuple[pa.StructArray, None]:
-        fields = fields_of(child)
-        index = pa.array(at)
-        for name, values in added.items():
-            new = values.take(index)
-            old = fields.get(name)
-            fields[name] = pc.if_else(where.take(index), new, old if old is not None and old.type == new.type
-                                      else pa.nulls(len(new), new.type))
-        return struct_like(fields, child), None
-    rows.map_images(step)
-
-
 def cast(rows: Rows, cfg: cfgs.Cast) -> None:
     def step(child: pa.StructArray, at: np.ndarray) -> tuple[pa.StructArray, pa.Array | None]:
         fields, errors = fields_of(child), []
@@ -266,7 +204,7 @@ def insert_field(rows: Rows, cfg: cfgs.InsertField) -> None:
         added[cfg.timestamp_field] = pc.cast(pc.multiply(rows.column("timestamp"), 1000), pa.timestamp("us"))
     if cfg.static_field:
         added[cfg.static_field] = pa.array([cfg.static_value] * n)
-    _insert(rows, added, pa.array(np.ones(n, bool)))
+    rows.insert(added, pa.array(np.ones(n, bool)))
 
 
 def regex_router(rows: Rows, cfg: cfgs.RegexRouter) -> None:
@@ -322,7 +260,7 @@ def apply(decoded: pa.Table, chain: Any, versioning: str, finish: bool = True, f
     and only the last part ``finish``es the changes (the key a Drop nulled, values that are not
     rows, the documents: ``documents`` "all" writes each from its typed values, as nothing of the
     decode's JSON is known to hold after a Spark step)."""
-    rows = Rows(decoded, when=when)
+    rows = Rows(decoded, when=when, enveloped=any(cfg.type == "ExtractNewRecordState" for cfg in chain))
     if not decoded.num_rows:
         return decoded
     schemas = rows.column("row_schema")
@@ -332,7 +270,7 @@ def apply(decoded: pa.Table, chain: Any, versioning: str, finish: bool = True, f
     for i, cfg in enumerate(chain, start=first):
         try:
             if cfg.type == "ExtractNewRecordState":
-                extract_new_record_state(rows, cfg, versioning)
+                row_unwrap.extract_new_record_state(rows, cfg, versioning)
             else:
                 STEPS[cfg.type](rows, cfg)
         except ConfigError as exc:

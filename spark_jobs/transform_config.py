@@ -256,3 +256,43 @@ TransformConfig = Annotated[
     | TimestampRouter | TombstoneHandler | ValueToKey | SqlExpression | PythonTransform,
     Field(discriminator="type"),
 ]
+
+
+# -- a chain's order -------------------------------------------------------------------------------
+# the steps on the value's fields: before an ExtractNewRecordState they would act on Debezium's envelope
+_VALUE_FIELD_STEPS = frozenset({"Cast", "ReplaceField", "TimestampConverter", "MaskField", "InsertField",
+                                "ExtractTopic", "ValueToKey", "Flatten", "ExtractField", "HoistField"})
+
+
+def envelope_problem(cfg: Any) -> str | None:
+    """Why a step cannot come before the chain's ExtractNewRecordState (None: it can). The steps on
+    the record (routers, Filter, TombstoneHandler, SetSchemaMetadata, Drop) and on the key see what
+    they would after it; a step on the value's fields would act on the envelope (op, before, after,
+    source, ts_ms), whose fields the unwrap then drops but ``after``: a field set, cast or renamed
+    there never reaches a sink, and one taken apart leaves the unwrap no ``after``."""
+    if cfg.type not in _VALUE_FIELD_STEPS or getattr(cfg, "target", "value") != "value":
+        return None
+    named = {"Cast": lambda: list(cfg.spec), "ReplaceField": lambda: [*cfg.include, *cfg.exclude, *cfg.renames],
+             "MaskField": lambda: cfg.fields, "ValueToKey": lambda: cfg.fields,
+             "InsertField": lambda: [f for f in (cfg.topic_field, cfg.partition_field, cfg.offset_field,
+                                                 cfg.timestamp_field, cfg.static_field) if f]}
+    fields = named[cfg.type]() if cfg.type in named else [cfg.field] if hasattr(cfg, "field") else None
+    what = f"the field{'s' * (len(fields or []) > 1)} {', '.join(map(repr, fields))}" if fields else "every field"
+    return (f"before ExtractNewRecordState the value is Debezium's envelope (op, before, after, source, ts_ms), so "
+            f"{cfg.type} would act on {what} of the envelope, not of the row, and ExtractNewRecordState keeps "
+            "only the envelope's 'after': put it after the ExtractNewRecordState")
+
+
+def chain_problems(chain: list[Any]) -> list[tuple[tuple[str | int, ...], str, Any]]:
+    """The steps of a chain in an order that cannot work: a step on the value's fields before the
+    ExtractNewRecordState (:func:`envelope_problem`), a second ExtractNewRecordState (the first
+    unwrapped the envelope)."""
+    unwraps = [i for i, cfg in enumerate(chain) if cfg.type == "ExtractNewRecordState"]
+    problems: list[tuple[tuple[str | int, ...], str, Any]] = [
+        (("transforms", i, "type"), "a second ExtractNewRecordState: the first one already unwrapped the envelope",
+         "ExtractNewRecordState") for i in unwraps[1:]]
+    for i, cfg in enumerate(chain[:unwraps[0]] if unwraps else []):
+        problem = envelope_problem(cfg)
+        if problem is not None:
+            problems.append((("transforms", i, "type"), problem, cfg.type))
+    return sorted(problems, key=lambda p: p[0])

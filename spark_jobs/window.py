@@ -34,8 +34,9 @@ to the write (issue 25); the JVM holds only a few large binary values:
    routed sink), so all the rows of a key, from every read task, meet in one write task, which keeps
    the last change per key again and writes its targets at the same time. Two tasks never write one
    key: a delete and an older upsert of a key, written at once, could race past the tombstone. The
-   MySQL sink of ``offset_store.sink`` (exactly-once) is written last by one task, in one
-   transaction with the window's offsets, once every other sink succeeded.
+   MySQL sink of ``offset_store.sink`` (exactly-once; its table declared or made from the record
+   schema) is written last by one task, in one transaction with the window's offsets, once every
+   other sink succeeded.
 
 A chain with ``SqlExpression``, a ``Sql`` predicate or ``Python`` has a Spark stage between 1 and 2
 (spark_jobs/spark_stage.py): its read tasks hand on their changes as a typed record frame, Spark
@@ -219,12 +220,17 @@ def _write_deletes(job: WindowJob, early: dict[str, SinkTarget], deletes: dict[s
 def _write_offsets_sink(job: WindowJob, packed: DataFrame, targets: prepare.Targets, commit: Any,
                         result: WindowResult) -> None:
     """Exactly-once: the offset sink's rows of every read task and the window's offsets, in one
-    transaction of one task (or the offsets alone, from the driver, when the sink has no row)."""
+    transaction of one task (or the offsets alone, from the driver, when the sink has no row). A
+    table from the record schema comes as its changes (a table group of one table: the config allows
+    no routing), made ready before like the others (``prepare.make_ready``: its DDL, which MySQL
+    commits apart, runs before the transaction, as a declared table's does)."""
     from pyspark.sql import functions as F  # noqa: PLC0415
 
     assert job.offsets_sink is not None
-    target = targets.static[job.offsets_sink]
-    frame = packed.where((F.col("kind") == ROWS) & (F.col("target") == job.offsets_sink)).coalesce(1)
+    group = targets.groups.get(job.offsets_sink)
+    target = targets.static[job.offsets_sink] if group is None else group.target
+    kind = ROWS if group is None else CHANGES
+    frame = packed.where((F.col("kind") == kind) & (F.col("target") == job.offsets_sink)).coalesce(1)
     rows = frame.mapInArrow(write_task(job, targets, commit), WRITE_SCHEMA).collect()
     if not any(SINK_OFFSETS_KEY in json.loads(r.extra) for r in rows):
         rows.append(commit_without_rows(job, target, commit))

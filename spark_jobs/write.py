@@ -67,13 +67,15 @@ def writer(job: WindowJob, target: SinkTarget,
 JOINED_ROWS = 10_000  # a write task's tables with fewer changes than this are written in one transaction
 
 
-def tables_writer(job: WindowJob,
-                   group: TableGroup) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def tables_writer(job: WindowJob, group: TableGroup,
+                  commit: OffsetCommit | None = None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The write task of a sink's many tables (spark_jobs/tables.py): per table of the task's
     changes, the projection and the last change per key in Arrow, then the table's writer; one
     connection and one dead-letter producer for them all. A few changes of many tables (a Debezium
     deployment's steady state) are written in one transaction, a savepoint per table: one commit
-    (an fsync) instead of one per table; larger ones table by table, each in its own."""
+    (an fsync) instead of one per table; larger ones table by table, each in its own. With
+    ``commit`` (the exactly-once sink, one table) the table's rows and the window's offsets are one
+    transaction."""
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from connectors.mysql.sink import (  # noqa: PLC0415
             MySqlSink,
@@ -92,6 +94,7 @@ def tables_writer(job: WindowJob,
                 [pa.table(b) for b in received]))]
             sinks = [MySqlSink(_table_config(t), t.url, engine=engine) for t, _rows in tables]
             read_newest_tombstones(engine, sinks)  # one query for the task's tables (each open() would read its own)
+            assert commit is None or len(tables) == 1, "the exactly-once sink writes one table"
             joined = len(tables) > 1 and sum(r.num_rows for _t, r in tables) <= JOINED_ROWS
             with one_transaction(engine, sinks) if joined else contextlib.nullcontext():
                 out = []
@@ -100,7 +103,7 @@ def tables_writer(job: WindowJob,
                     latest = latest_rows(fill_kept(project_rows(rows, sink.cfg), sink.cfg, keys), keys,
                                          every_version=sink.cfg.mode == "history")
                     sink.open(prepared=True)  # the window prepared its tables and read their tombstones
-                    out.append(write_target(job, target, iter(latest.to_batches()), sink, dlq, opened=True))
+                    out.append(write_target(job, target, iter(latest.to_batches()), sink, dlq, commit, opened=True))
             yield from out  # once the tables' transaction committed
         finally:
             engine.dispose()
@@ -181,9 +184,15 @@ def write_target(job: WindowJob, target: SinkTarget, batches: Iterator[pa.Record
 
 def commit_without_rows(job: WindowJob, target: SinkTarget, commit: OffsetCommit) -> Any:
     """Exactly-once when the offset sink has no row in this window (every change went elsewhere or
-    to the DLQ): its transaction commits the offsets alone, from the driver."""
+    to the DLQ): its transaction commits the offsets alone, from the driver. A table from the record
+    schema is left as it is (no change of the window made it ready; it may not exist yet)."""
     from pyspark.sql import Row  # noqa: PLC0415
 
+    if isinstance(target.config, MySqlSinkConfig) and not target.config.columns:
+        sink = offset_sink(SINK_TYPES[target.config.type].open(target), target.config.name)
+        sink.open_for_offsets()
+        row = write_target(job, target, iter(()), sink, dead_letter_reporter(job), commit, opened=True)
+        return Row(**row.to_pylist()[0])
     rows = list(writer(job, target, commit)(iter(())))[0].to_pylist()[0]
     return Row(**rows)
 
@@ -202,7 +211,7 @@ def write_task(job: WindowJob, targets: Targets,
     ``commit``, the exactly-once sink's rows of every task in one transaction with the window's offsets."""
     def one(name: str, blobs: list[bytes], tasks: set[int]) -> list[pa.RecordBatch]:
         if name in targets.groups:
-            return list(tables_writer(job, targets.groups[name])(unpack(blobs).to_batches()))
+            return list(tables_writer(job, targets.groups[name], commit)(unpack(blobs).to_batches()))
         return [write_static(job, targets.static[name], unpack(blobs), several=len(tasks) > 1, commit=commit)]
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

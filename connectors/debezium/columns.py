@@ -322,6 +322,26 @@ def _members(values: pa.Array, rows: np.ndarray, prefix: bytes) -> np.ndarray:
     return rows[_starts_with(values.take(pa.array(rows)), prefix)]
 
 
+def payloads(values: pa.Array) -> pa.Array:
+    """``values`` with the JsonConverter's wrapper cut off each (its ``{"schema":…,"payload":`` and
+    last ``}``), schema by schema as :func:`decode_columns` cuts them; the others as they are. For a
+    reader of a few envelope fields (spark_jobs/row_unwrap.py): a wrapped value is mostly its schema."""
+    pending = _starts_with(values, WRAPPED) & _ends_with(values, b"}")
+    out = values
+    for _ in range(MAX_GROUPS):
+        if not pending.any():
+            break
+        first = int(np.flatnonzero(pending)[0])
+        found = _wrapper_prefix(values[first].as_py())
+        if found is None:
+            pending[first] = False
+            continue
+        members = pending & _starts_with(values, found[0])
+        out = pc.if_else(pa.array(members), pc.binary_slice(values, len(found[0]), -1), out)
+        pending &= ~members
+    return out
+
+
 HALVE_DOWN_TO = 64  # records: a group that fails is decoded in halves down to this, the rest record by record
 
 
@@ -343,7 +363,7 @@ def _halving(decoder: Decoder, batch: pa.RecordBatch, rows: np.ndarray,
 def decode_columns(decoder: Decoder, batch: pa.RecordBatch,
                    per_record: Callable[[pa.RecordBatch], pa.RecordBatch]) -> pa.RecordBatch:
     """``batch`` decoded: its groups column-wise, the rest by ``per_record``, in the batch's order."""
-    if decoder.rows == "string":  # a text, whatever it looks like (the string converter's)
+    if decoder.rows in ("string", "bytes"):  # a text or bytes, whatever they look like (not a row)
         return per_record(batch)
     values = batch.column("value")
     n = batch.num_rows

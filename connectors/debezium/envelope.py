@@ -14,6 +14,7 @@ only a key, and snapshot reads (``op: r``) are all changes.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
@@ -318,12 +319,9 @@ class Decoder(RecordDecoder):
         ExtractNewRecordState): the value, or the payload of its {schema, payload} wrapper, is the row
         itself, an upsert of the record's key, versioned by its offset (cdcflow/config.py asks
         versioning kafka_offset of such a chain). Every field is the row's, ``__`` ones included."""
-        if self.rows == "string":  # a text, not a struct: an image of one field, named "" (row_nested.WHOLE)
-            try:
-                text_value = value.decode("utf-8")
-            except UnicodeDecodeError:
-                raise RecordError("converter", "value is not valid UTF-8 (value.converter string)") from None
-            return Change("upsert", {"": text_value}, _ENCODE.encode(text_value).decode("utf-8") if self.need_json
+        if self.rows in ("string", "bytes"):  # not a struct: an image of one field, named "" (row_nested.WHOLE)
+            whole = self._whole_value(value)
+            return Change("upsert", {"": whole}, _ENCODE.encode(whole).decode("utf-8") if self.need_json
                           else None, self._version(offset, None, _ROW_UNVERSIONED))
         schema, row_raw = None, value
         if self.rows == "json_schema":
@@ -349,6 +347,17 @@ class Decoder(RecordDecoder):
         doc = _ENCODE.encode(docs).decode("utf-8") if self.need_json else None
         version = self._version(offset, None, _ROW_UNVERSIONED)
         return Change("upsert", texts, doc, version, **self._schema_of(reader, key))
+
+    def _whole_value(self, value: bytes) -> str:
+        """The string converter's text; the bytes converter's bytes (Kafka Connect's ByteArrayConverter:
+        the value as it is) as base64, the text every binary value of a row image is (a binary column
+        gets the bytes back, a text column and a document the base64, as on the older path)."""
+        if self.rows == "bytes":
+            return base64.b64encode(value).decode("ascii")
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise RecordError("converter", "value is not valid UTF-8 (value.converter string)") from None
 
     def _plain(self, offset: int, key: bytes | None, value: bytes) -> Change | None:
         """An upsert or a delete with its row image, in an envelope without the wrapper, decoded in

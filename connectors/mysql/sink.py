@@ -126,6 +126,11 @@ class MySqlSink:
         except DBAPIError as exc:
             raise self._infra_error("opening", exc) from exc
 
+    def open_for_offsets(self) -> None:
+        """Exactly-once in a window without a row for this sink: connected to commit the window's
+        offsets alone, the table left as it is (one made from the record schema may not exist yet)."""
+        self._engine = self._shared or writer_engine(self.url)
+
     def write(self, changes: Sequence[Change]) -> list[FailedRecord]:
         if self.history is not None:
             raise ConfigError(f"sink {self.name!r}: a history table is written from Arrow frames (write_arrow)")

@@ -154,6 +154,8 @@ def test_the_driver_merges_the_tasks_row_schemas_first_by_version() -> None:
 
 
 def test_the_older_path_serves_what_this_one_does_not() -> None:
+    from connectors.kafka.reader import ReadRange
+
     assert prepare.eligible(job(MYSQL, ES, ROUTED))
     served, sparked, unserved = (TypeAdapter(list[TransformConfig]).validate_python(
         [{"type": "ExtractNewRecordState"}, *steps]) for steps in (
@@ -167,6 +169,14 @@ def test_the_older_path_serves_what_this_one_does_not() -> None:
     assert prepare.eligible(job(MYSQL, ES, transforms=tuple(served)))  # an index too (spark_jobs/row_documents.py)
     # pk_mode kafka into a table from the record schema: keyed by the coordinates (spark_jobs/row_schemas.py)
     assert prepare.eligible(job(MYSQL.model_copy(update={"pk_mode": "kafka", "columns": [], "primary_key": []})))
+    # exactly-once into a table from the record schema: a dynamic sink, written last with the offsets
+    made = MySqlSinkConfig(type="mysql", name="eo", table="orders", primary_key=["id"], create_table=True)
+    assert prepare.eligible(job(made, offsets_sink="eo"))
+    assert prepare.eligible(job(made, offsets_sink="eo", transforms=tuple(served), value_converter="json_schema"))
+    peeked: list[str] = []
+    assert prepare.schema_tables(job(made, offsets_sink="eo", ranges=(ReadRange("t", 0, 0, 9, None, 0.0, True),)),
+                                 {}, peek=lambda j: peeked.append("peeked") or []) == []
+    assert peeked == []  # not made before the read: its rows and the offsets are one transaction, after it
 
 
 def test_the_decoder_reads_only_the_fields_that_declared_mysql_columns_use() -> None:

@@ -77,6 +77,43 @@ def test_texts_are_read_as_sparks_try_to_timestamp_reads_them(pattern: str, text
     assert got == [None if w is None else _micros(w) for w in want]
 
 
+def test_what_spark_refuses_is_read_and_written_as_kafka_connects_simple_date_format_does() -> None:
+    """SimpleDateFormat (java.text.SimpleDateFormat, Kafka Connect's TimestampConverter; its javadoc's
+    table of pattern letters): ``u`` the day number of the week (1 Monday … 7 Sunday), four letters or
+    more of a name the full name; a day's number, like its name, is read but not held against the
+    date. Spark refuses these letters (tests/spark/test_row_patterns.py checks the rest against Spark)."""
+    at = dt.datetime(2024, 2, 29, 13, 4, 5)
+    assert _write(at, "EEEEE MMMMM LLLLL u uu") == f"{at:%A %B %B} {at.isoweekday()} 0{at.isoweekday()}"
+    assert [_write(at + dt.timedelta(days=d), "u") for d in range(7)] == [
+        str((at + dt.timedelta(days=d)).isoweekday()) for d in range(7)]
+    read = rp.parse(pa.array(["2024-02-29 4", "2024-02-29 5", "2024-02-29 8", "Thursday, 29 February 2024"]),
+                    rp.tokens("yyyy-MM-dd u")).to_pylist()
+    assert read == [_micros(dt.datetime(2024, 2, 29))] * 2 + [None, None]
+    assert rp.parse(pa.array(["Thursday, 29 February 2024"]), rp.tokens("EEEEE, dd MMMMM yyyy")).to_pylist() == [
+        _micros(dt.datetime(2024, 2, 29))]
+
+
+def test_the_era_the_day_of_the_year_and_utcs_names_are_read() -> None:
+    """Spark's reading of G, D and z (tests/spark/test_row_patterns.py) where Spark cannot say: a year
+    before 1 (Spark fails the window on it), a zone name only the JVM's zone data knows (a dead letter
+    here: docs/transforms.md)."""
+    day = 86_400_000_000
+    assert rp.parse(pa.array(["BC 0001-12-31", "bc 0045-03-15", "AD 0001-01-01"]), rp.tokens("G yyyy-MM-dd")
+                    ).to_pylist() == [_micros(dt.datetime(1, 1, 1)) - day, _micros(dt.datetime(1, 3, 15)) - (
+                        45 * 365 + 11) * day, _micros(dt.datetime(1, 1, 1))]
+    assert rp.parse(pa.array(["2024 60", "2023 60", "2023 366", "2024 0"]), rp.tokens("yyyy D")).to_pylist() == [
+        _micros(dt.datetime(2024, 2, 29)), _micros(dt.datetime(2023, 3, 1)), None, None]
+    assert rp.parse(pa.array(["2024-02 60", "2024-03 60"]), rp.tokens("yyyy-MM D")).to_pylist() == [
+        _micros(dt.datetime(2024, 2, 29)), None]  # the month must be the day's
+    zoned = ["2024-02-29 13:00 UTC", "2024-02-29 13:00 GMT+01:30", "2024-02-29 13:00 utc-02:00",
+             "2024-02-29 13:00 Etc/GMT", "2024-02-29 13:00 PST", "2024-02-29 13:00 Greenwich Mean Time"]
+    assert rp.parse(pa.array(zoned), rp.tokens("yyyy-MM-dd HH:mm z")).to_pylist() == [
+        _micros(dt.datetime(2024, 2, 29, h, m)) if h is not None else None
+        for h, m in ((13, 0), (11, 30), (15, 0), (13, 0), (None, 0), (None, 0))]
+    assert rp.parse(pa.array(zoned[-1:]), rp.tokens("yyyy-MM-dd HH:mm zzzz")).to_pylist() == [
+        _micros(dt.datetime(2024, 2, 29, 13))]
+
+
 def test_a_converter_writes_and_reads_back_a_debezium_datetime_by_a_java_pattern() -> None:
     pattern = "EEE, dd MMM yyyy hh:mm:ss.SSSSSS a XXX"
     steps = chain({"type": "TimestampConverter", "field": "created", "target_type": "string", "format": pattern},

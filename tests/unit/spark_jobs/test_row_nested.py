@@ -57,6 +57,36 @@ def test_extract_field_after_reads_debeziums_events_as_rows_and_their_deletes_as
     assert int(final[3]["ship_date"]) == (o.FINAL[3]["ship_date"] - dt.date(1970, 1, 1)).days
 
 
+def test_a_bytes_value_is_a_row_once_hoisted_its_bytes_as_base64() -> None:
+    """Kafka Connect's ByteArrayConverter passes the bytes on as they are (an optional bytes schema).
+    A row image holds binary data as base64 text (connectors/debezium/types.py):
+    a binary column gets the bytes back (below), a text column and a document the base64, as on the
+    older path, where Spark's to_json writes a binary value as base64."""
+    raw = [b"\x00\x01\xfe\xff", b"", "Grüße".encode()]
+    records: list[tuple[bytes | None, bytes | None]] = [(b'{"id": %d}' % i, v) for i, v in enumerate(raw)]
+    steps = ({"type": "HoistField", "field": "payload"}, {"type": "InsertField", "offset_field": "id"})
+    rows = _through(records, "bytes", *steps, documents=True)
+    assert [(r["change_op"], r["image"], r["error_message"]) for r in rows] == [
+        ("upsert", {"payload": "AAH+/w==", "id": "0"}, None), ("upsert", {"payload": "", "id": "1"}, None),
+        ("upsert", {"payload": "R3LDvMOfZQ==", "id": "2"}, None)]
+    assert [json.loads(r["image_json"]) for r in rows] == [
+        {"payload": "AAH+/w==", "id": 0}, {"payload": "", "id": 1}, {"payload": "R3LDvMOfZQ==", "id": 2}]
+    from cdcflow.config import MySqlSinkConfig
+    from spark_jobs import tables
+
+    decoder = Decoder("kafka_offset", need_json=False, rows="bytes")
+    batch = MemorySource([Record(fx.TOPIC, 0, i, k, v, 1, []) for i, (k, v) in enumerate(records)]).batch()
+    changed = rt.apply(pa.Table.from_batches([decoder.decode_batch(batch)]), CHAIN.validate_python(list(steps)),
+                       "kafka_offset")
+    sink = MySqlSinkConfig(type="mysql", name="m", table="t", primary_key=["id"], columns=[
+        {"name": "id", "type": "BIGINT"}, {"name": "payload", "type": "BLOB"},
+        {"name": "shown", "type": "TEXT", "field": "payload"}])
+    projected = tables.project_rows(changed, sink)
+    assert projected.select(["c_0", "c_1", "c_2"]).to_pylist() == [
+        {"c_0": str(i), "c_1": v, "c_2": t} for i, (v, t) in enumerate(zip(raw, ["AAH+/w==", "", "R3LDvMOfZQ=="],
+                                                                        strict=True))]
+
+
 def test_flatten_names_nested_fields_by_their_path_and_keeps_arrays() -> None:
     values = [{"id": 1, "a": {"b": 1, "c": {"d": "x"}}, "tags": ["p", "q"]},
               {"id": 2, "a": {"b": 2, "c": None}, "tags": []}]

@@ -1,4 +1,4 @@
-"""ExtractNewRecordState's delete_handling rewrite and add_fields on the per-partition path
+"""ExtractNewRecordState's delete_handling rewrite and add_fields op, table, db on the per-partition path
 (spark_jobs/row_transforms.py), without Spark: Debezium's own records (tests/fixtures/debezium/orders.py)
 decoded as the read task decodes them, then the chain. The older path's values for the same records
 (spark_jobs/transforms.py, Debezium's "delete.handling.mode=rewrite": the delete's before image with
@@ -8,10 +8,7 @@ tests/integration/spark_jobs/test_row_transforms.py."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from typing import Any
-
-import pytest
 
 from cdcflow.config import MySqlSinkConfig
 from spark_jobs import row_transforms as rt
@@ -88,18 +85,3 @@ def test_added_op_is_the_envelopes_op_and_the_table_from_the_schema_gets_the_mar
                                                     "key": ["id"], "properties": {}})))
     assert [(c["name"], c["type"]) for c in described["columns"]] == [
         ("id", "INT"), ("__deleted", "LONGTEXT"), ("__op", "LONGTEXT"), ("__source_ts_ms", "BIGINT")]
-
-
-@pytest.mark.parametrize(("fields", "versioning", "why"), [
-    (["ts_ms"], "source_ts_ms", "the decoded changes do not keep the envelope's ts_ms"),
-    (["lsn"], "source_ts_ms", "the decoded changes do not keep source.lsn"),
-    (["connector"], "kafka_offset", "the decoded changes do not keep source.connector"),
-    (["source.ts_ms"], "kafka_offset",
-     "the decode keeps source.ts_ms in the version only with versioning source_ts_ms"),
-])
-def test_envelope_fields_the_decode_does_not_keep_stay_on_the_older_path(fields: list[str], versioning: str,
-                                                                        why: str) -> None:
-    steps = _unwrap(delete_handling="rewrite", add_fields=["op", *fields])
-    added = "op, table, db" + (", source.ts_ms" if versioning == "source_ts_ms" else "")
-    assert rt.unserved(replace(job(MYSQL, transforms=steps), versioning=versioning)) == (
-        f"transforms.0 (ExtractNewRecordState): add_fields {fields}: {why} (this path adds {added})")

@@ -68,14 +68,17 @@ def test_timestamp_router_names_the_topic_by_the_kafka_timestamp_in_utc() -> Non
 
 
 def test_a_timestamp_format_this_path_cannot_write_goes_to_the_older_path() -> None:
-    step = {"type": "TimestampRouter", "timestamp_format": "yyyy-MM-dd G"}
+    step = {"type": "TimestampRouter", "timestamp_format": "yyyy-'w'ww"}
     assert rt.unserved(job(MYSQL, transforms=chain(step))) == (
-        "transforms.1 (TimestampRouter): the timestamp_format 'yyyy-MM-dd G': the letter 'G' is not read on this path")
-    # Java's patterns beyond the digits: quoted text, names, a 12-hour clock, zones (UTC)
-    out = _run({"type": "TimestampRouter", "timestamp_format": "yy_MMM_dd'T'hha_EEEE_X"})
+        "transforms.1 (TimestampRouter): the timestamp_format \"yyyy-'w'ww\": 'w' is not read on this path: a week "
+        "field: Kafka Connect's SimpleDateFormat counts weeks by the JVM's locale (the first day of the week, the "
+        "days of the first week), and Spark refuses it")
+    # Java's patterns beyond the digits: quoted text, names, a 12-hour clock, zones (UTC), the era, the day of
+    # the year and its number in the week
+    out = _run({"type": "TimestampRouter", "timestamp_format": "yy_MMM_dd'T'hha_EEEE_X_G_DDD_u_z"})
     assert rt.unserved(job(MYSQL, transforms=chain({"type": "TimestampRouter",
-                                                    "timestamp_format": "yy_MMM_dd'T'hha_EEEE_X"}))) is None
-    assert out[0]["route"] == f"{fx.TOPIC}-23_Nov_14T10PM_Tuesday_Z"  # 2023-11-14 22:13:20 UTC
+                                                    "timestamp_format": "yy_MMM_dd'T'hha_EEEE_X_G_DDD_u_z"}))) is None
+    assert out[0]["route"] == f"{fx.TOPIC}-23_Nov_14T10PM_Tuesday_Z_AD_318_2_UTC"  # 2023-11-14 22:13:20 UTC
 
 
 def test_extract_topic_routes_upserts_and_deletes_by_their_row_image() -> None:

@@ -143,3 +143,95 @@ def test_a_window_killed_after_its_sink_transaction_is_not_written_again(config_
     assert rows[some] == "untouched"
     assert _committed_runs(cfg) == ["eo-1"]  # eo-2 read nothing
     assert store.ledger.get_window(cfg.name, "eo-1").status == "committed" and store.offsets.load(cfg.name) == in_sink
+
+
+# -- a table made from the record schema (create_table without columns) -----------------------------
+def _schema_pipeline(config_dir: Path, transforms: list[dict[str, Any]] | None) -> Any:
+    """Exactly-once into a table created from the Connect schema of Debezium's typed envelopes
+    (cdcgen's debezium_types: the JsonConverter's schemas, as the MySQL connector writes them)."""
+    tag = unique("eoschema")
+    sink = {"type": "mysql", "name": "orders_mysql", "conn_id": "cdcflow_mysql", "create_table": True, "table": tag,
+            "primary_key": ["id"], "columns": []}
+    chain = {"transforms": transforms, "source": {"key_converter": "json_schema", "value_converter": "json_schema"}
+             } if transforms is not None else {}
+    return load_pipeline(write_pipeline(config_dir, tag, f"t.{tag}", tag, offset_store={"sink": "orders_mysql"},
+                                        sinks=[sink], **chain))
+
+
+def _schema_rows(table: str) -> list[tuple[Any, ...]]:
+    with mysql_engine().connect() as conn:
+        return [tuple(r) for r in conn.exec_driver_sql(
+            f"SELECT id, customer, status, amount, updated_ms, ordered_on, shipped_at FROM `{table}` ORDER BY id")]
+
+
+def _schema_expected(state: dict[int, dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return [(*row, state[row[0]]["ordered_on"], state[row[0]]["shipped_at"]) for row in expected(state)]
+
+
+UNWRAP = [{"type": "ExtractNewRecordState", "delete_handling": "none", "drop_tombstones": False}]
+
+
+@pytest.mark.parametrize("chain", [None, UNWRAP], ids=["no_chain", "chain"])
+def test_exactly_once_into_a_table_from_the_record_schema_on_the_partition_path(
+        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch,
+        chain: list[dict[str, Any]] | None) -> None:
+    """The table is created from the records' schema before the writes, then its rows and the window's
+    offsets are one transaction of one task; a replay from 0 changes nothing."""
+    from spark_jobs import spark_path
+
+    monkeypatch.setattr(spark_path, "run_spark_path", lambda *_a, **_k: pytest.fail("the older path ran"))
+    cfg = _schema_pipeline(config_dir, chain)
+    stream = cdcgen.orders_stream(300, 50, seed=31, broken=False, debezium_types=True)
+    cdcgen.produce(bootstrap(), cfg.source.topics[0], stream.events, partitions=3)
+
+    stats = runner.run_window(cfg, "eo-1", store=store, spark=spark)
+
+    assert _schema_rows(cfg.sinks[0].table) == _schema_expected(stream.state)
+    ends = {(w.topic, w.partition): w.end for w in store.ledger.get_window(cfg.name, "eo-1").partitions}
+    assert _sink_offsets(cfg) == ends == store.offsets.load(cfg.name)
+    assert sum(ends.values()) == len(stream.events)
+    assert stats["sink_offsets"]["advanced"] == {f"{t}:{p}": e for (t, p), e in ends.items()}
+    assert _committed_runs(cfg) == ["eo-1"]
+
+    clients.set_offsets(cfg, store, dict.fromkeys(ends, 0), "test-reset")
+    again = runner.run_window(cfg, "eo-2", store=store, spark=spark)
+    replayed = again["sinks"]["orders_mysql"]
+    assert (again["records"], replayed["upserted"], replayed["deleted"]) == (len(stream.events), 0, 0)
+    assert _schema_rows(cfg.sinks[0].table) == _schema_expected(stream.state)
+    assert _sink_offsets(cfg) == ends
+
+
+def test_killed_inside_the_transaction_of_a_table_from_the_record_schema_leaves_neither(config_dir: Path) -> None:
+    """The table's DDL ran before (MySQL commits DDL apart): the table is there, empty, and no offset
+    moved; the retry writes it all."""
+    cfg = _schema_pipeline(config_dir, UNWRAP)
+    stream = cdcgen.orders_stream(300, 50, seed=32, broken=False, debezium_types=True)
+    cdcgen.produce(bootstrap(), cfg.source.topics[0], stream.events, partitions=3)
+
+    died = run_cli_window(config_dir, cfg.name, "eo-killed", "during_sink_commit")
+    assert died.returncode == 1 and "Python worker died while the window ran" in died.stderr, died.stderr[-2000:]
+    assert _schema_rows(cfg.sinks[0].table) == []
+    assert _sink_offsets(cfg) == {} and clients.offset_store(cfg).offsets.load(cfg.name) == {}
+
+    retry = run_cli_window(config_dir, cfg.name, "eo-killed")
+    assert retry.returncode == 0, retry.stderr[-2000:]
+    assert _schema_rows(cfg.sinks[0].table) == _schema_expected(stream.state)
+    assert sum(_sink_offsets(cfg).values()) == len(stream.events)
+
+
+def test_a_window_without_a_row_for_a_table_from_the_record_schema_commits_its_offsets_alone(
+        config_dir: Path, store: StateStore, spark: Any) -> None:
+    """Every record filtered out (a Filter before the unwrap): no schema made the table, so it is not
+    created; the sink's transaction commits the window's offsets alone."""
+    cfg = _schema_pipeline(config_dir, [{"type": "Filter"}, *UNWRAP])
+    stream = cdcgen.orders_stream(60, 10, seed=33, broken=False, debezium_types=True)
+    cdcgen.produce(bootstrap(), cfg.source.topics[0], stream.events, partitions=2)
+
+    stats = runner.run_window(cfg, "eo-1", store=store, spark=spark)
+
+    ends = {(w.topic, w.partition): w.end for w in store.ledger.get_window(cfg.name, "eo-1").partitions}
+    assert _sink_offsets(cfg) == ends and sum(ends.values()) == len(stream.events)
+    assert stats["sink_offsets"]["advanced"] == {f"{t}:{p}": e for (t, p), e in ends.items()}
+    with mysql_engine().connect() as conn:
+        assert conn.exec_driver_sql("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() "
+                                    "AND table_name = %s", (cfg.sinks[0].table,)).scalar() == 0
