@@ -48,10 +48,10 @@ SMT_CHAIN = [{"type": "ExtractNewRecordState", "delete_handling": "none", "drop_
              {"type": "TimestampConverter", "field": "updated_at", "target_type": "unix",
               "unix_precision": "milliseconds"}]
 SMT_COLUMNS = [*COLUMNS[:4], {"name": "updated_at", "type": "BIGINT"}]  # the field renamed by the chain
-# the same chain with a Spark stage (spark_jobs/spark_stage.py): a SqlExpression between the steps; it sets
-# updated_at again from itself, so the table must come out as the plain chain's
-SQL_CHAIN = [*SMT_CHAIN[:3], {"type": "SqlExpression", "fields": {"updated_at": "value.updated_at + 0"}},
-             *SMT_CHAIN[3:]]
+# The Spark stage run (--sql, any shape): Debezium's unwrap alone (the typed path's row steps), and the unwrap
+# then a SqlExpression (spark_jobs/spark_stage.py) that sets id from itself, so the table must come out the same
+UNWRAP = [SMT_CHAIN[0]]
+SQL_CHAIN = [*UNWRAP, {"type": "SqlExpression", "fields": {"id": "value.id"}}]
 
 
 def mysql_checksum(table: str) -> tuple[int, int]:
@@ -114,10 +114,11 @@ def measure(rep: int, args: argparse.Namespace, shape: Shape, tag: str, state: d
                   f"{' (older path)' if smt_path else ''} ...")
             sink = {**paths.declared_sink(shape, f"bench_{key}"), "columns": SMT_COLUMNS}
             cdcflow(key, f"bench_{key}", [sink], {"transforms": SMT_CHAIN}, env=smt_path)
-        print("cdcflow end to end, Kafka -> Spark -> MySQL through the chain with a SqlExpression (Spark stage) ...")
-        sink = {**paths.declared_sink(shape, "bench_cdcflow_mysql_sql"), "columns": SMT_COLUMNS}
-        cdcflow("cdcflow_mysql_sql", "bench_cdcflow_mysql_sql", [sink], {"transforms": SQL_CHAIN})
-        for key in ("cdcflow_mysql_smt", "cdcflow_mysql_sql"):
+        ratios["cdcflow_mysql_smt_vs_mysql"] = _ratio(out["cdcflow_mysql_smt"]["events_per_s"], cdc)
+    if args.sql:  # the unwrap on the typed path, then with a Spark stage, into the declared columns
+        for key, steps in (("cdcflow_mysql_unwrap", UNWRAP), ("cdcflow_mysql_sql", SQL_CHAIN)):
+            print(f"cdcflow end to end, Kafka -> Spark -> MySQL through {[s['type'] for s in steps]} ...")
+            cdcflow(key, f"bench_{key}", [paths.declared_sink(shape, f"bench_{key}")], {"transforms": steps})
             ratios[f"{key}_vs_mysql"] = _ratio(out[key]["events_per_s"], cdc)
     if args.exactly_once:
         print("cdcflow end to end, Kafka -> Spark -> MySQL, exactly-once (offset_store.sink) ...")
@@ -157,7 +158,8 @@ def baseline_round(out: dict[str, Any], ratios: dict[str, Any], shape: Shape, ta
                 "raw_mysql_upsert": out["raw_mysql_upsert"]["rows_per_s"]}
     slowest = min(ceilings, key=ceilings.get)  # type: ignore[arg-type]
     old, careful = out["provider_defaults"], out["provider_careful"]
-    for key in ("cdcflow_mysql_schema", "cdcflow_mysql_rows", "cdcflow_mysql_smt", "cdcflow_mysql_smt_old_path"):
+    for key in ("cdcflow_mysql_schema", "cdcflow_mysql_rows", "cdcflow_mysql_smt", "cdcflow_mysql_smt_old_path",
+                "cdcflow_mysql_unwrap", "cdcflow_mysql_sql"):
         if key in out:  # beside each other: the provider's defaults (the history's ratio) and the careful loop
             ratios[f"{key}_vs_provider"] = _ratio(out[key]["events_per_s"], old["events_per_s"])
             ratios[f"{key}_vs_provider_careful"] = _ratio(out[key]["events_per_s"], careful["events_per_s"])
@@ -262,6 +264,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--smt", action="store_true",
                         help="(small shape) also cdcflow -> MySQL through an SMT chain (ExtractNewRecordState, Cast, "
                              "ReplaceField, TimestampConverter; the same final rows) and its ratio to the provider")
+    parser.add_argument("--sql", action="store_true",
+                        help="also cdcflow -> MySQL through ExtractNewRecordState alone, and through it and a "
+                             "SqlExpression (the Spark stage), and their ratios to the run without a chain")
     parser.add_argument("--exactly-once", action="store_true",
                         help="also run cdcflow -> MySQL with offset_store.sink (the window's rows and offsets in one "
                              "MySQL transaction) after the default run of each round, and report its ratio to it")
