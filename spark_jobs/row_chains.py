@@ -153,7 +153,13 @@ def _made_or_retyped(cfg: Any) -> tuple[str | None, ...]:
 
 
 # -- the row schema (the MySQL table created from the records: connectors/debezium/schema_columns.py) --
-_BOUNDED = {"LONGTEXT": "VARCHAR(255)", "LONGBLOB": "VARBINARY(255)"}  # a key's text and bytes
+_BOUNDED = {"LONGTEXT": "VARCHAR(255)", "JSON": "VARCHAR(255)", "LONGBLOB": "VARBINARY(255)"}
+
+
+def key_type(kind: str) -> str:
+    """A key column's type: a primary key cannot be a TEXT, BLOB or JSON (bounded as Kafka Connect's
+    JDBC sink bounds them)."""
+    return _BOUNDED.get(kind, kind)
 TIME_COLUMNS = {"unix": "BIGINT", "Timestamp": "DATETIME(6)", "Date": "DATE", "Time": "LONGTEXT", "string": "LONGTEXT"}
 
 
@@ -210,7 +216,7 @@ def described(chain: Any, text: str) -> str:
     key = [k for k in key_after(chain, key) if k in columns]
     for name in key:  # a key column is NOT NULL, and bounded (a ValueToKey's field, a key of a text type)
         kind = columns[name]["type"]
-        columns[name] = {**columns[name], "type": _BOUNDED.get(kind, kind), "nullable": False}
+        columns[name] = {**columns[name], "type": key_type(kind), "nullable": False}
     return json.dumps({**table, "columns": list(columns.values()), "key": key, "properties": properties})
 
 

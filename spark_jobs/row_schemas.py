@@ -41,14 +41,14 @@ import pyarrow.compute as pc
 from connectors import images
 from connectors.debezium.envelope import Decoder
 from connectors.mysql.evolution import joined
-from spark_jobs.row_chains import key_after, nested
+from spark_jobs.row_chains import key_after, key_type, nested
 
 _INTEGERS = {8: "TINYINT", 16: "SMALLINT", 32: "INT", 64: "BIGINT"}
 
 
 def mysql_type(kind: pa.DataType) -> str | None:
     """The MySQL column a field of this Arrow type is created as (a key's text and bytes bounded by
-    :func:`key_type`); None for a field that holds only nulls (no type to tell)."""
+    row_chains.key_type); None for a field that holds only nulls (no type to tell)."""
     if pa.types.is_null(kind):
         return None
     if pa.types.is_boolean(kind):
@@ -70,11 +70,6 @@ def mysql_type(kind: pa.DataType) -> str | None:
     if pa.types.is_struct(kind) or pa.types.is_list(kind) or pa.types.is_map(kind):
         return "JSON"
     return "LONGTEXT"
-
-
-def key_type(kind: str) -> str:
-    """A key column's type: a primary key cannot be a TEXT, BLOB or JSON."""
-    return {"LONGTEXT": "VARCHAR(255)", "JSON": "VARCHAR(255)", "LONGBLOB": "VARBINARY(255)"}.get(kind, kind)
 
 
 def with_inferred(found: list[list[Any]], rows: pa.Table, tables: pa.Array, chain: Any) -> list[list[Any]]:

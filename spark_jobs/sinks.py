@@ -22,7 +22,8 @@ from connectors.elasticsearch.config import ElasticsearchSinkConfig
 from connectors.errors import ConfigError
 from connectors.mysql.config import HISTORY_OWN, KAFKA_PK_COLUMNS, TABLE_PLACEHOLDERS, MySqlSinkConfig
 from connectors.mysql.sink import arrow_changes
-from spark_jobs.row_schemas import KAFKA_COLUMNS, by_coordinates, inferred_columns, key_type, merged
+from spark_jobs.row_chains import key_type
+from spark_jobs.row_schemas import KAFKA_COLUMNS, by_coordinates, inferred_columns, merged
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -310,7 +311,7 @@ def derive_from_connect(target: SinkTarget, table: str, descriptions: list[str],
     if cfg.pk_mode == "kafka":  # every record a row of its own, keyed by its coordinates (tables.project_rows)
         columns, key = by_coordinates(columns), [c["name"] for c in KAFKA_COLUMNS]
     pk = cfg.primary_key or key
-    for name in pk:  # an inferred key column of text, bytes or JSON bounded (row_schemas.key_type)
+    for name in pk:  # an inferred key column of text, bytes or JSON bounded (row_chains.key_type)
         if columns.get(name, {}).get("inferred"):
             columns[name] = {**columns[name], "type": key_type(columns[name]["type"])}
     if not pk:
