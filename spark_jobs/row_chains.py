@@ -15,7 +15,6 @@ import pyarrow.compute as pc
 
 from connectors.debezium.schema_columns import mysql_type
 from connectors.debezium.types import FieldSchema
-from connectors.mysql.config import MySqlSinkConfig
 from spark_jobs import transform_config as cfgs
 from spark_jobs.row_patterns import problem
 
@@ -62,21 +61,17 @@ def unserved(job: Any) -> str | None:
                 "bytes, in a chain without ExtractNewRecordState)")
     if not record_model(chain) and job.source_format != "debezium":
         return "ExtractNewRecordState unwraps Debezium's envelopes (source.format debezium)"
-    tables = [t.config for t in job.sinks if isinstance(t.config, MySqlSinkConfig)]  # and indices: any
     unwrapped = record_model(chain)  # the steps before an ExtractNewRecordState see the envelope
     for i, cfg in enumerate(chain):
         reason = _unserved_step(cfg, unwrapped)
         unwrapped = unwrapped or cfg.type == "ExtractNewRecordState"
         if reason is not None:
             return f"transforms.{i} ({cfg.type}): {reason}"
-    return _unserved_stage(chain, tables) if staged(chain) else None
+    return _unserved_stage(chain) if staged(chain) else None
 
 
-def _unserved_stage(chain: list[Any], tables: list[MySqlSinkConfig]) -> str | None:
+def _unserved_stage(chain: list[Any]) -> str | None:
     """What a Spark stage (spark_jobs/spark_stage.py) cannot carry across."""
-    if any(not s.columns for s in tables):
-        return ("a table from the record schema behind a Spark step (SqlExpression, a Sql predicate, Python): "
-                "its columns are known only after Spark")
     last = max(i for i, cfg in enumerate(chain) if sparked(cfg))
     for i, cfg in enumerate(chain[:last]):
         if isinstance(cfg, cfgs.ValueToKey) or (isinstance(cfg, cfgs.Drop) and cfg.target == "key"):

@@ -119,3 +119,29 @@ def test_a_step_spark_refuses_fails_the_window_naming_it_and_moves_no_offset(
     with pytest.raises(ConfigError, match=words):
         runner.run_window(cfg, "w1", store=store, spark=spark)
     assert store.offsets.load(cfg.name) == {}
+
+
+def test_a_table_from_the_record_schema_behind_a_spark_step_gets_the_columns_spark_left(
+        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Behind a Spark step the Connect schema no longer describes the value: the table is described
+    from the typed values after the chain (spark_jobs/row_schemas.py), the fields Spark added included."""
+    monkeypatch.setattr(spark_path, "run_spark_path", _older_path_fails)
+    tag = unique("sschema")
+    topic = f"{tag}.inventory.orders"
+    cdcgen.produce(bootstrap(), topic, [cdcgen.Event(k, v) for k, v in fx.events()])
+    cfg = load_pipeline(write_pipeline(
+        config_dir, tag, topic, tag, transforms=CHAIN[:2],
+        source={"key_converter": "json_schema", "value_converter": "json_schema"},
+        sinks=[{"type": "mysql", "name": "m", "conn_id": "cdcflow_mysql", "table": tag, "create_table": True}]))
+    stats = runner.run_window(cfg, "w1", store=store, spark=spark)
+    with mysql_engine().connect() as conn:
+        got = [dict(r._mapping) for r in conn.exec_driver_sql(
+            f"SELECT id, customer, amount, doubled, buyer, day FROM `{tag}` ORDER BY id")]
+        kinds = dict(conn.exec_driver_sql(
+            "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = DATABASE() "
+            f"AND table_name = '{tag}'").fetchall())
+    assert got == [{"id": r["id"], "customer": r["customer"], "amount": r["amount"], "doubled": r["amount"] * 2,
+                    "buyer": r["customer"].upper(), "day": r["created"].strftime("%Y-%m-%d")}
+                   for _id, r in sorted(o.FINAL.items())]
+    assert (kinds["doubled"], kinds["buyer"], kinds["created"]) == ("decimal", "longtext", "datetime")
+    assert stats["records"] == len(fx.events()) and stats["dead_lettered"] == 0
