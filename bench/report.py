@@ -11,14 +11,12 @@ from bench.meter import HARNESS_TOTAL
 _CDCFLOW = (("cdcflow_mysql", "cdcflow Kafka->Spark->MySQL (declared columns)"),
             ("cdcflow_mysql_schema", "cdcflow ... MySQL, tables from the record schema"),
             ("cdcflow_mysql_rows", "cdcflow ... MySQL with apply: rows"),
-            ("cdcflow_mysql_old_path", "cdcflow ... MySQL on the older window path"),
             ("cdcflow_mysql_staged", "cdcflow ... MySQL with every write after the read"),
             ("cdcflow_mysql_smt", "cdcflow ... MySQL through an SMT chain (4 transforms)"),
-            ("cdcflow_mysql_smt_old_path", "cdcflow ... MySQL through the SMT chain, older path"),
             ("cdcflow_mysql_exactly_once", "cdcflow ... MySQL exactly-once (offset_store.sink)"),
             ("cdcflow_mysql_connect", "cdcflow ... on the long-lived Spark (connect)"),
             ("cdcflow_mysql_es", "cdcflow Kafka->Spark->MySQL+Elasticsearch"))
-_CPU = ("cdcflow_mysql", "cdcflow_mysql_schema", "cdcflow_mysql_rows", "cdcflow_mysql_old_path", "cdcflow_mysql_staged",
+_CPU = ("cdcflow_mysql", "cdcflow_mysql_schema", "cdcflow_mysql_rows", "cdcflow_mysql_staged",
         "cdcflow_mysql_smt", "cdcflow_mysql_es", "raw_consume", "raw_mysql_upsert", "raw_mysql_load", "raw_es_bulk",
         "provider_defaults", "provider_careful")
 

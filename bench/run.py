@@ -99,21 +99,16 @@ def measure(rep: int, args: argparse.Namespace, shape: Shape, tag: str, state: d
         print("cdcflow end to end, Kafka -> Spark -> MySQL (apply: rows) ...")
         cdcflow("cdcflow_mysql_rows", "bench_cdcflow_rows",
                 [paths.declared_sink(shape, "bench_cdcflow_rows", apply="rows")])
-    variants = ([("old_path", "spark", "the older window path")] if args.old_path else []) + (
-        [("staged", "staged", "every write after the read")] if args.staged else [])
+    variants = [("staged", "staged", "every write after the read")] if args.staged else []
     for name, path, what in variants:
         print(f"cdcflow end to end, Kafka -> Spark -> MySQL, {what} (CDCFLOW_WINDOW_PATH={path}) ...")
         cdcflow(f"cdcflow_mysql_{name}", f"bench_cdcflow_{name}",
                 [paths.declared_sink(shape, f"bench_cdcflow_{name}")], env=path)
         ratios[f"cdcflow_mysql_vs_{name}"] = _ratio(cdc, out[f"cdcflow_mysql_{name}"]["events_per_s"])
-    if args.smt:  # the small shape, into a table of declared columns; with --old-path also on the older path
-        smt_paths: list[tuple[str, str | None]] = [("cdcflow_mysql_smt", None)]
-        smt_paths += [("cdcflow_mysql_smt_old_path", "spark")] if args.old_path else []
-        for key, smt_path in smt_paths:
-            print("cdcflow end to end, Kafka -> Spark -> MySQL through an SMT chain"
-                  f"{' (older path)' if smt_path else ''} ...")
-            sink = {**paths.declared_sink(shape, f"bench_{key}"), "columns": SMT_COLUMNS}
-            cdcflow(key, f"bench_{key}", [sink], {"transforms": SMT_CHAIN}, env=smt_path)
+    if args.smt:  # the small shape, into a table of declared columns
+        print("cdcflow end to end, Kafka -> Spark -> MySQL through an SMT chain ...")
+        sink = {**paths.declared_sink(shape, "bench_cdcflow_mysql_smt"), "columns": SMT_COLUMNS}
+        cdcflow("cdcflow_mysql_smt", "bench_cdcflow_mysql_smt", [sink], {"transforms": SMT_CHAIN})
         ratios["cdcflow_mysql_smt_vs_mysql"] = _ratio(out["cdcflow_mysql_smt"]["events_per_s"], cdc)
     if args.sql:  # the unwrap on the typed path, then with a Spark stage, into the declared columns
         for key, steps in (("cdcflow_mysql_unwrap", UNWRAP), ("cdcflow_mysql_sql", SQL_CHAIN)):
@@ -158,7 +153,7 @@ def baseline_round(out: dict[str, Any], ratios: dict[str, Any], shape: Shape, ta
                 "raw_mysql_upsert": out["raw_mysql_upsert"]["rows_per_s"]}
     slowest = min(ceilings, key=ceilings.get)  # type: ignore[arg-type]
     old, careful = out["provider_defaults"], out["provider_careful"]
-    for key in ("cdcflow_mysql_schema", "cdcflow_mysql_rows", "cdcflow_mysql_smt", "cdcflow_mysql_smt_old_path",
+    for key in ("cdcflow_mysql_schema", "cdcflow_mysql_rows", "cdcflow_mysql_smt",
                 "cdcflow_mysql_unwrap", "cdcflow_mysql_sql"):
         if key in out:  # beside each other: the provider's defaults (the history's ratio) and the careful loop
             ratios[f"{key}_vs_provider"] = _ratio(out[key]["events_per_s"], old["events_per_s"])
@@ -270,9 +265,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--exactly-once", action="store_true",
                         help="also run cdcflow -> MySQL with offset_store.sink (the window's rows and offsets in one "
                              "MySQL transaction) after the default run of each round, and report its ratio to it")
-    parser.add_argument("--old-path", action="store_true",
-                        help="also run cdcflow -> MySQL on the older window path (CDCFLOW_WINDOW_PATH=spark) in each "
-                             "round, and report the default's ratio to it")
     parser.add_argument("--scaling", action="store_true",
                         help="the memory scaling check (small shape): cdcflow alone at --events and 3x, peak RSS ratio")
     args = parser.parse_args(argv)

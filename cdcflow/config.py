@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Annotated, Any, Literal
 
 import yaml
@@ -36,6 +37,7 @@ from connectors.mysql.config import (
     MySqlColumn,
     MySqlSinkConfig,
 )
+from spark_jobs import row_chains
 from spark_jobs.config import SparkConfig
 from spark_jobs.transform_config import TransformConfig, chain_problems
 
@@ -326,6 +328,12 @@ class PipelineConfig(StrictModel):
         elif self.versioning == "source_ts_ms" and not any(t.type == "ExtractNewRecordState" for t in self.transforms):
             raise ValueError("versioning source_ts_ms needs an ExtractNewRecordState transform (Debezium topics); "
                              "for other records set versioning: kafka_offset")
+        else:
+            unserved = row_chains.unserved(SimpleNamespace(
+                transforms=self.transforms, key_converter=self.source.key_converter,
+                value_converter=self.source.value_converter, source_format=self.source.format))
+            if unserved is not None:
+                raise ValueError(f"transforms: {unserved}")
         return self
 
     @property

@@ -54,36 +54,13 @@ def is_dynamic(target: SinkTarget) -> bool:
     return isinstance(cfg, MySqlSinkConfig) and not is_static(target)
 
 
-def eligible(job: WindowJob) -> bool:
-    """This path serves pipelines whose every sink is static or dynamic, and the transform chains
-    spark_jobs/row_transforms.py serves (row_chains.unserved); the others (other chains) take
-    ``spark_path.run_spark_path``, as
-    does every window when ``CDCFLOW_WINDOW_PATH=spark`` is set in the driver's environment."""
-    if os.environ.get("CDCFLOW_WINDOW_PATH") == "spark":  # the older path, for comparisons (bench/run.py)
-        return False
-    if job.transforms:
-        return row_transforms.unserved(job) is None
-    return all(is_static(t) or is_dynamic(t) for t in job.sinks)
-
-
-def refuse_older_path(job: WindowJob) -> None:
-    """A history table and a composed index are written on this path only (the older one keeps the last
-    change per key, which would lose versions, and reads no seeds of documents): a pipeline that takes
-    the older one with either fails its window, naming why, before any read."""
-    history = [t.config.name for t in job.sinks if is_history(t)]
-    composed = [d.sink for d in job.documents]
-    if not history and not composed:
-        return
-    if os.environ.get("CDCFLOW_WINDOW_PATH") == "spark":
-        why = "CDCFLOW_WINDOW_PATH=spark is set"
-    else:
-        why = (row_transforms.unserved(job) if job.transforms else None) or "a sink this path does not serve"
-    if history:
-        raise ConfigError(f"sinks {history}: mode: history is written on the per-partition window path only, and "
-                          f"this pipeline takes the older Spark path ({why}); remove what sends it there or use "
-                          "mode: state")
-    raise ConfigError(f"sinks {composed}: a composed index (document:) is kept on the per-partition window path "
-                      f"only, and this pipeline takes the older Spark path ({why}); remove what sends it there")
+def refuse_unserved(job: WindowJob) -> None:
+    """A chain the window cannot apply fails the window before any read, naming the step and why.
+    cdcflow/config.py refuses such a chain when the config is loaded; a job built otherwise (a test,
+    a job file from an older release) is refused here."""
+    why = row_chains.unserved(job) if job.transforms else None
+    if why is not None:
+        raise ConfigError(f"transforms: {why}")
 
 
 def early_targets(job: WindowJob) -> dict[str, SinkTarget]:

@@ -1,18 +1,18 @@
-"""The sink registry: for each sink type, how the window job projects, reduces and applies changes.
+"""The sink registry: for each sink type, how a write task turns its rows into changes and opens
+the sink, and how the driver prepares a target; and the tables a sink's changes go to.
 
-Registered explicitly in ``SINK_TYPES`` (no import side effects). A sink type supplies:
-``project`` (valid changes -> typed columns c_0.. plus error_message), ``key_columns`` (what "the
-same row" means, for last-change-per-key), ``to_changes`` (an Arrow batch -> Changes) and ``open``
-(the Sink, created inside a Spark task).
+Registered explicitly in ``SINK_TYPES`` (no import side effects). A sink type supplies
+``to_changes`` (a write task's Arrow batch -> Changes), ``open`` (the Sink, created inside a Spark
+task) and ``prepare`` (DDL on the driver, before any task writes). The projection and the reduction
+to the last change per key are the read task's (spark_jobs/project.py, spark_jobs/tables.py).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 from pydantic import ValidationError
@@ -20,15 +20,10 @@ from pydantic import ValidationError
 from connectors.base import ArrowRecords, Change, Sink
 from connectors.elasticsearch.config import ElasticsearchSinkConfig
 from connectors.errors import ConfigError
-from connectors.mysql.config import HISTORY_OWN, KAFKA_PK_COLUMNS, TABLE_PLACEHOLDERS, MySqlSinkConfig
+from connectors.mysql.config import HISTORY_OWN, TABLE_PLACEHOLDERS, MySqlSinkConfig
 from connectors.mysql.sink import arrow_changes
 from spark_jobs.row_chains import key_type
 from spark_jobs.row_schemas import KAFKA_COLUMNS, by_coordinates, inferred_columns, merged
-
-if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
-    from pyspark.sql import types as T
-
 
 @dataclass(frozen=True)
 class SinkTarget:
@@ -57,13 +52,9 @@ def _columns(batch: pa.RecordBatch, names: list[str]) -> list[list[Any]]:
 
 @dataclass(frozen=True)
 class SinkType:
-    project: Callable[[DataFrame, Any], DataFrame]
-    key_columns: Callable[[Any], list[str] | None]  # None: every change is its own row (no reduction)
-    to_changes: Callable[[pa.RecordBatch, Any], list[Change]]
+    to_changes: Callable[[pa.RecordBatch, Any], list[Change]]  # a write task's Arrow batch -> Changes
     open: Callable[[SinkTarget], Sink]
-    # driver side: split a change frame into concrete targets (one per table), and prepare them (DDL)
-    expand: Callable[[SinkTarget, DataFrame], list[tuple[SinkTarget, DataFrame]]] = lambda t, df: [(t, df)]
-    prepare: Callable[[SinkTarget], None] = lambda t: None
+    prepare: Callable[[SinkTarget], None] = lambda t: None  # on the driver, before the tasks write (DDL)
 
 
 def _mysql_config(target: SinkTarget) -> MySqlSinkConfig:
@@ -93,176 +84,8 @@ def _es_open(target: SinkTarget) -> Sink:
                              {index: frozenset(fields) for index, fields in target.left_out})
 
 
-def _mysql_project(df: DataFrame, cfg: MySqlSinkConfig) -> DataFrame:
-    from spark_jobs.debezium import project_for_sink  # noqa: PLC0415
-
-    return project_for_sink(df, cfg)
-
-
-def _mysql_keys(cfg: MySqlSinkConfig) -> list[str]:
-    from spark_jobs.debezium import mysql_key_columns  # noqa: PLC0415
-
-    return mysql_key_columns(cfg)
-
-
-def _es_project(df: DataFrame, cfg: ElasticsearchSinkConfig) -> DataFrame:
-    from spark_jobs.debezium import project_for_elasticsearch  # noqa: PLC0415
-
-    return project_for_elasticsearch(df, cfg)
-
-
-def mysql_type(dtype: T.DataType, is_key: bool) -> str:
-    """The MySQL column type auto-create gives a field of this Spark type."""
-    from pyspark.sql import types as T  # noqa: PLC0415
-
-    simple = [(T.ByteType, "TINYINT"), (T.ShortType, "SMALLINT"), (T.IntegerType, "INT"), (T.LongType, "BIGINT"),
-              (T.FloatType, "FLOAT"), (T.DoubleType, "DOUBLE"), (T.DecimalType, "DOUBLE"), (T.BooleanType, "BOOLEAN"),
-              (T.DateType, "DATE"), (T.TimestampType, "DATETIME(6)"), (T.TimestampNTZType, "DATETIME(6)"),
-              (T.BinaryType, "BLOB")]
-    for cls, name in simple:
-        if isinstance(dtype, cls):
-            return name
-    if isinstance(dtype, T.StringType | T.NullType):
-        return "VARCHAR(255)" if is_key else "TEXT"
-    return "JSON"  # structs, arrays, maps, variants
-
-
-def derive_mysql(cfg: MySqlSinkConfig, table: str, schema: T.StructType) -> MySqlSinkConfig:
-    """Columns and primary key from the record schema (auto-create / auto-evolve)."""
-    from pyspark.sql import types as T  # noqa: PLC0415
-
-    value_t, key_t = schema["record_value"].dataType, schema["record_key"].dataType
-    columns: list[dict[str, Any]] = []
-    if cfg.pk_mode == "kafka":
-        pk = list(KAFKA_PK_COLUMNS)
-        columns += [{"name": "__connect_topic", "type": "VARCHAR(249)"}, {"name": "__connect_partition", "type": "INT"},
-                    {"name": "__connect_offset", "type": "BIGINT"}]
-    elif cfg.pk_mode == "record_key":
-        if not isinstance(key_t, T.StructType):
-            raise ConfigError(f"sink {cfg.name!r}: pk_mode record_key needs a struct key, the key is {key_t.simpleString()}")
-        pk = cfg.primary_key or key_t.fieldNames()
-        missing = [k for k in pk if k not in key_t.fieldNames()]
-        if missing:
-            raise ConfigError(f"sink {cfg.name!r}: primary_key {missing} not in the record key {key_t.fieldNames()}")
-        columns += [{"name": k, "type": mysql_type(key_t[k].dataType, True)} for k in pk]
-    else:
-        pk = cfg.primary_key
-        missing = [k for k in pk if k not in value_t.fieldNames()]
-        if missing:
-            raise ConfigError(f"sink {cfg.name!r}: primary_key {missing} not in the record value {value_t.fieldNames()}")
-    names = {c["name"] for c in columns}
-    columns += [{"name": f.name, "type": mysql_type(f.dataType, f.name in pk)}
-                for f in value_t.fields if f.name not in names]
-    data = {**cfg.model_dump(), "table": table, "columns": columns, "primary_key": pk,
-            "ignore_null_updates": _present(cfg.ignore_null_updates, [c["name"] for c in columns], pk)}
-    try:
-        return MySqlSinkConfig.model_validate(data)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']} (got {e.get('input')!r})" for e in exc.errors())
-        raise ConfigError(f"sink {cfg.name!r}: cannot derive table {table!r} from the record schema: {problems}") from None
-
-
-def table_name(template: str) -> Column:
-    """The table a change goes to: the template with {topic}, {source.table} and {source.db} filled
-    from the change (null when the change lacks a field the template needs)."""
-    from pyspark.sql import functions as F  # noqa: PLC0415
-
-    columns = {"{topic}": "route", "{source.table}": "source_table", "{source.db}": "source_db"}
-    parts = re.split(r"(\{[^}]*\})", template)
-    return F.concat(*[F.col(columns[p]) if p in columns else F.lit(p) for p in parts if p])
-
-
 def is_routed(cfg: MySqlSinkConfig) -> bool:
     return any(p in cfg.table for p in TABLE_PLACEHOLDERS)
-
-
-def unroutable(target: SinkTarget, frame: DataFrame) -> DataFrame | None:
-    """The valid changes a routed MySQL sink cannot name a table for (the source field its template
-    needs is missing, or the name is not a table name a topic could give), with why; None when the
-    sink is not routed."""
-    from pyspark.sql import functions as F  # noqa: PLC0415
-
-    from spark_jobs.records import bad_route_reason  # noqa: PLC0415
-
-    cfg = target.config
-    if not isinstance(cfg, MySqlSinkConfig) or not is_routed(cfg) or "source_table" not in frame.columns:
-        return None
-    name = table_name(cfg.table)
-    reason = F.when(name.isNull(), F.lit(f"the change has no source field for table {cfg.table!r} "
-                                         "(source.table / source.db)")).otherwise(bad_route_reason(name))
-    return frame.where(reason.isNotNull()).withColumn("error_message", reason)
-
-
-def _mysql_expand(target: SinkTarget, frame: DataFrame) -> list[tuple[SinkTarget, DataFrame]]:
-    from pyspark.sql import functions as F  # noqa: PLC0415
-
-    cfg = target.config
-    assert isinstance(cfg, MySqlSinkConfig)
-    if not is_routed(cfg) and cfg.columns:
-        return [(target, frame)]
-    tagged, tables, _described = mysql_routes(target, frame)
-    return [(concrete, tagged.where(F.col("_table") == table).drop("_table")) for table, concrete in tables]
-
-
-def mysql_routes(target: SinkTarget,
-                 frame: DataFrame) -> tuple[DataFrame, list[tuple[str, SinkTarget]], dict[str, list[str]]]:
-    """A routed or derived MySQL sink's changes tagged with their table (``_table``; the ones it
-    cannot name a table for are left out: ``unroutable``), the concrete target of each table,
-    with its columns from the record schema where the sink declares none, and each table's row
-    schemas in this window (``schemas_by``)."""
-    from pyspark.sql import functions as F  # noqa: PLC0415
-
-    cfg = target.config
-    assert isinstance(cfg, MySqlSinkConfig)
-    routed, derived = is_routed(cfg), not cfg.columns
-    debezium = "row_schema" in frame.columns  # decoded envelopes: the Connect schema rides in row_schema
-    name = table_name(cfg.table) if routed else F.lit(cfg.table)
-    tagged = whole = frame.withColumn("_table", name)
-    if routed:  # the others are dead letters (unroutable)
-        from spark_jobs.records import bad_route_reason  # noqa: PLC0415
-
-        ok = F.col("_table").isNotNull() & bad_route_reason(F.col("_table")).isNull()
-        whole = tagged.withColumn("_table", F.when(ok, F.col("_table")))
-        tagged = tagged.where(ok)
-    described: dict[str, list[str]] = {}
-    if debezium:
-        # read over the whole frame: a schema described on a change this sink cannot route still
-        # describes the tables of the others (schemas are shared by content: schemas_by)
-        described = {t: d for t, d in schemas_by(whole, "_table").items() if t is not None}
-        tables = list(described)
-    else:
-        tables = [r["_table"] for r in tagged.select("_table").distinct().collect()]
-    out = []
-    for table in sorted(tables):
-        if not derived:
-            eff = cfg.model_copy(update={"table": table})
-        elif debezium:
-            eff = derive_from_connect(target, table, described[table])
-        else:
-            eff = derive_mysql(cfg, table, frame.schema)
-        out.append((table, replace(target, config=eff)))
-    return tagged, out, described
-
-
-def schemas_by(frame: DataFrame, group: str) -> dict[Any, list[str]]:
-    """Per value of ``group`` (a table, a route), the decoder's row schemas of its changes in the order
-    of their changes, so the first one decides a field's type; a group without any has []. One job.
-
-    A decoder describes each schema once per read task, on its first change (``row_schema``); the
-    other changes carry its ``schema_id`` only. The description is found by that id, whichever
-    group its first change went to: a table is its route's, a schema is shared by content (two
-    topics whose records carry one schema, name and all, each get their table: :func:`by_content`)."""
-    from pyspark.sql import functions as F  # noqa: PLC0415
-
-    sid = F.col("schema_id") if "schema_id" in frame.columns else F.lit(None).cast("string")
-    seen = frame.groupBy(F.col(group).alias("g"), sid.alias("sid"), F.col("row_schema").alias("s")).agg(
-        F.min("version").alias("v")).collect()
-    described: dict[Any, list[str]] = {}
-    for g, s, _v in by_content([(r["g"], r["sid"], r["s"], r["v"]) for r in seen]):
-        described.setdefault(g, [])
-        if s is not None:
-            described[g].append(s)
-    return described
 
 
 def by_content(seen: list[tuple[Any, str | None, str | None, int | None]],
@@ -362,22 +185,6 @@ def _mysql_prepare(target: SinkTarget) -> None:
     sink.close()
 
 
-def _es_expand(target: SinkTarget, frame: DataFrame) -> list[tuple[SinkTarget, DataFrame]]:
-    """An index without a declared mapping gets one from the Connect schema of its changes
-    (connectors/debezium/schema_columns.es_property): the mapping of each index the template routes to rides
-    in ``SinkTarget.mappings``, so that one job writes them all. Changes without a schema leave it to
-    Elasticsearch's dynamic mapping, as before."""
-    from pyspark.sql import functions as F  # noqa: PLC0415
-
-    cfg = target.config
-    assert isinstance(cfg, ElasticsearchSinkConfig)
-    if cfg.mapping is not None or "row_schema" not in frame.columns:
-        return [(target, frame)]
-    routed = "{topic}" in cfg.index
-    by_route = schemas_by(frame if routed else frame.withColumn("route", F.lit(None).cast("string")), "route")
-    return [(replace(target, mappings=tuple(es_mappings(cfg, by_route))), frame)]
-
-
 def es_mappings(cfg: ElasticsearchSinkConfig, by_route: dict[Any, list[str]]) -> list[tuple[str, str]]:
     """(index, mapping JSON) of each index the sink routes to, from the row schemas of its changes
     (``schemas_by``: per route, first by version; the first schema that has a field decides its type)."""
@@ -394,9 +201,8 @@ def es_mappings(cfg: ElasticsearchSinkConfig, by_route: dict[Any, list[str]]) ->
 
 
 SINK_TYPES: dict[str, SinkType] = {
-    "mysql": SinkType(_mysql_project, _mysql_keys, arrow_changes, _mysql_open, _mysql_expand, _mysql_prepare),
-    "elasticsearch": SinkType(_es_project, lambda cfg: None if cfg.key_ignore else ["c_0", "c_1"],
-                              _es_changes, _es_open, _es_expand),
+    "mysql": SinkType(arrow_changes, _mysql_open, _mysql_prepare),
+    "elasticsearch": SinkType(_es_changes, _es_open),
 }
 
 

@@ -1,11 +1,12 @@
 """One window on Spark, stage by stage: read → decode → (transform) → project → dead letters → write.
 
-:func:`run_window_job` picks the path, runs it under the window's deadline (``spark.timeout``),
+:func:`run_window_job` runs the window under its deadline (``spark.timeout``),
 releases what it checkpointed on the server, and names Spark's failures: an error from inside a
 task comes back as the cdcflow error it was (or names what died).
 
-The default path, :func:`run_partition_path`, keeps the records in the Python workers from the read
-to the write (issue 25); the JVM holds only a few large binary values:
+:func:`run_partition_path` is the one path (issue 43): it keeps the records in the Python workers
+from the read to the write; the JVM holds only a few large binary values (and, for a chain with a
+Spark step, the typed record frame that step works on):
 
 1. **read tasks** (spark_jobs/project.py::read_task; one per partition range, or a few ranges one
    after another in a small window) read with confluent-kafka (spark_jobs/read.py), decode
@@ -46,10 +47,6 @@ out by target, as a read task does; no target is written early.
 Debezium keys records by primary key, so a key's changes usually sit in one read task; the second
 reduction is for the others (several topics into one table, a primary key that is not the Kafka
 key), and resolves a tombstone whose delete was read by another task.
-
-The pipelines the default path does not serve (the chains row_chains.unserved names, an exactly-once
-sink without declared columns …) take the older path,
-where the records are Spark frames (spark_jobs/spark_path.py).
 """
 
 from __future__ import annotations
@@ -65,7 +62,7 @@ from connectors import errors as cdc_errors
 from connectors import timing
 from connectors.base import SinkStats
 from connectors.errors import CdcflowError, WindowFailed
-from spark_jobs import compose, prepare, row_chains, spark_path, spark_stage
+from spark_jobs import compose, prepare, row_chains, spark_stage
 from spark_jobs.blobs import BAD, CHANGES, DELETES, PACKED_SCHEMA, ROWS, TALLY, unpack
 from spark_jobs.dead_letters import blob_rows, breaker, reporter, send_dead_letters
 from spark_jobs.deadline import Deadline
@@ -101,11 +98,9 @@ def run_window_job(spark: SparkSession, job: WindowJob, on_read: OnRead) -> Wind
     checkpoints = Checkpoints()
     what = f"the window {job.run_id} of {job.pipeline}"
     try:
-        with Deadline(spark, job.spark_timeout, what) as deadline:
-            if prepare.eligible(job):  # the default path: the records stay in the Python workers
-                return run_partition_path(spark, job, on_read, checkpoints)
-            prepare.refuse_older_path(job)
-            return spark_path.run_spark_path(spark, job, on_read, deadline, checkpoints)
+        with Deadline(spark, job.spark_timeout, what):
+            prepare.refuse_unserved(job)
+            return run_partition_path(spark, job, on_read, checkpoints)
     except CdcflowError:
         raise
     except Exception as exc:  # Py4J / PythonException wrappers from Spark

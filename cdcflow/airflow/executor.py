@@ -46,9 +46,8 @@ PRELOAD = (
     "connectors.elasticsearch.sink",
     "spark_jobs.session",
     "spark_jobs.window",
-    "spark_jobs.debezium",
-    "spark_jobs.transforms",
-    "spark_jobs.converters",
+    "spark_jobs.row_transforms",
+    "spark_jobs.spark_stage",
 )
 
 

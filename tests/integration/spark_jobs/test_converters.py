@@ -20,7 +20,6 @@ import pytest
 from cdcflow import cdcgen, runner
 from cdcflow.config import load_pipeline
 from cdcflow.state import StateStore
-from spark_jobs import spark_path
 from tests.fixtures.debezium import mysql_all_types as base
 from tests.helpers import bootstrap, mysql_engine, read_topic, unique, write_pipeline
 
@@ -68,18 +67,13 @@ def _table(table: str) -> list[dict[str, Any]]:
         return [dict(r._mapping) for r in result]
 
 
-def _older_path_fails(*_a: Any, **_k: Any) -> None:
-    raise AssertionError("the pipeline took the older Spark path")
-
-
-@pytest.mark.parametrize("path", ["spark", "partition"])
 def test_every_field_of_a_window_of_150_schemas_reaches_the_table(
-        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch, path: str) -> None:
+        config_dir: Path, store: StateStore, spark: Any) -> None:
     """150 events, each after an ALTER TABLE that dropped the column before and added one of its own
     (``ALTER TABLE gadgets DROP COLUMN f<i-1>, ADD COLUMN f<i> …``): 150 distinct Connect schemas in one
     window. The json_schema converter merged at most 100, not chosen deterministically, and the other
-    records lost their column without a dead letter. Both window paths, every value read back."""
-    tag = unique(f"schemas_{path}")
+    records lost their column without a dead letter. Every value read back."""
+    tag = unique("schemas")
     topic = f"{tag}.{DATABASE}.{TABLE}"
     events, want = [], []
     for i in range(150):
@@ -88,11 +82,6 @@ def test_every_field_of_a_window_of_150_schemas_reaches_the_table(
         events.append(_event(topic, i, [("id", "int"), ("name", "string"), (f"f{i}", kind)], row, 1_767_225_600 + i))
         want.append(row)
     cdcgen.produce(bootstrap(), topic, events, partitions=3)
-    if path == "spark":
-        monkeypatch.setenv("CDCFLOW_WINDOW_PATH", "spark")  # where the json_schema converter runs
-    else:
-        monkeypatch.setattr(spark_path, "run_spark_path", _older_path_fails)
-
     stats = runner.run_window(_pipeline(config_dir, tag, topic), "w", store=store, spark=spark)
 
     assert (stats["records"], stats["dead_lettered"]) == (150, 0)
@@ -103,7 +92,7 @@ def test_every_field_of_a_window_of_150_schemas_reaches_the_table(
 
 
 def test_a_column_whose_type_changed_within_the_window_sends_the_later_records_to_the_dlq_with_both_types(
-        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        config_dir: Path, store: StateStore, spark: Any) -> None:
     """``ALTER TABLE gadgets MODIFY qty VARCHAR(16)`` between events: their schemas give qty int32,
     then string, which one column cannot hold. The records of the window's first schema are read
     (and of a schema that only adds a column); the later type's go to the DLQ, naming the field and
@@ -118,7 +107,6 @@ def test_a_column_whose_type_changed_within_the_window_sends_the_later_records_t
               _event(topic, 2, after, {"id": 3, "name": "c", "qty": "many"}, 1_767_225_602),
               _event(topic, 3, after, {"id": 1, "name": "a2", "qty": "7"}, 1_767_225_603)]
     cdcgen.produce(bootstrap(), topic, events, partitions=1)
-    monkeypatch.setenv("CDCFLOW_WINDOW_PATH", "spark")
     cfg = _pipeline(config_dir, tag, topic)
 
     stats = runner.run_window(cfg, "w", store=store, spark=spark)

@@ -19,7 +19,6 @@ import pytest
 from cdcflow import cdcgen, runner
 from cdcflow.config import load_pipeline
 from cdcflow.state import StateStore
-from connectors.errors import ConfigError
 from tests.fixtures.debezium import minimal_image as mi
 from tests.fixtures.debezium import mysql_all_types as fx
 from tests.helpers import bootstrap, make_pipeline, mysql_engine, unique, write_pipeline
@@ -103,20 +102,6 @@ def test_a_state_and_a_history_table_from_one_topic_and_a_replay_of_every_window
     assert stats["records"] == 7 and stats["sinks"]["history"]["unchanged"] == 6, stats
     assert _history(f"{tag}_hist") == lamp + desk
     assert _state(f"{tag}_state") == [(1, "lamp", Decimal("19.90"), 9), (2, "desk", Decimal("120.00"), 1)]
-
-
-def test_a_history_sink_on_the_older_path_fails_the_window_naming_why_before_any_write(
-        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The older Spark path keeps the last change per key only: it would lose versions."""
-    monkeypatch.setenv("CDCFLOW_WINDOW_PATH", "spark")
-    tag = unique("hist_old")
-    topic = f"{tag}.{mi.TOPIC}"
-    cfg = _pipeline(config_dir, tag, topic, exactly_once=False)
-    _produce(topic, [mi.insert(T0, 1, LAMP)], create=True)
-    with pytest.raises(ConfigError, match=r"sinks \['history'\]: mode: history is written on the per-partition "
-                                          r"window path only.*CDCFLOW_WINDOW_PATH=spark is set"):
-        runner.run_window(cfg, "w1", None, store=store, spark=spark)
-    assert store.offsets.load(cfg.name) == {}  # no offset moved
 
 
 def test_a_history_table_from_the_record_schema_gains_the_column_a_later_schema_adds(

@@ -1,7 +1,6 @@
-"""Chains over Kafka Connect's record model on the per-partition path: a chain that does not start
-with ExtractNewRecordState reads each record's value as the row (connectors/debezium/envelope.Decoder
-``rows``), as Kafka Connect's sink connectors do. The same records run on the older Spark path
-(spark_jobs/transforms.py) and on this one, and the tables are read back and compared.
+"""Chains over Kafka Connect's record model: a chain without ExtractNewRecordState reads each
+record's value as the row (connectors/debezium/envelope.Decoder ``rows``), as Kafka Connect's sink
+connectors do; the tables and indices are read back and compared with the records' values.
 
 The records are Kafka's JsonConverter's, with and without schemas, laid out as the example of
 KIP-301 ("Schema Inferencing for JsonConverter", cwiki.apache.org/confluence/display/KAFKA/KIP-301)
@@ -21,7 +20,6 @@ import pytest
 from cdcflow import cdcgen, runner
 from cdcflow.config import load_pipeline
 from cdcflow.state import StateStore
-from spark_jobs import spark_path
 from tests.helpers import bootstrap, es_client, mysql_engine, read_topic, unique, write_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.services("kafka", "mysql", "elasticsearch", "spark")]
@@ -56,9 +54,6 @@ def _events(with_schema: bool) -> list[cdcgen.Event]:
     return events
 
 
-def _older_path_fails(*_a: Any, **_k: Any) -> None:
-    raise AssertionError("the chain took the older Spark path")
-
 
 def _rows(table: str, columns: str) -> list[tuple[Any, ...]]:
     with mysql_engine().connect() as conn:
@@ -66,54 +61,42 @@ def _rows(table: str, columns: str) -> list[tuple[Any, ...]]:
 
 
 @pytest.mark.parametrize("with_schema", [True, False], ids=["json_schema", "json"])
-def test_a_chain_over_connect_records_gives_the_rows_of_the_older_path(
-        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch, with_schema: bool) -> None:
+def test_a_chain_over_connect_records_gives_the_rows_of_the_source(
+        config_dir: Path, store: StateStore, spark: Any, with_schema: bool) -> None:
     tag = unique("records")
     topic = f"t.{tag}"
     cdcgen.produce(bootstrap(), topic, _events(with_schema), partitions=2)
     converter = "json_schema" if with_schema else "json"
     columns = [{"name": "c1", "type": "BIGINT"}, {"name": "name", "type": "VARCHAR(16)"},
                {"name": "src", "type": "VARCHAR(8)"}]
-    # a Timestamp, read by its Connect schema or as declared (ms): the older path reads neither (it writes the
-    # number, which a DATETIME refuses: docs/transforms.md)
+    # a Timestamp, read by its Connect schema or as declared (ms)
     timestamp = {"name": "create_ts", "type": "DATETIME(3)", "encoding": "ms"}
 
-    def run(path: str) -> dict[str, Any]:
-        cfg = load_pipeline(write_pipeline(
-            config_dir, f"{tag}_{path}", topic, f"{tag}_{path}", versioning="kafka_offset", transforms=CHAIN,
-            source={"key_converter": "json", "value_converter": converter},
-            errors={"tolerance": "all", "dlq_topic": f"{tag}_{path}.dlq"},
-            sinks=[{"type": "mysql", "name": "m", "conn_id": "cdcflow_mysql", "table": f"{tag}_{path}",
-                    "create_table": True, "primary_key": ["c1"],
-                    "columns": [*columns, timestamp] if path == "new" else columns},
-                   {"type": "elasticsearch", "name": "e", "conn_id": "cdcflow_elasticsearch", "index": f"{tag}-{path}",
-                    "id_fields": ["c1"]}]))
-        return runner.run_window(cfg, path, store=store, spark=spark)
-
-    monkeypatch.setenv("CDCFLOW_WINDOW_PATH", "spark")
-    old = run("old")
-    monkeypatch.delenv("CDCFLOW_WINDOW_PATH")
-    monkeypatch.setattr(spark_path, "run_spark_path", _older_path_fails)
-    new = run("new")
+    cfg = load_pipeline(write_pipeline(
+        config_dir, f"{tag}_new", topic, f"{tag}_new", versioning="kafka_offset", transforms=CHAIN,
+        source={"key_converter": "json", "value_converter": converter},
+        errors={"tolerance": "all", "dlq_topic": f"{tag}_new.dlq"},
+        sinks=[{"type": "mysql", "name": "m", "conn_id": "cdcflow_mysql", "table": f"{tag}_new",
+                "create_table": True, "primary_key": ["c1"], "columns": [*columns, timestamp]},
+               {"type": "elasticsearch", "name": "e", "conn_id": "cdcflow_elasticsearch", "index": f"{tag}-new",
+                "id_fields": ["c1"]}]))
+    new = runner.run_window(cfg, "new", store=store, spark=spark)
 
     def at(ms: int) -> dt.datetime:
         return dt.datetime(1970, 1, 1) + dt.timedelta(milliseconds=ms)
 
     want = [(10000, "***", "kip301"), (10001, "baz2", "kip301")]
-    assert _rows(f"{tag}_old", "c1, name, src") == want
     assert _rows(f"{tag}_new", "c1, name, src, create_ts") == [
         (*row, at(ms)) for row, ms in zip(want, (1501834166000, 1501834169500), strict=True)]
-    assert (new["records"], new["dead_lettered"]) == (old["records"], old["dead_lettered"]) == (6, 1)
+    assert (new["records"], new["dead_lettered"]) == (6, 1)
     [dead] = read_topic(f"{tag}_new.dlq")
     assert dict(dead.headers())["__connect.errors.exception.message"] == (
         f"value is JSON but not an object (value.converter {converter})".encode() if not with_schema else
         b"value is not a {schema, payload} JSON envelope (value.converter json_schema)")
     es = es_client()
-    documents = {}
-    for path in ("old", "new"):
-        es.indices.refresh(index=f"{tag}-{path}")
-        documents[path] = {h["_id"]: h["_source"] for h in es.search(index=f"{tag}-{path}", size=10)["hits"]["hits"]}
-    assert sorted(documents["new"]) == sorted(documents["old"]) == ["10000", "10001"]
+    es.indices.refresh(index=f"{tag}-new")
+    documents = {"new": {h["_id"]: h["_source"] for h in es.search(index=f"{tag}-new", size=10)["hits"]["hits"]}}
+    assert sorted(documents["new"]) == ["10000", "10001"]
     # the document's Timestamp as ISO-8601: by its Connect schema, or by the column a sink declares for it
     assert documents["new"]["10001"] == {"c1": 10001, "name": "baz2", "src": "kip301",
                                          "create_ts": "2017-08-04T08:09:29.500000"}

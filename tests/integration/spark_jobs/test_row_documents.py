@@ -18,7 +18,6 @@ import pytest
 from cdcflow import cdcgen, runner
 from cdcflow.config import load_pipeline
 from cdcflow.state import StateStore
-from spark_jobs import spark_path
 from tests.fixtures import orders as o
 from tests.fixtures.debezium import orders as fx
 from tests.helpers import bootstrap, es_client, mysql_engine, unique, write_pipeline
@@ -33,9 +32,6 @@ CHAIN = [
     {"type": "InsertField", "static_field": "src", "static_value": "shop"},
 ]
 
-
-def _older_path_fails(*_a: Any, **_k: Any) -> None:
-    raise AssertionError("the chain took the older Spark path")
 
 
 def _micros(at: dt.datetime) -> int:
@@ -55,7 +51,6 @@ def test_an_index_behind_a_chain_holds_the_documents_without_it_with_the_chains_
     tag = unique("rowdocs")
     topic = f"{tag}.inventory.orders"
     cdcgen.produce(bootstrap(), topic, [cdcgen.Event(k, v) for k, v in fx.events()], partitions=2)
-    monkeypatch.setattr(spark_path, "run_spark_path", _older_path_fails)
     stats = {}
     for name, chain in (("plain", []), ("chain", CHAIN)):
         cfg = load_pipeline(write_pipeline(

@@ -1,6 +1,5 @@
-"""Flatten, ExtractField and HoistField on the per-partition path (spark_jobs/row_nested.py) against
-the older Spark path (spark_jobs/transforms.py): the same records through both, the tables read back
-and compared, and with the values the source database held.
+"""Flatten, ExtractField and HoistField (spark_jobs/row_nested.py): the tables and indices read back
+and compared with the values the source database held.
 
 The records are Debezium's MySQL connector's own change events (tests/fixtures/debezium/orders.py:
 the JsonConverter with schemas), read without ExtractNewRecordState, as Kafka Connect's record model
@@ -19,7 +18,6 @@ import pytest
 from cdcflow import cdcgen, runner
 from cdcflow.config import load_pipeline
 from cdcflow.state import StateStore
-from spark_jobs import spark_path
 from tests.fixtures import orders as o
 from tests.fixtures.debezium import orders as fx
 from tests.helpers import bootstrap, es_client, mysql_engine, unique, write_pipeline
@@ -27,25 +25,13 @@ from tests.helpers import bootstrap, es_client, mysql_engine, unique, write_pipe
 pytestmark = [pytest.mark.integration, pytest.mark.services("kafka", "mysql", "elasticsearch", "spark")]
 
 
-def _older_path_fails(*_a: Any, **_k: Any) -> None:
-    raise AssertionError("the chain took the older Spark path")
-
-
 def _rows(table: str, columns: str, order: str) -> list[tuple[Any, ...]]:
     with mysql_engine().connect() as conn:
         return [tuple(r) for r in conn.exec_driver_sql(f"SELECT {columns} FROM `{table}` ORDER BY {order}")]
 
 
-def _both(monkeypatch: pytest.MonkeyPatch, run: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    monkeypatch.setenv("CDCFLOW_WINDOW_PATH", "spark")
-    old = run("old")
-    monkeypatch.delenv("CDCFLOW_WINDOW_PATH")
-    monkeypatch.setattr(spark_path, "run_spark_path", _older_path_fails)
-    return old, run("new")
-
-
-def test_extract_field_after_gives_the_rows_and_documents_of_the_older_path(
-        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_extract_field_after_gives_the_rows_and_documents_of_the_source(
+        config_dir: Path, store: StateStore, spark: Any) -> None:
     """A delete event's ``after`` is null: the record becomes a tombstone, a delete of its key."""
     tag = unique("nested")
     topic = f"{tag}.inventory.orders"
@@ -65,22 +51,19 @@ def test_extract_field_after_gives_the_rows_and_documents_of_the_older_path(
                     "index": f"{tag}-{path}", "id_fields": ["id"], "mapping": {"dynamic": True}}]))
         return runner.run_window(cfg, path, store=store, spark=spark)
 
-    old, new = _both(monkeypatch, run)
+    new = run("new")
     want = [(i, r["customer"], r["paid"], r["note"]) for i, r in sorted(o.FINAL.items())]
     assert _rows(f"{tag}_new", "id, customer, paid, note", "id") == want
-    assert _rows(f"{tag}_old", "id, customer, paid, note", "id") == want
-    assert (new["records"], new["dead_lettered"]) == (old["records"], old["dead_lettered"]) == (len(fx.events()), 0)
+    assert (new["records"], new["dead_lettered"]) == (len(fx.events()), 0)
     es = es_client()
-    documents = {}
-    for path in ("old", "new"):
-        es.indices.refresh(index=f"{tag}-{path}")
-        documents[path] = {h["_id"]: h["_source"] for h in es.search(index=f"{tag}-{path}", size=10)["hits"]["hits"]}
-    assert documents["new"] == documents["old"]
-    assert sorted(documents["new"]) == [str(i) for i in sorted(o.FINAL)]
+    es.indices.refresh(index=f"{tag}-new")
+    documents = {h["_id"]: h["_source"] for h in es.search(index=f"{tag}-new", size=10)["hits"]["hits"]}
+    assert documents == {str(i): {"id": i, "customer": r["customer"], "paid": r["paid"], "note": r["note"]}
+                         for i, r in sorted(o.FINAL.items())}
 
 
-def test_flatten_and_lines_hoisted_give_the_rows_of_the_older_path(
-        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_flatten_and_lines_hoisted_give_the_rows_of_the_source(
+        config_dir: Path, store: StateStore, spark: Any) -> None:
     """Flatten of Debezium's envelope (its source block's fields by their path), and text lines
     (the string converter) hoisted into a field."""
     tag = unique("flat")
@@ -107,17 +90,17 @@ def test_flatten_and_lines_hoisted_give_the_rows_of_the_older_path(
             stats[name] = runner.run_window(cfg, f"{name}_{path}", store=store, spark=spark)
         return stats
 
-    old, new = _both(monkeypatch, run)
+    new = run("new")
     got = _rows(f"{tag}_flat_new", "after_id, after_customer, source_file, source_pos, op", "after_id")
-    assert got == _rows(f"{tag}_flat_old", "after_id, after_customer, source_file, source_pos, op", "after_id")
-    assert [r[0] for r in got] == [1, 2, 3, 4] and {r[2] for r in got} == {"mysql-bin.000003"}
-    assert _rows(f"{tag}_lines_new", "line", "line") == _rows(f"{tag}_lines_old", "line", "line") == [
-        ("drei",), ("one",), ("two",)]
-    assert new["flat"]["dead_lettered"] == old["flat"]["dead_lettered"] == 0
+    last = {after["id"]: after for s in o.STATEMENTS for _before, after in s.rows if after is not None}
+    assert [r[:2] for r in got] == [(i, r["customer"]) for i, r in sorted(last.items())]
+    assert {r[2] for r in got} == {"mysql-bin.000003"} and all(r[3] > 0 for r in got)
+    assert _rows(f"{tag}_lines_new", "line", "line") == [("drei",), ("one",), ("two",)]
+    assert new["flat"]["dead_lettered"] == 0
 
 
-def test_lines_with_pk_mode_kafka_append_a_row_per_record_as_on_the_older_path(
-        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_lines_with_pk_mode_kafka_append_a_row_per_record(
+        config_dir: Path, store: StateStore, spark: Any) -> None:
     """pk_mode kafka, declared columns: every record is a row keyed by its coordinates; a tombstone
     deletes nothing."""
     tag = unique("kafkapk")
@@ -137,20 +120,18 @@ def test_lines_with_pk_mode_kafka_append_a_row_per_record_as_on_the_older_path(
                     "primary_key": ["__connect_topic", "__connect_partition", "__connect_offset"]}]))
         return runner.run_window(cfg, path, store=store, spark=spark)
 
-    old, new = _both(monkeypatch, run)
-    want = [(topic, 0, 0, "one"), (topic, 0, 1, "two"), (topic, 0, 2, "one")]
+    new = run("new")
     columns_read = "__connect_topic, __connect_partition, __connect_offset, line"
-    assert _rows(f"{tag}_new", columns_read, "__connect_offset") == want
-    assert _rows(f"{tag}_old", columns_read, "__connect_offset") == want
-    assert new["records"] == old["records"] == 4
+    assert _rows(f"{tag}_new", columns_read, "__connect_offset") == [
+        (topic, 0, 0, "one"), (topic, 0, 1, "two"), (topic, 0, 2, "one")]
+    assert new["records"] == 4
 
 
-def test_bytes_hoisted_give_the_bytes_back_as_on_the_older_path(
-        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bytes_hoisted_give_the_bytes_back(
+        config_dir: Path, store: StateStore, spark: Any) -> None:
     """The bytes converter (Kafka Connect's ByteArrayConverter: the value's bytes as they are), hoisted
     into a field, pk_mode kafka: a BLOB column gets the bytes back, a text column their base64 (the
-    form a row image and a document hold binary data in, as Spark's to_json writes it on the older
-    path)."""
+    form a row image and a document hold binary data in)."""
     tag = unique("bytes")
     topic = f"{tag}.blobs"
     raw = [b"\x00\x01\xfe\xff", b"", "Grüße".encode(), bytes(range(256))]
@@ -169,8 +150,7 @@ def test_bytes_hoisted_give_the_bytes_back_as_on_the_older_path(
                     "primary_key": ["__connect_topic", "__connect_partition", "__connect_offset"]}]))
         return runner.run_window(cfg, path, store=store, spark=spark)
 
-    old, new = _both(monkeypatch, run)
-    want = [(i, value, base64.b64encode(value).decode("ascii")) for i, value in enumerate(raw)]
-    for path in ("old", "new"):
-        assert _rows(f"{tag}_{path}", "__connect_offset, payload, shown", "__connect_offset") == want, path
-    assert (new["records"], new["dead_lettered"]) == (old["records"], old["dead_lettered"]) == (4, 0)
+    new = run("new")
+    assert _rows(f"{tag}_new", "__connect_offset, payload, shown", "__connect_offset") == [
+        (i, value, base64.b64encode(value).decode("ascii")) for i, value in enumerate(raw)]
+    assert (new["records"], new["dead_lettered"]) == (4, 0)

@@ -20,7 +20,6 @@ import pytest
 
 from cdcflow import cdcgen, runner
 from cdcflow.state import StateStore
-from spark_jobs import spark_path
 from tests.fixtures import orders as o
 from tests.fixtures.debezium import orders as fx
 from tests.fixtures.debezium import postgres_toast as pg
@@ -29,8 +28,6 @@ from tests.integration.spark_jobs.test_row_transforms import (
     CHAIN,
     COLUMNS,
     _micros,
-    _old_and_new,
-    _older_path_fails,
     _pipeline,
     _select,
 )
@@ -42,8 +39,8 @@ ADDED = [{"name": "ts", "type": "BIGINT", "field": "__ts_ms"}, {"name": "lsn", "
          {"name": "source_ts", "type": "BIGINT", "field": "__source_ts_ms"}]
 
 
-def test_steps_on_the_record_before_the_unwrap_give_the_rows_of_the_older_path_and_of_the_source(
-        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_steps_on_the_record_before_the_unwrap_give_the_rows_of_the_source(
+        config_dir: Path, store: StateStore, spark: Any) -> None:
     """[RegexRouter, TombstoneHandler, Filter, ExtractNewRecordState with add_fields, the field steps]:
     the topic renamed into the table's name before the unwrap, the Kafka tombstones dropped there (not
     the delete events, whose value is the envelope: they still delete their rows), another topic's
@@ -53,30 +50,24 @@ def test_steps_on_the_record_before_the_unwrap_give_the_rows_of_the_older_path_a
     topic = f"{tag}.inventory.orders"
     cdcgen.produce(bootstrap(), topic, [cdcgen.Event(k, v) for k, v in fx.events()], partitions=2)
 
-    def run(path: str) -> Any:
-        steps = [{"type": "RegexRouter", "regex": rf"{tag}\.inventory\.(.*)", "replacement": f"{tag}_{path}_$1"},
-                 {"type": "TombstoneHandler", "behavior": "ignore"},
-                 {"type": "Filter", "predicate": {"type": "TopicNameMatches", "pattern": r".*_customers"}},
-                 {"type": "ExtractNewRecordState", "delete_handling": "none", "drop_tombstones": False,
-                  "add_fields": ["ts_ms", "lsn", "connector", "source.ts_ms"]},
-                 *CHAIN[1:4], CHAIN[5]]  # CHAIN's MaskField reads the topic, which the router renamed
-        cfg = _pipeline(config_dir, f"{tag}_{path}", topic, "{topic}", steps, [*COLUMNS, *ADDED], "json_schema")
-        return runner.run_window(cfg, path, store=store, spark=spark)
-
-    old, new = _old_and_new(monkeypatch, run)
+    steps = [{"type": "RegexRouter", "regex": rf"{tag}\.inventory\.(.*)", "replacement": f"{tag}_new_$1"},
+             {"type": "TombstoneHandler", "behavior": "ignore"},
+             {"type": "Filter", "predicate": {"type": "TopicNameMatches", "pattern": r".*_customers"}},
+             {"type": "ExtractNewRecordState", "delete_handling": "none", "drop_tombstones": False,
+              "add_fields": ["ts_ms", "lsn", "connector", "source.ts_ms"]},
+             *CHAIN[1:4], CHAIN[5]]  # CHAIN's MaskField reads the topic, which the router renamed
+    cfg = _pipeline(config_dir, tag, topic, "{topic}", steps, [*COLUMNS, *ADDED], "json_schema")
+    stats = runner.run_window(cfg, "w", store=store, spark=spark)
     # the last change of each row: its statement's time, and its place in the statement's rows
     last = {3: (o.STATEMENTS[2].at, 1), 4: (o.STATEMENTS[2].at, 0)}  # 2 -> 3 the second row, 3 -> 4 the first
     want = [(i, r["customer"], r["paid"], _micros(r["created"]), "shop", last[i][0] * 1000 + 150 + last[i][1], None,
              "mysql", last[i][0] * 1000) for i, r in sorted(o.FINAL.items())]
-    for path in ("old", "new"):
-        assert _select(f"{tag}_{path}_orders", "id, buyer, paid, created_us, src, ts, lsn, connector, "
-                                               "source_ts") == want, path
-    assert (old["dead_lettered"], new["dead_lettered"]) == (0, 0)
-    assert old["records"] == new["records"] == len(fx.events())
+    assert _select(f"{tag}_new_orders", "id, buyer, paid, created_us, src, ts, lsn, connector, source_ts") == want
+    assert (stats["records"], stats["dead_lettered"]) == (len(fx.events()), 0)
 
 
 def test_postgresqls_lsn_and_times_are_added_with_versioning_by_offset(
-        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        config_dir: Path, store: StateStore, spark: Any) -> None:
     """PostgreSQL's create and update of row 1 and 2, then the delete of 2 rewritten (Debezium's
     delete.handling.mode rewrite): each row's lsn, ts_ms, connector and source.ts_ms as its last event
     carried them, with versioning kafka_offset (source.ts_ms read from the value, not the version)."""
@@ -94,7 +85,6 @@ def test_postgresqls_lsn_and_times_are_added_with_versioning_by_offset(
                {"name": "deleted", "type": "VARCHAR(5)", "field": "__deleted"}, *ADDED]
     cfg = _pipeline(config_dir, tag, topic, tag, steps, columns, "json_schema")
     cfg = cfg.model_copy(update={"versioning": "kafka_offset"})
-    monkeypatch.setattr(spark_path, "run_spark_path", _older_path_fails)
     stats = runner.run_window(cfg, "w", store=store, spark=spark)
 
     assert _select(tag, "id, first_name, deleted, ts, lsn, connector, source_ts") == [

@@ -1,6 +1,5 @@
 """Tables created from records that carry no schema (the ``json`` converter, ``schemas.enable=false``)
-on the per-partition path (spark_jobs/row_schemas.py), against the older Spark path, which infers a
-JSON schema in the JVM: the same records through both, the tables read back, and what each made.
+(spark_jobs/row_schemas.py): the tables read back, their values and the column types made for them.
 
 The records are written as the producers document them: Debezium's change events with the
 JsonConverter's ``schemas.enable=false`` (Debezium's MySQL connector documentation, "Change event
@@ -20,16 +19,12 @@ import pytest
 from cdcflow import cdcgen, runner
 from cdcflow.config import load_pipeline
 from cdcflow.state import StateStore
-from spark_jobs import spark_path
 from tests.helpers import bootstrap, es_client, mysql_engine, unique, write_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.services("kafka", "mysql", "elasticsearch", "spark")]
 
 EXTRACT = {"type": "ExtractNewRecordState", "delete_handling": "none", "drop_tombstones": False}
 
-
-def _older_path_fails(*_a: Any, **_k: Any) -> None:
-    raise AssertionError("the pipeline took the older Spark path")
 
 
 def _rows(table: str, columns: str, order: str = "1") -> list[tuple[Any, ...]]:
@@ -68,7 +63,7 @@ FIRST = [_change("c", None, PEN, 1000), _change("c", None, INK, 1001), _change("
 
 
 def test_debezium_records_without_schemas_make_a_typed_table_and_evolve_it(
-        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        config_dir: Path, store: StateStore, spark: Any) -> None:
     """A field an integer in one record and a double in another is a DOUBLE, an integer and a text a
     LONGTEXT, a field null in every record no column until a record has a value; the key is the
     Kafka key's field. A later window's new field is added as a column; a DOUBLE column takes the
@@ -86,25 +81,15 @@ def test_debezium_records_without_schemas_make_a_typed_table_and_evolve_it(
                    {"type": "elasticsearch", "name": "e", "conn_id": "cdcflow_elasticsearch",
                     "index": f"{tag}-{path}", "id_fields": ["id"]}]))
 
-    monkeypatch.setenv("CDCFLOW_WINDOW_PATH", "spark")
-    old = runner.run_window(pipeline("old"), "old", store=store, spark=spark)
-    monkeypatch.delenv("CDCFLOW_WINDOW_PATH")
-    monkeypatch.setattr(spark_path, "run_spark_path", _older_path_fails)
     new = runner.run_window(pipeline("new"), "new", store=store, spark=spark)
 
-    assert new["dead_lettered"] == old["dead_lettered"] == 0
+    assert new["dead_lettered"] == 0
     read = "id, name, price, code, paid, src"
     assert _rows(f"{tag}_new", read) == [(1, "pen2", 12.0, "7", 1, "shop"), (4, "nib", 3.25, "12", 0, "shop")]
     assert _columns(f"{tag}_new") == {
         "id": ("bigint(20)", "NO", "PRI"), "name": ("longtext", "YES", ""), "price": ("double", "YES", ""),
         "code": ("longtext", "YES", ""), "paid": ("tinyint(1)", "YES", ""), "src": ("longtext", "YES", ""),
         "__cdc_version": ("bigint(20)", "NO", "")}
-    # the older path (docs/types.md lists the differences): Spark's inference makes the integers and doubles
-    # a decimal text, the all-null field a TEXT column, and orders the columns by name
-    assert _rows(f"{tag}_old", read) == [(1, "pen2", "12.00", "7", 1, "shop"), (4, "nib", "3.25", "12", 0, "shop")]
-    assert {n: t for n, (t, _null, _key) in _columns(f"{tag}_old").items()} == {
-        "id": "bigint(20)", "name": "text", "price": "text", "code": "longtext", "note": "text", "paid": "tinyint(1)",
-        "src": "text", "__cdc_version": "bigint(20)"}
     # without a chain: the same table, from the decoded rows (small batches decoded record by record)
     plain = load_pipeline(write_pipeline(config_dir, f"{tag}_plain", topic, f"{tag}_plain", sinks=[
         {"type": "mysql", "name": "m", "conn_id": "cdcflow_mysql", "table": f"{tag}_plain", "create_table": True}]))
@@ -130,7 +115,7 @@ def test_debezium_records_without_schemas_make_a_typed_table_and_evolve_it(
 
 
 def test_nested_records_flattened_and_keyed_by_a_value_field_into_tables_from_their_values(
-        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        config_dir: Path, store: StateStore, spark: Any) -> None:
     """Kafka Connect's record model (no ExtractNewRecordState): Flatten, then ValueToKey. The table is
     described from the images after the chain (a struct's fields its columns, an array a JSON column,
     the key the ValueToKey's field); a pk_mode kafka table from the same records keys every record by
@@ -154,13 +139,9 @@ def test_nested_records_flattened_and_keyed_by_a_value_field_into_tables_from_th
                    {**sink, "name": "log", "table": f"{tag}_{path}_log", "pk_mode": "kafka"}])),
             path, store=store, spark=spark)
 
-    monkeypatch.setenv("CDCFLOW_WINDOW_PATH", "spark")
-    old = run("old")
-    monkeypatch.delenv("CDCFLOW_WINDOW_PATH")
-    monkeypatch.setattr(spark_path, "run_spark_path", _older_path_fails)
     new = run("new")
 
-    assert new["records"] == old["records"] == 4
+    assert new["records"] == 4
     read = "order_ref, order_total, customer_name, customer_vip, customer_since"
     assert _rows(f"{tag}_new", read) == [("A-1", 11.0, "Ada", 1, 2020), ("A-2", 12.5, "Bob", 0, None)]
     assert [json.loads(r[0]) for r in _rows(f"{tag}_new", "order_lines", "order_ref")] == [[{"sku": "y", "qty": 2}], []]
@@ -174,7 +155,4 @@ def test_nested_records_flattened_and_keyed_by_a_value_field_into_tables_from_th
         (topic, 0, 0, "A-1", 10.0), (topic, 0, 1, "A-2", 12.5), (topic, 0, 2, "A-1", 11.0)]
     assert [c for c, (_t, _n, key) in _columns(f"{tag}_new_log").items() if key == "PRI"] == [
         "__connect_topic", "__connect_partition", "__connect_offset"]
-    # the older path keeps the same rows, the totals as a decimal text (Spark's inference of 10 and 12.5)
-    assert [r[:1] + r[2:] for r in _rows(f"{tag}_old", read)] == [("A-1", "Ada", 1, 2020), ("A-2", "Bob", 0, None)]
-    assert [r[:3] for r in _rows(f"{tag}_old_log", log, "__connect_offset")] == [
-        (topic, 0, 0), (topic, 0, 1), (topic, 0, 2)]
+

@@ -1,8 +1,8 @@
 """Issue 44 through whole windows: Debezium's PostgreSQL connector's events with a TOASTed TEXT
 column (tests/fixtures/debezium/postgres_toast.py, per Debezium's page on toasted values) and
 MySQL ``binlog_row_image=MINIMAL`` updates (tests/fixtures/debezium/minimal_image.py), into a MySQL
-table and an Elasticsearch index with ``delete: soft``, on the read tasks' early writes, the staged
-path (``CDCFLOW_WINDOW_PATH=staged``) and, for MySQL, the older Spark path, with both apply modes.
+table and an Elasticsearch index with ``delete: soft``, on the read tasks' early writes and the staged
+path (``CDCFLOW_WINDOW_PATH=staged``), with both apply modes.
 Values are read back from MariaDB and Elasticsearch.
 """
 
@@ -24,9 +24,8 @@ from tests.helpers import bootstrap, es_docs, mysql_engine, unique, write_pipeli
 
 pytestmark = [pytest.mark.integration, pytest.mark.services("kafka", "mysql", "elasticsearch", "spark")]
 
-# (window path, MySQL apply mode); an index on the first two (its documents are not filled within a
-# window on the older Spark path: docs/soft-deletes.md)
-CASES = [("early", "set"), ("early", "rows"), ("staged", "set"), ("staged", "rows"), ("spark", "set")]
+# (window path, MySQL apply mode)
+CASES = [("early", "set"), ("early", "rows"), ("staged", "set"), ("staged", "rows")]
 T0 = 1_764_000_000_000  # ms: 2025-11-24T16:00:00Z
 
 
@@ -42,10 +41,9 @@ def _pipeline(config_dir: Path, tag: str, topic: str, columns: list[dict[str, An
               **partial: Any) -> Any:
     sinks: list[dict[str, Any]] = [
         {"type": "mysql", "name": "m", "conn_id": "cdcflow_mysql", "table": tag, "create_table": True,
-         "primary_key": ["id"], "columns": columns, "apply": apply, "delete": "soft", **partial}]
-    if path != "spark":
-        sinks.append({"type": "elasticsearch", "name": "e", "conn_id": "cdcflow_elasticsearch", "index": tag.replace(
-            "_", "-"), "id_fields": ["id"], "delete": "soft", **partial})
+         "primary_key": ["id"], "columns": columns, "apply": apply, "delete": "soft", **partial},
+        {"type": "elasticsearch", "name": "e", "conn_id": "cdcflow_elasticsearch", "index": tag.replace("_", "-"),
+         "id_fields": ["id"], "delete": "soft", **partial}]
     return load_pipeline(write_pipeline(config_dir, tag, topic, tag, sinks=sinks,
                                         errors={"tolerance": "all", "dlq_topic": f"{tag}.dlq"}))
 
@@ -102,18 +100,16 @@ def test_toasted_values_and_soft_deletes_from_postgresql(config_dir: Path, store
     # they never undelete the row; the pipeline then reads on from there (windows 2 and 3 again)
     _window(cfg, "w4", store, spark, {"start_offsets": {topic: {"0": 0}}, "max_records": 72})
     assert _rows(tag, columns)[1004] == marked
-    if path != "spark":
-        doc = es_docs(tag.replace("_", "-"))["1004"]
-        assert (doc["first_name"], doc["last_name"], doc["biography"]) == ("Dana", "Smith", pg.BIOGRAPHY)
-        assert doc["__deleted_at"] == "2025-11-24T16:00:00.400Z"
+    doc = es_docs(tag.replace("_", "-"))["1004"]
+    assert (doc["first_name"], doc["last_name"], doc["biography"]) == ("Dana", "Smith", pg.BIOGRAPHY)
+    assert doc["__deleted_at"] == "2025-11-24T16:00:00.400Z"
     # window 5: the key inserted again: the mark is cleared
     _produce(topic, [pg.event("c", T0 + 500, 24_023_600, None, pg.row(1004, "Anne", "K", "a@x", "new bio"))])
     _window(cfg, "w5", store, spark)
     assert _rows(tag, columns)[1004] == ("Anne", "K", "new bio", None)
     assert _rows(tag, columns)[2001] == ("g1", "l", "short", None)
-    if path != "spark":
-        doc = es_docs(tag.replace("_", "-"))["1004"]
-        assert "__deleted_at" not in doc and (doc["first_name"], doc["biography"]) == ("Anne", "new bio")
+    doc = es_docs(tag.replace("_", "-"))["1004"]
+    assert "__deleted_at" not in doc and (doc["first_name"], doc["biography"]) == ("Anne", "new bio")
 
 
 @pytest.mark.parametrize(("path", "apply"), CASES)
@@ -140,18 +136,16 @@ def test_minimal_row_images_keep_the_columns_they_lack(config_dir: Path, store: 
     assert rows[1] == ("lamp", mi.ROW_1["price"], 0, None, None)
     assert rows[2] == ("standing desk", mi.ROW_2["price"], 1, None, None)
     assert rows[105] == ("n5", None, 6, None, None)
-    if path != "spark":
-        docs = es_docs(tag.replace("_", "-"))
-        assert (docs["1"]["name"], docs["1"]["stock"], docs["2"]["name"], docs["2"]["stock"]) == (
-            "lamp", 0, "standing desk", 1)
+    docs = es_docs(tag.replace("_", "-"))
+    assert (docs["1"]["name"], docs["1"]["stock"], docs["2"]["name"], docs["2"]["stock"]) == (
+        "lamp", 0, "standing desk", 1)
     # a window of one record: decoded record by record, which leaves the fields the payload lacks out
     # of the document (the column-wise decode writes them null): both keep the stored values
     _produce(topic, [mi.minimal_update(400, 200, 1, note="red")])
     _window(cfg, "w3", store, spark)
     assert _rows(tag, columns)[1] == ("lamp", mi.ROW_1["price"], 0, "red", None)
-    if path != "spark":
-        doc = es_docs(tag.replace("_", "-"))["1"]
-        assert (doc["name"], doc["stock"], doc["note"]) == ("lamp", 0, "red")
+    doc = es_docs(tag.replace("_", "-"))["1"]
+    assert (doc["name"], doc["stock"], doc["note"]) == ("lamp", 0, "red")
 
 
 def test_a_soft_delete_and_a_partial_update_commit_with_the_windows_offsets_or_not_at_all(

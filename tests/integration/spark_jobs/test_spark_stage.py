@@ -18,7 +18,6 @@ from cdcflow import cdcgen, runner
 from cdcflow.config import load_pipeline
 from cdcflow.state import StateStore
 from connectors.errors import ConfigError
-from spark_jobs import spark_path
 from tests.fixtures import orders as o
 from tests.fixtures.debezium import orders as fx
 from tests.helpers import bootstrap, es_docs, mysql_engine, unique, write_pipeline
@@ -41,9 +40,6 @@ COLUMNS = [{"name": "id", "type": "INT"}, {"name": "buyer", "type": "VARCHAR(64)
            {"name": "day", "type": "VARCHAR(10)"}]
 
 
-def _older_path_fails(*_a: Any, **_k: Any) -> None:
-    raise AssertionError("the chain took the older Spark path")
-
 
 def _pipeline(config_dir: Path, tag: str, topic: str, chain: list[dict[str, Any]]) -> Any:
     return load_pipeline(write_pipeline(
@@ -62,7 +58,6 @@ def _want(row: o.Row) -> dict[str, Any]:
 
 def test_sql_expressions_a_sql_predicate_and_a_python_function_give_the_sources_rows_and_documents(
         config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(spark_path, "run_spark_path", _older_path_fails)
     tag = unique("sstage")
     topic = f"{tag}.inventory.orders"
     cdcgen.produce(bootstrap(), topic, [cdcgen.Event(k, v) for k, v in fx.events()], partitions=2)
@@ -87,7 +82,6 @@ def test_a_python_function_that_drops_records_and_a_filter_by_sql_change_only_th
         config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """A Filter under a Sql predicate drops the paid rows' changes (their deletes too: a delete's value is
     null, so the predicate is not true for it and the delete stays)."""
-    monkeypatch.setattr(spark_path, "run_spark_path", _older_path_fails)
     tag = unique("sfilter")
     topic = f"{tag}.inventory.orders"
     cdcgen.produce(bootstrap(), topic, [cdcgen.Event(k, v) for k, v in fx.events()])
@@ -125,7 +119,6 @@ def test_a_table_from_the_record_schema_behind_a_spark_step_gets_the_columns_spa
         config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Behind a Spark step the Connect schema no longer describes the value: the table is described
     from the typed values after the chain (spark_jobs/row_schemas.py), the fields Spark added included."""
-    monkeypatch.setattr(spark_path, "run_spark_path", _older_path_fails)
     tag = unique("sschema")
     topic = f"{tag}.inventory.orders"
     cdcgen.produce(bootstrap(), topic, [cdcgen.Event(k, v) for k, v in fx.events()])

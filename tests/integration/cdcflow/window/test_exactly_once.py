@@ -177,9 +177,7 @@ def test_exactly_once_into_a_table_from_the_record_schema_on_the_partition_path(
         chain: list[dict[str, Any]] | None) -> None:
     """The table is created from the records' schema before the writes, then its rows and the window's
     offsets are one transaction of one task; a replay from 0 changes nothing."""
-    from spark_jobs import spark_path
 
-    monkeypatch.setattr(spark_path, "run_spark_path", lambda *_a, **_k: pytest.fail("the older path ran"))
     cfg = _schema_pipeline(config_dir, chain)
     stream = cdcgen.orders_stream(300, 50, seed=31, broken=False, debezium_types=True)
     cdcgen.produce(bootstrap(), cfg.source.topics[0], stream.events, partitions=3)

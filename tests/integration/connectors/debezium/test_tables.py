@@ -150,16 +150,12 @@ def same_schema(event: tuple[bytes, bytes | None], table: str) -> tuple[bytes, b
     return key, None if value is None else value.replace(b'"table":"all_types"', f'"table":"{table}"'.encode())
 
 
-@pytest.mark.parametrize(("path", "topics"), [("default", TABLES), ("spark", 5)], ids=["default-path", "older-path"])
 def test_topics_whose_records_share_one_schema_name_each_get_their_own_table_and_index(
-        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch, path: str,
-        topics: int) -> None:
+        config_dir: Path, store: StateStore, spark: Any) -> None:
     """50 topics under one topics_regex, every record with one schema name (and one content), each
     topic's table created from the schema by ``{source.table}`` and each index mapped from it by
-    ``{topic}``: a table is its route's, a schema is shared by content (issue 42, part 4). The older
-    window path (CDCFLOW_WINDOW_PATH=spark) with the issue's five topics."""
-    if path == "spark":
-        monkeypatch.setenv("CDCFLOW_WINDOW_PATH", "spark")
+    ``{topic}``: a table is its route's, a schema is shared by content (issue 42, part 4)."""
+    topics = TABLES
     prefix = unique("same")
     path = write_pipeline(config_dir, prefix, f"{prefix}.unused", "unused", sinks=[
         {"type": "mysql", "name": "rows", "conn_id": "cdcflow_mysql", "table": f"{prefix}_{{source.table}}_x",
