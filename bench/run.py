@@ -52,6 +52,15 @@ SMT_COLUMNS = [*COLUMNS[:4], {"name": "updated_at", "type": "BIGINT"}]  # the fi
 # then a SqlExpression (spark_jobs/spark_stage.py) that sets id from itself, so the table must come out the same
 UNWRAP = [SMT_CHAIN[0]]
 SQL_CHAIN = [*UNWRAP, {"type": "SqlExpression", "fields": {"id": "value.id"}}]
+# The chains of issue 43 (--chains, any shape), each leaving the declared columns as the source wrote them: five
+# steps after the unwrap (a route kept, a cast to what it is, a field added then left out), and Kafka Connect's
+# record model without ExtractNewRecordState (the envelope's ``after`` taken out: a delete event's null makes it a
+# tombstone, a delete of its key; the JsonConverter's {schema, payload} read by the json_schema converter)
+_STEPS = [{"type": "RegexRouter", "regex": "(.*)", "replacement": "$1"}, {"type": "Cast", "spec": {"id": "int64"}},
+          {"type": "InsertField", "static_field": "src", "static_value": "bench", "offset_field": "off"},
+          {"type": "ReplaceField", "exclude": ["src", "off"]}]
+CHAIN5 = [*UNWRAP, *_STEPS]
+RECORD_CHAIN = [{"type": "ExtractField", "field": "after"}, *_STEPS]
 
 
 def mysql_checksum(table: str) -> tuple[int, int]:
@@ -115,6 +124,8 @@ def measure(rep: int, args: argparse.Namespace, shape: Shape, tag: str, state: d
             print(f"cdcflow end to end, Kafka -> Spark -> MySQL through {[s['type'] for s in steps]} ...")
             cdcflow(key, f"bench_{key}", [paths.declared_sink(shape, f"bench_{key}")], {"transforms": steps})
             ratios[f"{key}_vs_mysql"] = _ratio(out[key]["events_per_s"], cdc)
+    if args.chains:
+        chain_round(out, ratios, shape, tag, suffix, checks, want, cdcflow)
     if args.exactly_once:
         print("cdcflow end to end, Kafka -> Spark -> MySQL, exactly-once (offset_store.sink) ...")
         cdcflow("cdcflow_mysql_exactly_once", "bench_cdcflow_eo", [paths.declared_sink(shape, "bench_cdcflow_eo")],
@@ -132,6 +143,27 @@ def measure(rep: int, args: argparse.Namespace, shape: Shape, tag: str, state: d
         baseline_round(out, ratios, shape, tag, args.events, state, want, suffix, checks)
     out["ratios"] = ratios
     return out
+
+
+def chain_round(out: dict[str, Any], ratios: dict[str, Any], shape: Shape, tag: str, suffix: str,
+                checks: dict[str, bool], want: Checks, cdcflow: Any) -> None:
+    """Issue 43's chains, each beside the run without a chain into the same sinks: five steps into MySQL and
+    into MySQL + Elasticsearch, the record model's chain, and a SqlExpression (the Spark stage)."""
+    converters = {"key_converter": "json_schema", "value_converter": "json_schema"} if shape.name != "small" else {}
+    record_model = {"versioning": "kafka_offset", "source": {**shape.source(tag), **converters}}
+    for key, steps, extra in (("cdcflow_mysql_chain5", CHAIN5, {}), ("cdcflow_mysql_records", RECORD_CHAIN, record_model),
+                              ("cdcflow_mysql_sql", SQL_CHAIN, {})):
+        print(f"cdcflow end to end, Kafka -> Spark -> MySQL through {[s['type'] for s in steps]} ...")
+        cdcflow(key, f"bench_{key}", [paths.declared_sink(shape, f"bench_{key}")], {"transforms": steps, **extra})
+        ratios[f"{key}_vs_mysql"] = _ratio(out[key]["events_per_s"], out["cdcflow_mysql"]["events_per_s"])
+    for key, steps in (("cdcflow_mysql_es_plain", []), ("cdcflow_mysql_es_chain5", CHAIN5)):
+        print(f"cdcflow end to end, Kafka -> Spark -> MySQL + Elasticsearch through {len(steps)} steps ...")
+        index = f"bench-{key.replace('_', '-')}-{tag}{suffix.replace('_', '-')}"
+        cdcflow(key, f"bench_{key}", [paths.declared_sink(shape, f"bench_{key}"), paths.es_sink(shape, index)],
+                {"transforms": steps} if steps else None)
+        checks[f"{key}.es{suffix}"] = harness.es_checks(shape, index, tag) == want
+    ratios["cdcflow_mysql_es_chain5_vs_plain"] = _ratio(out["cdcflow_mysql_es_chain5"]["events_per_s"],
+                                                        out["cdcflow_mysql_es_plain"]["events_per_s"])
 
 
 def baseline_round(out: dict[str, Any], ratios: dict[str, Any], shape: Shape, tag: str, events: int,
@@ -262,6 +294,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sql", action="store_true",
                         help="also cdcflow -> MySQL through ExtractNewRecordState alone, and through it and a "
                              "SqlExpression (the Spark stage), and their ratios to the run without a chain")
+    parser.add_argument("--chains", action="store_true",
+                        help="issue 43's chains beside the runs without one: five steps into MySQL and into MySQL + "
+                             "Elasticsearch, the record model's chain (no ExtractNewRecordState), a SqlExpression")
     parser.add_argument("--exactly-once", action="store_true",
                         help="also run cdcflow -> MySQL with offset_store.sink (the window's rows and offsets in one "
                              "MySQL transaction) after the default run of each round, and report its ratio to it")
