@@ -78,7 +78,7 @@ class WindowJob:
     # and how (advance: compare-and-set from the starts; set: a rewind; keep: a time-range replay)
     offsets_sink: str | None = None
     offsets_mode: str = "advance"
-    max_dead_letters: Any = None  # errors.max_dead_letters (cdcflow.config.DeadLetterLimit): the breaker
+    max_dead_letters: Any = None  # errors.max_dead_letters (cdcflow.config_sections.DeadLetterLimit): the breaker
     spark_timeout: float = 1800.0  # spark.timeout: the window's Spark work is cancelled past it (spark_jobs/deadline.py)
     source_format: str = "debezium"  # source.format: the decoder of the records (connectors/formats.py)
     truncate: str = "ignore"  # truncate: what a TRUNCATE of a source table does (ignore | dlq)

@@ -18,7 +18,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from spark_jobs.config import SparkConfig
-from spark_jobs.session import connect_spark, first_line
+from spark_jobs.session import connect_spark
+from spark_jobs.spark_failures import first_line
 
 
 def _one_row_per_task(batches: Iterator[Any]) -> Iterator[Any]:

@@ -83,7 +83,8 @@ from spark_jobs.job import (
     smaller,
 )
 from spark_jobs.project import read_task
-from spark_jobs.session import Checkpoints, out_of_memory, read_slots, server_lost, spark_unavailable
+from spark_jobs.session import Checkpoints, read_slots
+from spark_jobs.spark_failures import out_of_memory, server_lost, spark_unavailable
 from spark_jobs.write import at_once, commit_without_rows, write_static, write_task
 
 if TYPE_CHECKING:

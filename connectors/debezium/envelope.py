@@ -36,6 +36,7 @@ from connectors.changes import (  # noqa: F401 - DECODED_SPARK_COLUMNS, VERSION_
     text,
     version_of,
 )
+from connectors.debezium import envelope_parts as parts
 from connectors.debezium.columns import decode_columns
 from connectors.debezium.logical import BadValue, plain_text
 from connectors.debezium.schema_columns import mysql_columns
@@ -52,60 +53,8 @@ _ENCODE = JSON_ENCODE
 _SCALARS = frozenset({int, bool, Decimal})  # a schemaless JSON value typed in the image (Decoder._read)
 
 
-class _Envelope(msgspec.Struct):
-    """A Debezium envelope, its parts left as raw JSON until they are needed."""
-
-    op: Any = None
-    before: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
-    after: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
-    source: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
-    ts_ms: Any = None
-
-
-class _Top(_Envelope):
-    """The top level of a value: the JsonConverter's wrapper (schema, payload), or the envelope itself."""
-
-    schema: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
-    payload: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
-
-
-class _Wrapped(msgspec.Struct):
-    schema: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
-    payload: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
-
-
-class _Source(msgspec.Struct):
-    ts_ms: Any = None
-    db: Any = None
-    table: Any = None
-
-
-class _Plain(msgspec.Struct):
-    """The common case in one decode: an envelope without the {schema, payload} wrapper, its row
-    images and source block parsed at once (anything else: ``payload`` set, or a part of another
-    shape, fails this decode and takes the general path)."""
-
-    op: Any = None
-    before: dict[str, Any] | None = None
-    after: dict[str, Any] | None = None
-    source: _Source | None = None
-    ts_ms: Any = None
-    payload: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
-
-
-_PLAIN = msgspec.json.Decoder(_Plain, float_hook=Decimal)  # numbers keep their digits, as JSON_DECODE
-_TOP = msgspec.json.Decoder(_Top)
-_ENVELOPE = msgspec.json.Decoder(_Envelope)
-_SOURCE = msgspec.json.Decoder(_Source)
-_WRAPPED = msgspec.json.Decoder(_Wrapped)
-_RAW_NULL = b"null"
 _ROW_UNVERSIONED = ("no source.ts_ms to version the change by (versioning: source_ts_ms needs a Debezium topic and an "
                     "ExtractNewRecordState transform; otherwise set versioning: kafka_offset)")
-
-
-def _is_null(raw: msgspec.Raw | None) -> bool:
-    """An absent part (empty Raw) or a JSON null."""
-    return raw is None or len(raw) == 0 or bytes(raw).strip() == _RAW_NULL
 
 
 # The compiled readers, per (declared columns, envelope field, schema), kept by the worker process from
@@ -120,7 +69,7 @@ class Decoder(RecordDecoder):
     def __init__(self, versioning: str, hints: Mapping[str, ColumnHint] | None = None, need_json: bool = True,
                  fields: frozenset[str] | None = None, rows: str | None = None, nested: bool = False) -> None:
         self.versioning = versioning
-        self.nested = nested  # structs and lists stay such in the column-wise images (columns._values)
+        self.nested = nested  # structs and lists stay such in the column-wise images (group_decode._values)
         # Kafka Connect's record model, the value the row (:meth:`_row`), read by this value converter
         self.rows = rows
         self.hints = dict(hints or {})
@@ -134,7 +83,7 @@ class Decoder(RecordDecoder):
     def reader(self, schema: msgspec.Raw | None, field: str) -> RowReader:
         """The reader of the envelope field (before/after; "" for a schema that is the row itself)
         under ``schema`` (the value's schema)."""
-        if _is_null(schema):
+        if parts.is_null(schema):
             return self.schemaless
         cache_key = (self._hints_key, field.encode() + b"\x00" + bytes(schema))  # type: ignore[arg-type]
         reader = _COMPILED.get(cache_key)
@@ -169,8 +118,8 @@ class Decoder(RecordDecoder):
         key_schema = None
         if key is not None:
             try:
-                wrapped = _WRAPPED.decode(key)
-                if not _is_null(wrapped.schema):
+                wrapped = parts.WRAPPER_DECODER.decode(key)
+                if not parts.is_null(wrapped.schema):
                     key_schema = FieldSchema.parse(_DECODE.decode(wrapped.schema))
             except (msgspec.DecodeError, msgspec.ValidationError, BadValue, TypeError, AttributeError, KeyError):
                 key_schema = None
@@ -187,9 +136,9 @@ class Decoder(RecordDecoder):
         if key is None:
             return None
         try:
-            wrapped = _WRAPPED.decode(key)
+            wrapped = parts.WRAPPER_DECODER.decode(key)
             schema, payload = wrapped.schema, wrapped.payload
-            if _is_null(payload) or _is_null(schema):  # a plain JSON key
+            if parts.is_null(payload) or parts.is_null(schema):  # a plain JSON key
                 schema, payload = None, key
             row = _DECODE.decode(payload)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeDecodeError):
@@ -250,7 +199,7 @@ class Decoder(RecordDecoder):
     def decode_record(self, offset: int, key: bytes | None, value: bytes | None, topic: str) -> list[Change]:
         change = self._decode(offset, key, value)
         if change.change_op == "delete" and change.source_table is None:
-            change.source_db, change.source_table = table_of_topic(topic)
+            change.source_db, change.source_table = parts.table_of_topic(topic)
         return [change]
 
     def _decode(self, offset: int, key: bytes | None, value: bytes | None) -> Change:
@@ -268,16 +217,16 @@ class Decoder(RecordDecoder):
         if fast is not None:
             return fast
         try:
-            top = _TOP.decode(value)
+            top = parts.TOP_DECODER.decode(value)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeDecodeError):
             raise RecordError("converter", "value is not a JSON object (value.converter json)") from None
         schema = top.schema
-        env: _Top | _Envelope = top
+        env: parts.Top | parts.Envelope = top
         row_raw: msgspec.Raw | bytes = value  # the whole value, for a row unwrapped by ExtractNewRecordState
-        if not _is_null(top.payload):
+        if not parts.is_null(top.payload):
             row_raw = top.payload
             try:
-                env = _ENVELOPE.decode(top.payload)
+                env = parts.ENVELOPE_DECODER.decode(top.payload)
             except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
                 raise RecordError("converter", "the {schema, payload} wrapper's payload is not a JSON object "
                                                "(value.converter json)") from None
@@ -288,18 +237,18 @@ class Decoder(RecordDecoder):
         op = env.op if isinstance(env.op, str) else plain_text(env.op)
         if op not in ("c", "r", "u", "d", "t"):
             raise RecordError("transform", f"unknown Debezium op '{op}' (expected c, r, u, d or t)")
-        source = _Source()
-        if not _is_null(env.source):
+        source = parts.Source()
+        if not parts.is_null(env.source):
             try:
-                source = _SOURCE.decode(env.source)
+                source = parts.SOURCE_DECODER.decode(env.source)
             except (msgspec.DecodeError, msgspec.ValidationError):
-                source = _Source()
+                source = parts.Source()
         version = self._envelope_version(offset, source, env.ts_ms)
         origin = {"source_db": text(source.db), "source_table": text(source.table)}
         if op == "t":  # a TRUNCATE of source.table: the pipeline's truncate setting decides (connectors/changes.py)
             return Change(TRUNCATE, None, None, version, **origin)
         if op == "d":
-            if not _is_null(env.before):
+            if not parts.is_null(env.before):
                 reader = self.reader(schema, "before")
                 image, doc = self._image(env.before, reader)
                 return Change("delete", image, doc, version, **origin, **self._schema_of(reader, key), source_op="d")
@@ -308,7 +257,7 @@ class Decoder(RecordDecoder):
                 raise RecordError("transform", "delete without a 'before' row image nor a JSON key")
             return Change("delete", key_image, _ENCODE.encode(key_image).decode("utf-8") if self.need_json else None,
                           version, **origin, source_op="d")
-        if _is_null(env.after):
+        if parts.is_null(env.after):
             raise RecordError("transform", f"op '{op}' without an 'after' row image")
         reader = self.reader(schema, "after")
         image, doc = self._image(env.after, reader)
@@ -326,13 +275,13 @@ class Decoder(RecordDecoder):
         schema, row_raw = None, value
         if self.rows == "json_schema":
             try:
-                top = _WRAPPED.decode(value)
+                top = parts.WRAPPER_DECODER.decode(value)
             except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeDecodeError):
-                top = _Wrapped()
-            if _is_null(top.schema) and _is_null(top.payload):
+                top = parts.Wrapper()
+            if parts.is_null(top.schema) and parts.is_null(top.payload):
                 raise RecordError("converter", "value is not a {schema, payload} JSON envelope "
                                                "(value.converter json_schema)")
-            if _is_null(top.payload):  # the converter's null value: a tombstone
+            if parts.is_null(top.payload):  # the converter's null value: a tombstone
                 return self._decode(offset, key, None)
             schema, row_raw = top.schema, top.payload
         try:
@@ -363,7 +312,7 @@ class Decoder(RecordDecoder):
         """An upsert or a delete with its row image, in an envelope without the wrapper, decoded in
         one pass; None for anything else (the general path below reads it, and says what is wrong)."""
         try:
-            env = _PLAIN.decode(value)
+            env = parts.PLAIN_DECODER.decode(value)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeDecodeError):
             return None
         op = env.op
@@ -372,7 +321,7 @@ class Decoder(RecordDecoder):
         row = env.before if op == "d" else env.after
         if row is None:
             return None
-        source = env.source or _Source()
+        source = env.source or parts.Source()
         version = self._envelope_version(offset, source, env.ts_ms)
         reader = self.schemaless
         texts, docs = self._read(reader, row)
@@ -381,7 +330,7 @@ class Decoder(RecordDecoder):
                       source_db=text(source.db), source_table=text(source.table), **self._schema_of(reader, key),
                       source_op=op)
 
-    def _envelope_version(self, offset: int, source: _Source, ts_ms: Any) -> int:
+    def _envelope_version(self, offset: int, source: parts.Source, ts_ms: Any) -> int:
         """An envelope's version: by source.ts_ms, else the envelope's own ts_ms."""
         source_ts = bigint(source.ts_ms)
         return self._version(offset, source_ts if source_ts is not None else bigint(ts_ms),
@@ -421,13 +370,6 @@ class Decoder(RecordDecoder):
         return Change("delete" if deleted else "upsert", texts, doc, version, source_db=text(probe.get("__db")),
                       source_table=text(probe.get("__table")), **self._schema_of(reader, key),
                       source_op="d" if deleted else op)
-
-
-def table_of_topic(topic: str) -> tuple[str | None, str | None]:
-    """(database, table) from a Debezium topic name, <topic.prefix>.<db>.<table> (mysql.adoc, "Topic
-    names"): where a tombstone, which has no source block, is routed by {source.table}."""
-    parts = topic.split(".")
-    return (parts[-2], parts[-1]) if len(parts) >= 3 else (None, None)
 
 
 def hints_from_columns(columns: Iterable[tuple[str, str, str | None]]) -> dict[str, ColumnHint]:

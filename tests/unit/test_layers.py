@@ -6,6 +6,9 @@ The connectors import nothing of the platform or the job: the exception tree, th
 the sinks and the small shared types sit on their ground floor (connectors/errors.py,
 connectors/models.py, connectors/*/config.py). Every import counts, including those inside functions
 and under TYPE_CHECKING, because a lazy import is still a dependency.
+
+And no module grows past what a reader takes in whole (issue 43: about 400 lines; a module that grows
+is split by responsibility): none of the code's modules, the bench's included, exceeds MAX_LINES.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("dags", "plugins", "cdcflow", "spark_jobs", "connectors")
+SIZED = (*PACKAGES, "bench")  # the folders whose modules MAX_LINES bounds
+MAX_LINES = 450  # issue 43's structure check; a module is split by responsibility at about 400 lines
 # what each layer may import (besides third-party code)
 ALLOWED = {
     "dags": set(PACKAGES),
@@ -111,6 +116,35 @@ def test_the_checks_see_a_wrong_import_and_a_cycle() -> None:
         t.startswith("cdcflow.") for t in graph["cdcflow.airflow.tasks"])
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def _too_long(root: Path, folders: tuple[str, ...], limit: int) -> list[str]:
+    """The modules under ``folders`` of more than ``limit`` lines, with their counts."""
+    found = []
+    for folder in folders:
+        for path in sorted((root / folder).rglob("*.py")):
+            lines = len(path.read_text(encoding="utf-8").splitlines())
+            if lines > limit:
+                found.append(f"{path.relative_to(root)}: {lines} lines")
+    return found
+
+
+def test_no_module_exceeds_the_size_bound() -> None:
+    assert _too_long(ROOT, SIZED, MAX_LINES) == []
+
+
+def test_the_size_check_counts_lines_and_sees_every_folder(tmp_path: Path) -> None:
+    """The check above can fail: it counts a module's lines, finds one nested in a subfolder, and
+    looks into every folder it bounds."""
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    (tmp_path / "pkg" / "sub" / "long.py").write_text("x = 1\n" * 451)
+    (tmp_path / "pkg" / "short.py").write_text("x = 1\n" * 450)
+    (tmp_path / "pkg" / "notes.txt").write_text("x\n" * 1000)
+    assert _too_long(tmp_path, ("pkg",), 450) == [str(Path("pkg/sub/long.py")) + ": 451 lines"]
+    assert _too_long(tmp_path, ("pkg",), 451) == []
+    counted = {folder: sum(1 for _ in (ROOT / folder).rglob("*.py")) for folder in SIZED}
+    assert all(n > 0 for n in counted.values()), counted
+    assert _too_long(ROOT, SIZED, 300) != []  # the real tree has modules of more than 300 lines
 
 
 def test_the_errors_keep_their_public_name_across_processes() -> None:

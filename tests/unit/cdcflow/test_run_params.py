@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from cdcflow import cli
+from cdcflow import cli, cli_control
 from cdcflow.config import load_pipeline
 from cdcflow.run_params import PARAMS, REPLAY_PARAMS, RUN_PARAMS, RunParams, json_schema, offset_specs
 
@@ -55,11 +55,11 @@ def test_cli_options_become_the_conf() -> None:
     args = cli.build_parser().parse_args([
         "run", "p", "--conf", '{"max_records": 5, "max_duration": 2}', "--max-records", "7",
         "--from", "2026-11-20T10:00:00Z", "--to", "2026-11-20T11:00:00Z"])
-    assert cli._conf(args) == {"max_records": 7, "max_duration": 2, "start_time": "2026-11-20T10:00:00Z",
+    assert cli_control.run_conf(args) == {"max_records": 7, "max_duration": 2, "start_time": "2026-11-20T10:00:00Z",
                                "end_time": "2026-11-20T11:00:00Z"}
     specs = "demo.inventory.orders:0=5,demo.inventory.orders:2=0"
     args = cli.build_parser().parse_args(["trigger", "p", "--start-offsets", specs, "--max-duration", "1.5"])
-    conf = cli._conf(args)
+    conf = cli_control.run_conf(args)
     assert conf == {"start_offsets": {"demo.inventory.orders": {"0": 5, "2": 0}}, "max_duration": 1.5}
     assert RunParams.parse(conf, CFG) == RunParams({"demo.inventory.orders": {0: 5, 2: 0}}, max_duration=1.5)
 

@@ -41,7 +41,7 @@ def test_the_shared_sessions_period_is_a_setting(monkeypatch: pytest.MonkeyPatch
 
 def test_a_server_without_its_spark_context_is_named_with_the_command_that_restarts_it() -> None:
     from cdcflow.errors import SparkUnavailable
-    from spark_jobs.session import spark_unavailable
+    from spark_jobs.spark_failures import spark_unavailable
 
     # what the server answers every request once its SparkContext stopped (issue 22's logs)
     answer = RuntimeError("(org.apache.spark.SparkException) [INTERNAL_ERROR] Application error processing RPC: "
@@ -55,7 +55,7 @@ def test_a_server_without_its_spark_context_is_named_with_the_command_that_resta
 
 def test_a_window_whose_server_restarted_under_it_says_so() -> None:
     from cdcflow.errors import SparkUnavailable
-    from spark_jobs.session import spark_unavailable
+    from spark_jobs.spark_failures import spark_unavailable
 
     # as the fault campaign's spark_down saw them: the supervisor restarted the server mid-window
     for answer in (("[NO_ACTIVE_SESSION] No active Spark session found. Please create a new Spark session before "

@@ -48,7 +48,7 @@ def test_a_lost_spark_connect_server_becomes_a_clear_spark_unavailable() -> None
     from pyspark.errors.exceptions.connect import SparkConnectGrpcException
 
     from cdcflow.errors import SparkUnavailable
-    from spark_jobs.session import spark_unavailable
+    from spark_jobs.spark_failures import spark_unavailable
 
     grpc_text = ('<_MultiThreadedRendezvous of RPC that terminated with:\n\tstatus = StatusCode.UNAVAILABLE\n\t'
                  'details = "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:15002: '
