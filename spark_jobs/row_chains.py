@@ -1,22 +1,17 @@
 """Which SMT chains the per-partition path serves (spark_jobs/row_transforms.py applies them), and
 what a served chain makes of the columns: a field's name before the chain's renames
-(:func:`names_before`), the row schema as the chain rewrites it (:func:`described`), and a Java
-replacement as the pieces RegexRouter joins (:func:`java_replacement`, the groups
-:func:`numbered_groups` names)."""
+(:func:`names_before`) and the row schema as the chain rewrites it (:func:`described`). The Java
+date patterns, regexes and replacements Kafka Connect accepts are all served; what it refuses is
+refused when the config is loaded (spark_jobs/transform_config.py)."""
 
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
-
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from connectors.debezium.schema_columns import mysql_type
 from connectors.debezium.types import FieldSchema
 from spark_jobs import transform_config as cfgs
-from spark_jobs.row_patterns import problem
 
 
 # the transforms after ExtractNewRecordState that row_transforms.STEPS applies
@@ -95,32 +90,7 @@ def _unserved_step(cfg: Any, unwrapped: bool) -> str | None:
         return "not among the transforms of this path"
     if getattr(cfg, "target", "value") != "value" and kind not in _KEY_STEPS:
         return "only the value is transformed on this path (the key by Drop, ExtractTopic, SetSchemaMetadata)"
-    predicate = getattr(cfg, "predicate", None)
-    if isinstance(predicate, cfgs.TopicNameMatches) and not _re2(predicate.pattern):
-        return f"the pattern {predicate.pattern!r} is not an RE2 expression"
-    if isinstance(cfg, cfgs.RegexRouter) and not _re2(cfg.regex):
-        return f"the regex {cfg.regex!r} is not an RE2 expression"
-    if isinstance(cfg, cfgs.RegexRouter) and java_replacement(cfg.replacement, numbered_groups(cfg.regex)[1]) is None:
-        return (f"the replacement {cfg.replacement!r} names a group the regex lacks, or has a $ without a group "
-                "or a trailing \\ "
-                "(Java refuses it)")
-    for name in ("format", "timestamp_format"):
-        pattern = getattr(cfg, name, None) if kind in ("TimestampConverter", "TimestampRouter") else None
-        if pattern is not None and problem(pattern) is not None:
-            return f"the {name} {pattern!r}: {problem(pattern)}"
-    return None
-
-
-def _re2(pattern: str) -> bool:
-    """RE2 compiles it, and it has none of Java's class arithmetic (``[a-z&&[^c]]``), which RE2 reads
-    otherwise."""
-    if "&&" in pattern:
-        return False
-    try:
-        pc.match_substring_regex(pa.array([""]), f"^(?:{pattern})$")
-    except pa.ArrowInvalid:
-        return False
-    return True
+    return None  # its Java patterns, regexes and replacements: every one the config validators let through
 
 
 def names_before(chain: Any, name: str) -> str | None:
@@ -213,74 +183,3 @@ def described(chain: Any, text: str) -> str:
         kind = columns[name]["type"]
         columns[name] = {**columns[name], "type": key_type(kind), "nullable": False}
     return json.dumps({**table, "columns": list(columns.values()), "key": key, "properties": properties})
-
-
-def numbered_groups(regex: str) -> tuple[str, list[str | None]]:
-    """The regex (RE2 syntax) with its capturing groups named ``_g1``, ``_g2`` … in order (what
-    Arrow's extract_regex returns), and each group's own name (None: unnamed)."""
-    out, names, i, in_class = [], [], 0, False
-    while i < len(regex):
-        c = regex[i]
-        if regex.startswith("\\Q", i):  # quoted text, to \E
-            end = regex.find("\\E", i + 2)
-            end = len(regex) if end < 0 else end + 2
-        elif c == "\\":
-            end = i + 2
-        elif in_class:
-            in_class = c != "]"
-            close = regex.find(":]", i) if regex.startswith("[:", i) else -1  # [:alpha:]
-            end = close + 2 if close > 0 else i + 1
-        elif c == "[":
-            in_class = True
-            end = i + 1 + len(re.match(r"\^?\]?", regex[i + 1:]).group())  # a ] first in a class is itself
-        elif c == "(" and not regex.startswith("(?", i) or re.match(r"\(\?P?<\w+>", regex[i:]):
-            named = re.match(r"\(\?P?<(\w+)>", regex[i:])
-            names.append(named.group(1) if named else None)
-            out.append(f"(?P<_g{len(names)}>")
-            i += named.end() if named else 1
-            continue
-        else:
-            end = i + 1
-        out.append(regex[i:end])
-        i = end
-    return "".join(out), names
-
-
-def java_replacement(java: str, names: list[str | None]) -> list[str | int] | None:
-    """A Java replacement (Matcher.appendReplacement) over a regex of these groups, as text pieces
-    and group numbers (0: the whole match): ``$n`` takes the most digits that still name a group
-    (``$10`` is group 10 of a regex of ten or more, else group 1 and a 0), ``${name}`` a named group,
-    ``\\x`` the character x. None where Java refuses it (a group the regex lacks, a lone ``$`` or
-    trailing backslash)."""
-    pieces: list[str | int] = []
-    text: list[str] = []
-    i = 0
-    while i < len(java):
-        c = java[i]
-        if c == "\\":
-            if i + 1 == len(java):
-                return None
-            text.append(java[i + 1])
-            i += 2
-            continue
-        if c != "$":
-            text.append(c)
-            i += 1
-            continue
-        named = re.match(r"\{([A-Za-z][A-Za-z0-9]*)\}", java[i + 1:])
-        if named:
-            if named.group(1) not in names:
-                return None
-            group = names.index(named.group(1)) + 1
-            i += 1 + named.end()
-        else:
-            if i + 1 == len(java) or java[i + 1] not in "0123456789":
-                return None
-            group, i = int(java[i + 1]), i + 2
-            while i < len(java) and java[i] in "0123456789" and group * 10 + int(java[i]) <= len(names):
-                group, i = group * 10 + int(java[i]), i + 1
-            if group > len(names):
-                return None
-        pieces += ["".join(text), group]
-        text = []
-    return [p for p in [*pieces, "".join(text)] if p != ""]

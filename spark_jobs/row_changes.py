@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 
 from connectors import images
 from connectors.errors import ConfigError
+from spark_jobs import java_regex
 from spark_jobs import transform_config as cfgs
 
 
@@ -159,7 +160,7 @@ def applies(rows: Rows, cfg: Any) -> pa.Array:
     if pred is None:
         return pa.array(np.ones(n, bool))
     if isinstance(pred, cfgs.TopicNameMatches):
-        hit = pc.match_substring_regex(rows.column("route"), f"^(?:{pred.pattern})$")
+        hit = per_topic(rows.column("route"), lambda topic: java_regex.matches(pred.pattern, topic), pa.bool_())
     elif isinstance(pred, cfgs.RecordIsTombstone):
         hit = rows.tombstone()
     elif isinstance(pred, cfgs.SqlCondition):  # evaluated by the Spark stage before the step
@@ -175,3 +176,11 @@ def applies(rows: Rows, cfg: Any) -> pa.Array:
         hit = pa.array(found)
     hit = pc.fill_null(hit, False)
     return pc.invert(hit) if cfg.negate else hit
+
+
+def per_topic(topics: pa.Array, value: Callable[[str], Any], kind: pa.DataType) -> pa.Array:
+    """``value`` of each topic, computed once per distinct topic (a window has few): a Java regex
+    read with Python's re (spark_jobs/java_regex.py). Null where the topic is null."""
+    encoded = pc.dictionary_encode(topics.combine_chunks() if isinstance(topics, pa.ChunkedArray) else topics)
+    values = pa.array([value(t) for t in encoded.dictionary.to_pylist()], kind)
+    return values.take(encoded.indices)

@@ -1,38 +1,33 @@
-"""Java datetime patterns on the per-partition path: TimestampConverter's ``format`` and
-TimestampRouter's ``timestamp_format`` read into tokens (:func:`tokens`; :func:`problem` says why a
-pattern is not served), texts read by them into microseconds since the epoch (:func:`parse`) and
-timestamps written by them (:func:`write`), in UTC, as the older path's Spark (``try_to_timestamp``,
-``date_format``: Spark's datetime patterns) reads and writes them, and, for what Spark refuses, as
-Kafka Connect's TimestampConverter does (``java.text.SimpleDateFormat``, in UTC):
+"""Java date patterns on the per-partition path: texts read by TimestampConverter's ``format``
+into microseconds since the epoch (:func:`parse`) and timestamps written by it or TimestampRouter's
+``timestamp_format`` (:func:`write`), in UTC. The patterns are Kafka Connect's: SimpleDateFormat's
+letters, read into tokens by spark_jobs/java_dates.py, which refuses what Kafka Connect refuses
+(a letter SimpleDateFormat has not, ``XXXX``, a quote not closed) and the week fields ``w``, ``W``,
+``Y`` (counted by the JVM's locale) when the config is loaded. Every other pattern is served:
 
-* ``G`` the era (AD, BC; then ``y`` is the year of the era), ``y`` the year (``yy`` its last two
-  digits, read as 2000-2099; without ``G`` a year before 1 is written with its sign, as Spark's),
-  ``M``/``L`` the month (``MMM`` Jan, ``MMMM`` or more January), ``D`` the day of the year, ``d``,
-  ``H`` (0-23), ``h`` (1-12), ``K`` (0-11), ``k`` (1-24), ``m``, ``s``, ``S`` a fraction of the
-  second (as many digits as letters: ``S`` tenths, ``SSS`` milliseconds, ``SSSSSS`` microseconds; a
-  text may give fewer digits), ``a`` AM or PM, ``E`` the day's name (Thu, ``EEEE`` or more
-  Thursday), ``u`` the day's number (1 Monday … 7 Sunday, SimpleDateFormat's), ``X``/``x``/``Z`` a
-  zone offset (written as UTC's: ``Z``, ``+00``, ``+0000``, ``+00:00``; a text's offset is taken
-  off, to UTC), ``z`` the zone's name (written ``UTC``, ``zzzz`` Coordinated Universal Time; read:
-  UTC, GMT or UT, with an offset ``+01:00`` or not, ``Z``, ``Etc/UTC``, ``Etc/GMT``, and with
-  ``zzzz`` Coordinated Universal Time and Greenwich Mean Time); quoted text (``'T'``, ``''`` a
-  quote) and every other character but ``[ ] { } #`` stand for themselves;
+* ``G`` the era (AD, BC for any count; then ``y`` is the year of the era), ``y`` the year (``yy``
+  its last two digits, read as 2000-2099; without ``G`` a year before 1 is written with its sign,
+  as Spark's), ``M``/``L`` the month (``MMM`` Jan, ``MMMM`` or more January), ``D`` the day of the
+  year, ``d``, ``F`` the day of the week in the month (days 1-7 of the month are 1, 8-14 2 …), ``H``
+  (0-23), ``h`` (1-12), ``K`` (0-11), ``k`` (1-24), ``m``, ``s``, ``S`` a fraction of the second (as
+  many digits as letters: ``S`` tenths, ``SSS`` milliseconds, ``SSSSSS`` microseconds, past nine
+  zeros; a text may give fewer digits: Spark's reading, not SimpleDateFormat's milliseconds), ``a``
+  AM or PM, ``E`` the day's name (Thu, ``EEEE`` or more Thursday), ``u`` the day's number (1 Monday
+  … 7 Sunday), ``X``/``Z`` a zone offset (written as UTC's: ``X`` Z, ``Z`` +0000, ``ZZZZZ`` Z; a
+  text's offset is taken off, to UTC), ``z`` the zone's name (written ``UTC``, four or more
+  Coordinated Universal Time; read: UTC, GMT or UT, with an offset ``+01:00`` or not, ``Z``,
+  ``Etc/UTC``, ``Etc/GMT``, and with ``zzzz`` Coordinated Universal Time and Greenwich Mean Time);
+  quoted text (``'T'``, ``''`` a quote) and every other character (``[ ] { } #`` too) stand for
+  themselves; a number is written with at least as many digits as letters;
 * a number of one letter reads one or two digits (``D`` one to three), of more exactly as many
-  (``yyyy`` four; ``DD`` two or three); names and quoted text are read in any case (Spark's parser
-  ignores case); a field the pattern lacks is that of 1970-01-01 00:00:00; ``hh`` without ``a`` is
-  before noon, ``kk`` 24 is midnight; ``HH`` with ``a``, ``D`` with ``M`` or ``d``, must agree;
-* where the two differ: a day's name (``E``) or number (``u``) is read and checked to be one, but
-  the date need not fall on it, as SimpleDateFormat reads it (Spark refuses ``E`` in a pattern it
-  parses by, and ``u``); more than four ``E`` or ``M`` are the full name (SimpleDateFormat's; Spark
-  refuses them). Dates are proleptic Gregorian, as Spark's (SimpleDateFormat's are Julian before
-  1582-10-15).
+  (``yyyy`` four; ``DD`` two or three); names and quoted text are read in any case; a field the
+  pattern lacks is that of 1970-01-01 00:00:00; ``hh`` without ``a`` is before noon, ``kk`` 24 is
+  midnight; ``HH`` with ``a``, ``D`` with ``M`` or ``d``, must agree; a day's name (``E``) or number
+  (``u``, ``F``) is read and checked to be one, but the date need not fall on it, as SimpleDateFormat
+  reads it. Dates are proleptic Gregorian (SimpleDateFormat's are Julian before 1582-10-15).
 
-What neither serves alike is refused, naming the letter (:data:`REFUSED`): the week fields (``w``,
-``W``, ``Y``: SimpleDateFormat counts them by the JVM's locale), ``F`` (the week of the month in
-SimpleDateFormat, the day of the aligned week in Spark), ``GGGG`` (AD and Anno Domini), optional
-sections ``[…]`` (a literal in SimpleDateFormat, optional in Spark), and the letters
-SimpleDateFormat has not (``Q``, ``V``, ``O``, ``e``, ``c`` …). A zone name other than those above
-(PST, CET) is read by the JVM's zone data, which this path has not: its text fails its record.
+A zone name other than those above (PST, CET) is read by the JVM's zone data, which this path has
+not: its text fails its record.
 """
 
 from __future__ import annotations
@@ -43,90 +38,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-Token = tuple[str, Any]  # (letter, count) of a field, or ("'", text) of a literal
+from spark_jobs.java_dates import Token, tokens  # noqa: F401 (the patterns' tokens are read through this module too)
 
 MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
           "November", "December"]
 DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]  # Arrow's day_of_week
-_COUNTS = {"y": (1, 2, 3, 4), "M": (1, 2, 3, 4, 5), "L": (1, 2, 3, 4, 5), "d": (1, 2), "H": (1, 2), "h": (1, 2),
-           "K": (1, 2), "k": (1, 2), "m": (1, 2), "s": (1, 2), "S": tuple(range(1, 10)), "a": (1,),
-           "E": (1, 2, 3, 4, 5), "X": (1, 2, 3, 4, 5), "x": (1, 2, 3, 4, 5), "Z": (1, 2, 3, 5), "G": (1, 2, 3),
-           "D": (1, 2, 3), "u": (1, 2), "z": (1, 2, 3, 4)}
-_WEEKS = ("a week field: Kafka Connect's SimpleDateFormat counts weeks by the JVM's locale (the first day of the "
-          "week, the days of the first week), and Spark refuses it")
-_SDF_LACKS = "Kafka Connect's SimpleDateFormat has no such letter (its TimestampConverter refuses the pattern)"
-REFUSED = {  # letters that SimpleDateFormat and Spark do not read alike, or that SimpleDateFormat has not
-    "w": _WEEKS, "W": _WEEKS, "Y": _WEEKS,
-    "F": ("the week of the month in Kafka Connect's SimpleDateFormat ((day - 1) / 7 + 1), the day of the aligned "
-          "week in Spark's DateTimeFormatter ((day - 1) % 7 + 1)"),
-    "GGGG": "Kafka Connect's SimpleDateFormat writes AD, Spark's DateTimeFormatter Anno Domini: use G",
-    **{c: _SDF_LACKS for c in "QqVOecnNAB"},
-}
 _RANGES = {"M": (1, 12), "L": (1, 12), "H": (0, 23), "h": (1, 12), "K": (0, 11), "k": (1, 24), "m": (0, 59),
-           "s": (0, 59), "D": (1, 366), "u": (1, 7)}
+           "s": (0, 59), "D": (1, 366), "u": (1, 7), "F": (1, 5)}
 # zone names read without the JVM's zone data: UTC's and GMT's, with an offset or not
 _ZONES = r"(?:(?:UTC|GMT|UT)(?:[+-]\d{2}:\d{2})?|Z|Etc/UTC|Etc/GMT)"
 _LONG_ZONES = r"|Coordinated Universal Time|Greenwich Mean Time"
-_OFFSETS = {1: r"[+-]\d{2}(?:\d{2})?", 2: r"[+-]\d{4}", 3: r"[+-]\d{2}:\d{2}", 4: r"[+-]\d{4}(?:\d{2})?",
-            5: r"[+-]\d{2}:\d{2}(?::\d{2})?"}
-_UTC = {("x", 1): "+00", ("x", 2): "+0000", ("x", 3): "+00:00", ("x", 4): "+0000", ("x", 5): "+00:00"}
+_OFFSETS = {1: r"[+-]\d{2}(?:\d{2})?", 2: r"[+-]\d{4}", 3: r"[+-]\d{2}:\d{2}", 5: r"[+-]\d{2}:\d{2}(?::\d{2})?"}
 _SPECIAL = set("\\.+*?()|[]{}^$")  # what RE2 reads as other than itself
-
-
-def tokens(java: str) -> list[Token]:
-    """The pattern's fields and literals; ValueError naming what this path does not read."""
-    out: list[Token] = []
-    i = 0
-    while i < len(java):
-        c = java[i]
-        if java.startswith("''", i):  # a quote
-            out.append(("'", "'"))
-            i += 2
-        elif c == "'":  # quoted text, '' in it a quote
-            text, j = [], i + 1
-            while True:
-                end = java.find("'", j)
-                if end < 0:
-                    raise ValueError("a quote is not closed")
-                text.append(java[j:end])
-                if not java.startswith("''", end):
-                    break
-                text.append("'")
-                j = end + 2
-            out.append(("'", "".join(text)))
-            i = end + 1
-        elif c.isascii() and c.isalpha():
-            count = len(java) - i - len(java[i:].lstrip(c))
-            shown = c * count if c * count in REFUSED else c
-            if shown in REFUSED:
-                raise ValueError(f"{shown!r} is not read on this path: {REFUSED[shown]}")
-            if c not in _COUNTS:
-                raise ValueError(f"the letter {c!r} is not read on this path")
-            if count not in _COUNTS[c]:
-                raise ValueError(f"{c * count!r} is not read on this path")
-            out.append((c, count))
-            i += count
-        elif c in "[]":
-            raise ValueError(f"{c!r} is not read on this path: an optional section in Spark's DateTimeFormatter, a "
-                             "literal in Kafka Connect's SimpleDateFormat (quote it, '[', for the literal)")
-        elif c in "{}#":
-            raise ValueError(f"{c!r} is not read on this path: reserved in Spark's DateTimeFormatter, a literal in "
-                             f"Kafka Connect's SimpleDateFormat (quote it, '{c}', for the literal)")
-        else:
-            out.append(("'", c))
-            i += 1
-    if not out:
-        raise ValueError("the pattern is empty")
-    return out
-
-
-def problem(java: str) -> str | None:
-    """Why this path does not read or write by the pattern (None: it does)."""
-    try:
-        tokens(java)
-    except ValueError as exc:
-        return str(exc)
-    return None
 
 
 # -- reading ------------------------------------------------------------------------------------------
@@ -140,17 +63,17 @@ def _regex(letter: str, count: int) -> str:
     if letter == "G":
         return "(?:AD|BC)"
     if letter == "z":
-        return _ZONES[:-1] + (_LONG_ZONES if count == 4 else "") + ")"
-    if letter == "D":
+        return _ZONES[:-1] + (_LONG_ZONES if count >= 4 else "") + ")"
+    if letter == "D" and count <= 3:
         return {1: r"\d{1,3}", 2: r"\d{2,3}", 3: r"\d{3}"}[count]
     if letter == "S":
         return rf"\d{{1,{count}}}"
-    if letter == "y":
+    if letter == "y" and count <= 4:
         return {1: r"\d{1,4}", 2: r"\d{2}", 3: r"\d{3,4}", 4: r"\d{4}"}[count]
-    if letter in "XxZ":
+    if letter in "XZ":
         offset = _OFFSETS[5 if letter == "Z" and count == 5 else 2 if letter == "Z" else count]
         return f"(?:Z|{offset})" if letter == "X" or count == 5 else offset
-    return r"\d{1,2}" if count == 1 else r"\d{2}"
+    return r"\d{1,2}" if count == 1 else rf"\d{{{count}}}"  # more letters: as many digits
 
 
 def _literal(text: str) -> str:
@@ -179,7 +102,7 @@ def parse(texts: pa.Array, pattern: list[Token]) -> pa.Array:
     for name, letter, count in fields:
         text = pc.struct_field(found, name)  # null where the text did not match
         if letter == "E":
-            continue  # a day's name (the regex read it), not checked against the date
+            continue  # a day's name (the regex read it), not checked against the date (nor are u and F)
         if letter in "ML" and count >= 3:
             names = [m if count >= 4 else m[:3] for m in MONTHS]
             put("month", _ints(pc.add(pc.index_in(pc.utf8_lower(text), pa.array([m.lower() for m in names])), 1)))
@@ -192,7 +115,7 @@ def parse(texts: pa.Array, pattern: list[Token]) -> pa.Array:
                 "o"), "Z")))
         elif letter == "S":  # a fraction: its digits, then zeros, to six (µs; more digits are cut)
             put("micro", _ints(pc.utf8_slice_codeunits(pc.utf8_rpad(text, 6, "0"), 0, 6)))
-        elif letter in "XxZ":
+        elif letter in "XZ":
             offset = _offset_seconds(text)
             ok &= np.abs(offset) <= 18 * 3_600
             put("offset", offset)
@@ -201,7 +124,7 @@ def parse(texts: pa.Array, pattern: list[Token]) -> pa.Array:
             low, high = _RANGES.get(letter, (0, 10**9))
             ok &= (values >= low) & (values <= high)
             part = {"y": "year", "M": "month", "L": "month", "d": "day", "m": "minute", "s": "second",
-                    "D": "day_of_year", "u": "day_number"}.get(letter)
+                    "D": "day_of_year", "u": "day_number", "F": "week_in_month"}.get(letter)
             if letter == "y" and count == 2:
                 values = values + 2000
             put(part or letter, values)
@@ -295,11 +218,10 @@ def write(stamp: pa.Array, pattern: list[Token]) -> pa.Array:
     for letter, count in pattern:
         if letter == "'":
             pieces.append(count)
-        elif letter in "XxZ":
-            pieces.append("Z" if letter == "X" or (letter == "Z" and count == 5)
-                          else _UTC.get((letter, count), "+0000"))
+        elif letter in "XZ":  # UTC's offset: X and ZZZZZ Z, other Z +0000
+            pieces.append("Z" if letter == "X" or count == 5 else "+0000")
         elif letter == "z":
-            pieces.append("Coordinated Universal Time" if count == 4 else "UTC")
+            pieces.append("Coordinated Universal Time" if count >= 4 else "UTC")
         elif letter == "y":
             pieces.append(_year_text(stamp, count, era))
         else:
@@ -335,10 +257,10 @@ def _field_text(stamp: pa.Array, letter: str, count: int) -> pa.Array:
         return pc.if_else(pc.greater_equal(pc.year(stamp), 1), "AD", "BC")
     if letter == "S":  # the fraction's first digits (µs, then zeros)
         micros = pc.add(pc.multiply(pc.millisecond(stamp), 1000), pc.microsecond(stamp))
-        digits = pc.utf8_rpad(pc.utf8_lpad(pc.cast(micros, pa.string()), 6, "0"), 9, "0")
+        digits = pc.utf8_rpad(pc.utf8_lpad(pc.cast(micros, pa.string()), 6, "0"), max(count, 9), "0")
         return pc.utf8_slice_codeunits(digits, 0, count)
     part = {"M": pc.month, "L": pc.month, "d": pc.day, "m": pc.minute, "s": pc.second, "D": pc.day_of_year,
-            "u": pc.day_of_week}.get(letter, pc.hour)
+            "u": pc.day_of_week, "F": pc.day}.get(letter, pc.hour)
     values = part(stamp).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
     if letter == "h":
         values = (values + 11) % 12 + 1
@@ -348,5 +270,7 @@ def _field_text(stamp: pa.Array, letter: str, count: int) -> pa.Array:
         values = np.where(values == 0, 24, values)
     elif letter == "u":  # SimpleDateFormat's day number: 1 Monday (Arrow's day_of_week: 0 Monday)
         values = values + 1
+    elif letter == "F":  # SimpleDateFormat's day of the week in the month: days 1-7 are 1, 8-14 2 …
+        values = (values - 1) // 7 + 1
     number = pa.array(values, pa.int64(), mask=stamp.is_null().to_numpy(zero_copy_only=False))
     return pc.utf8_lpad(pc.cast(number, pa.string()), 1 if count == 1 else count, "0")

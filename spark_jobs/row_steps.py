@@ -67,7 +67,7 @@ def timestamp_router(rows: Rows, cfg: cfgs.TimestampRouter) -> None:
     route = rows.column("route")
     millis = rows.column("timestamp")
     stamp = row_patterns.write(pc.cast(pc.multiply(millis, 1000), pa.timestamp("us")),
-                               row_patterns.tokens(cfg.timestamp_format))  # unserved() refused what it cannot
+                               row_patterns.tokens(cfg.timestamp_format))
     pieces = [stamp if part == "${timestamp}" else route if part == "${topic}" else part
               for part in _PLACEHOLDERS.split(cfg.topic_format) if part]
     topic = joined(pieces, len(route))

@@ -1,8 +1,9 @@
 """TimestampConverter's conversions on the per-partition path (spark_jobs/row_transforms.py): a field's
 values read as microseconds since the epoch (by a Java pattern, as an ISO text, or as a number of
 ``unix_precision`` units), and written back as the ``target_type`` asks. The Java patterns are read
-and written by spark_jobs/row_patterns.py (row_chains.unserved sends a pattern it does not read to the
-older path), which TimestampRouter (spark_jobs/row_steps.py) writes the Kafka timestamp by too.
+and written by spark_jobs/row_patterns.py (the config refuses those Kafka Connect refuses:
+spark_jobs/java_dates.py), which TimestampRouter (spark_jobs/row_steps.py) writes the Kafka timestamp
+by too.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def as_micros(raw: pa.Array, cfg: cfgs.TimestampConverter) -> pa.Array:
     per_unit = {"seconds": 1_000_000, "milliseconds": 1_000, "microseconds": 1}[cfg.unix_precision]
     if pa.types.is_string(kind):  # by the format, else as the ISO text a decoded date or time has
         read = [_iso_micros(raw)]
-        if cfg.format:  # unserved() refused a pattern row_patterns does not read
+        if cfg.format:
             read.insert(0, row_patterns.parse(raw, row_patterns.tokens(cfg.format)))
         # a whole number's text: the number (the per-record decode gives a JSON number as its text)
         number = pc.if_else(pc.fill_null(pc.match_substring_regex(raw, r"^-?\d{1,18}$"), False), raw, None)

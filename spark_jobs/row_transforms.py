@@ -14,11 +14,11 @@ TimestampRouter, Filter, TombstoneHandler, SetSchemaMetadata, Drop, ExtractTopic
 see the record with its envelope (a RecordIsTombstone there is a Kafka tombstone, not a delete
 event; cdcflow/config.py refuses a step on the value's fields there: it would act on the envelope,
 transform_config.envelope_problem), and after it Cast, ReplaceField, TimestampConverter, MaskField,
-InsertField, RegexRouter (any Java replacement: ``$10``, ``${name}``), Filter and TombstoneHandler on
+InsertField, RegexRouter (Java's regexes and replacements, spark_jobs/java_regex.py), Filter and TombstoneHandler on
 the value, and the steps on the whole record of spark_jobs/row_steps.py (Drop and ExtractTopic on the
 value or the key, SetSchemaMetadata, TimestampRouter, and ValueToKey into tables of declared
-columns), with the predicates TopicNameMatches, RecordIsTombstone and HasHeaderKey (regexes RE2 reads
-as Java does; Java datetime patterns as spark_jobs/row_patterns.py lists them), into MySQL tables of
+columns), with the predicates TopicNameMatches, RecordIsTombstone and HasHeaderKey (the Java date
+patterns and regexes Kafka Connect accepts; the config refuses the others), into MySQL tables of
 declared columns, or created from the record schema (the json_schema converter: the row schema
 rewritten as the images are, :func:`described`; the exactly-once sink's too), and Elasticsearch
 indices. A chain without ExtractNewRecordState reads Kafka Connect's record model
@@ -30,8 +30,7 @@ decode keeps whole for a chain that has one of them (elsewhere it reads a struct
 Tables from the record schema of records without one, and behind Flatten, ExtractField or
 HoistField, get the schema inferred from the images after the chain (spark_jobs/row_schemas.py).
 SqlExpression, Python and Sql predicates run in Spark between these steps (spark_jobs/spark_stage.py).
-Still on the older path: the other steps on the key, and the Java patterns row_patterns.REFUSED
-names. The transforms act as those of the
+Still on the older path: the other steps on the key. The transforms act as those of the
 older path do (tests/integration/spark_jobs/test_row_transforms.py runs both on the same records and
 compares the rows read back), with these differences, which docs/transforms.md lists:
 
@@ -91,19 +90,17 @@ import pyarrow.compute as pc
 
 from connectors import images
 from connectors.errors import ConfigError
-from spark_jobs import row_documents, row_nested, row_steps, row_unwrap
+from spark_jobs import java_regex, row_documents, row_nested, row_steps, row_unwrap
 from spark_jobs import transform_config as cfgs
-from spark_jobs.row_changes import Rows, applies, fields_of, first_error, joined, struct_like
+from spark_jobs.row_changes import Rows, applies, fields_of, first_error, per_topic, struct_like
 from spark_jobs.row_casts import CAST_TYPES, cast_values  # noqa: F401
 # unserved, names_before, TIME_COLUMNS, CAST_TYPES and cast_values are read through this module too
 from spark_jobs.row_chains import (  # noqa: F401
     SERVED_STEPS,
     TIME_COLUMNS,
     described,
-    java_replacement,
     names_before,
     nested,
-    numbered_groups,
     record_model,
     unserved,
 )
@@ -208,17 +205,12 @@ def insert_field(rows: Rows, cfg: cfgs.InsertField) -> None:
 
 
 def regex_router(rows: Rows, cfg: cfgs.RegexRouter) -> None:
-    """A topic the regex matches whole becomes the replacement, its groups (any number, by number or
-    name) taken from the match as Java's Matcher takes them (a group that matched nothing: "")."""
-    regex, names = numbered_groups(cfg.regex)
-    pattern = f"^(?:{regex})$"
+    """A topic the regex matches whole gets Java's ``replaceFirst`` of the replacement, its groups
+    (any number, by number or name) taken as Java's Matcher takes them (a group that matched
+    nothing: ""), once per distinct topic (spark_jobs/java_regex.routed)."""
     route = rows.column("route")
-    hit = pc.and_(applies(rows, cfg), pc.fill_null(pc.match_substring_regex(route, pattern), False))
-    pieces = java_replacement(cfg.replacement, names)
-    assert pieces is not None  # unserved() refused the others
-    groups = pc.extract_regex(route, pattern) if names else None
-    parts = [p if isinstance(p, str) else route if p == 0 else groups.field(f"_g{p}") for p in pieces]
-    renamed = joined(parts, len(route))
+    renamed = per_topic(route, lambda topic: java_regex.routed(cfg.regex, cfg.replacement, topic), pa.string())
+    hit = pc.and_(applies(rows, cfg), pc.is_valid(renamed))
     rows.set("route", pc.if_else(hit, renamed, route))
 
 

@@ -7,10 +7,11 @@ record frame (topic, key, value, timestamp, headers) after the converters.
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from spark_jobs import java_dates, java_regex
 
 Target = Literal["key", "value"]
 ConnectType = Literal["int8", "int16", "int32", "int64", "float32", "float64", "boolean", "string"]
@@ -20,11 +21,20 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def _valid_regex(value: str) -> str:
+def _java_regex(value: str, kind: str) -> str:
+    """A Java regex (java.util.regex.Pattern's syntax, as Kafka Connect reads it: spark_jobs/java_regex.py)."""
     try:
-        re.compile(value)
-    except re.error as exc:
-        raise ValueError(f"expected a regular expression, got {value!r}: {exc}") from None
+        java_regex.compiled(value)
+    except ValueError as exc:
+        raise ValueError(f"{kind}: {exc}") from None
+    return value
+
+
+def _java_date_pattern(value: str | None, kind: str) -> str | None:
+    """A SimpleDateFormat pattern, as Kafka Connect reads it (spark_jobs/java_dates.py)."""
+    problem = None if value is None else java_dates.problem(value)
+    if problem is not None:
+        raise ValueError(f"{kind}: {problem}")
     return value
 
 
@@ -36,7 +46,7 @@ class TopicNameMatches(_Model):
     @field_validator("pattern")
     @classmethod
     def _regex(cls, value: str) -> str:
-        return _valid_regex(value)
+        return _java_regex(value, "TopicNameMatches")
 
 
 class HasHeaderKey(_Model):
@@ -178,7 +188,19 @@ class RegexRouter(_Transform):
     @field_validator("regex")
     @classmethod
     def _regex(cls, value: str) -> str:
-        return _valid_regex(value)
+        return _java_regex(value, "RegexRouter")
+
+    @field_validator("replacement")
+    @classmethod
+    def _replacement(cls, value: str, info: ValidationInfo) -> str:
+        """Java's Matcher throws on these for every topic the regex matches: refused up front."""
+        if "regex" in info.data:  # else the regex's own error is reported
+            try:
+                java_regex.replacement(value, info.data["regex"])
+            except ValueError as exc:
+                raise ValueError(f"RegexRouter: {exc}: Kafka Connect's RegexRouter fails every record it renames "
+                                 "by it") from None
+        return value
 
 
 class ReplaceField(_Transform):
@@ -206,8 +228,13 @@ class TimestampConverter(_Transform):
     target: Target = "value"
     field: str = Field(min_length=1)
     target_type: Literal["string", "unix", "Date", "Time", "Timestamp"]
-    format: str | None = Field(default=None, description="Java/Spark datetime pattern for string input/output")
+    format: str | None = Field(default=None, description="Java SimpleDateFormat pattern for string input/output")
     unix_precision: Literal["seconds", "milliseconds", "microseconds"] = "milliseconds"
+
+    @field_validator("format")
+    @classmethod
+    def _pattern(cls, value: str | None) -> str | None:
+        return _java_date_pattern(value, "TimestampConverter")
 
     @model_validator(mode="after")
     def _format(self) -> TimestampConverter:
@@ -221,6 +248,11 @@ class TimestampRouter(_Transform):
     topic_format: str = "${topic}-${timestamp}"
     timestamp_format: str = "yyyyMMdd"
     shape_preserving: ClassVar[bool] = True
+
+    @field_validator("timestamp_format")
+    @classmethod
+    def _pattern(cls, value: str) -> str:
+        return _java_date_pattern(value, "TimestampRouter") or value
 
 
 class TombstoneHandler(_Transform):

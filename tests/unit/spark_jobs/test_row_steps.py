@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from cdcflow.config import MySqlSinkConfig
 from spark_jobs import row_transforms as rt
@@ -67,12 +68,13 @@ def test_timestamp_router_names_the_topic_by_the_kafka_timestamp_in_utc() -> Non
     assert {r["route"] for r in fixed} == {"archive"}
 
 
-def test_a_timestamp_format_this_path_cannot_write_goes_to_the_older_path() -> None:
-    step = {"type": "TimestampRouter", "timestamp_format": "yyyy-'w'ww"}
-    assert rt.unserved(job(MYSQL, transforms=chain(step))) == (
-        "transforms.1 (TimestampRouter): the timestamp_format \"yyyy-'w'ww\": 'w' is not read on this path: a week "
-        "field: Kafka Connect's SimpleDateFormat counts weeks by the JVM's locale (the first day of the week, the "
-        "days of the first week), and Spark refuses it")
+def test_a_timestamp_format_is_written_as_simple_date_format_writes_it_and_a_week_field_refused() -> None:
+    with pytest.raises(ValidationError, match="'w' \\(the week of the year\\) is a week field: SimpleDateFormat "
+                                              "counts weeks by the JVM's default locale"):
+        chain({"type": "TimestampRouter", "timestamp_format": "yyyy-'w'ww"})
+    # F (the 14th: (14 - 1) / 7 + 1), GGGG and brackets as SimpleDateFormat writes them
+    out = _run({"type": "TimestampRouter", "timestamp_format": "F_GGGG_[yy]"})
+    assert out[0]["route"] == f"{fx.TOPIC}-2_AD_[23]"  # 2023-11-14 22:13:20 UTC
     # Java's patterns beyond the digits: quoted text, names, a 12-hour clock, zones (UTC), the era, the day of
     # the year and its number in the week
     out = _run({"type": "TimestampRouter", "timestamp_format": "yy_MMM_dd'T'hha_EEEE_X_G_DDD_u_z"})
