@@ -177,7 +177,7 @@ class PipelineConfig(StrictModel):
         if self.truncate == "apply":
             _truncate_apply_checks(self)
         problems = composed_problems(self.sinks, self.offset_store.sink, self.truncate) + chain_problems(
-            self.transforms)
+            self.transforms, self.source.value_converter)
         if problems:
             raise field_errors("PipelineConfig", problems)
         if self.offset_store.sink is not None:

@@ -6,11 +6,13 @@ converter (Avro, Protobuf, JSON Schema) are transcoded first (connectors/registr
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import pyarrow as pa
 
 from connectors import images
+from connectors.changes import RecordError
 from connectors.debezium.envelope import Decoder as DebeziumDecoder
 from connectors.debezium.envelope import hints_from_columns
 from connectors.elasticsearch.config import ElasticsearchSinkConfig
@@ -38,6 +40,9 @@ def change_decoder(job: WindowJob) -> Any:
     key_fields = frozenset(f for tg in job.sinks for f in _key_fields(tg.config))
     if row_transforms.record_model(job.transforms):  # the value is the row, whatever the source format
         decoder = DebeziumDecoder(job.versioning, hints, need_json, rows=job.value_converter)
+    elif job.key_converter in ("string", "bytes") and job.source_format == "debezium":
+        decoder = TextKeyDecoder(job.versioning, hints, need_json, _used_fields(job))
+        decoder.converter, decoder.field = job.key_converter, _one_key_field(job, key_fields)
     else:
         decoder = format_decoder(job.source_format, job.versioning, hints, need_json, key_fields, _used_fields(job))
     if row_transforms.nested(job.transforms) and hasattr(decoder, "nested"):
@@ -50,6 +55,41 @@ def change_decoder(job: WindowJob) -> Any:
         # depends on a field's type, which the per-record decode's texts do not carry
         decoder.column_wise_min = 1
     return decoder
+
+
+class TextKeyDecoder(DebeziumDecoder):
+    """Debezium's envelopes under a key of the ``string`` or ``bytes`` converter (a text, not the key
+    struct): a delete event finds its row by its ``before`` image as always; a tombstone (or a delete
+    without one) by its key, as the one column of the sinks' primary key (``field``, in the record's
+    names: a transform may rename it after). The key's text is the string converter's; the bytes
+    converter's bytes are read as base64, as a row image holds binary values (a binary column gets the
+    bytes back)."""
+
+    converter = "string"
+    field: str | None = None
+
+    def key_image(self, key: bytes | None) -> dict[str, str | None] | None:
+        if key is None:
+            return None
+        if self.field is None:
+            raise RecordError("converter", "a delete without a 'before' image deletes by its key, a text "
+                                           f"(key_converter {self.converter}): that needs sinks keyed by one field, "
+                                           "the same in every sink (a declared primary_key or id_fields of one field)")
+        if self.converter == "bytes":
+            return {self.field: base64.b64encode(key).decode("ascii")}
+        try:
+            return {self.field: key.decode("utf-8")}
+        except UnicodeDecodeError:
+            raise RecordError("converter", "key is not valid UTF-8 (key_converter string)") from None
+
+
+def _one_key_field(job: WindowJob, key_fields: frozenset[str]) -> str | None:
+    """The one field every sink keys its rows by, named as the record names it (before the chain's
+    renames); None where the sinks key by more fields, or declare none (a table from the record schema)."""
+    declared = [_key_fields(tg.config) for tg in job.sinks]
+    if len(key_fields) != 1 or any(len(fields) != 1 for fields in declared):
+        return None
+    return row_transforms.names_before(job.transforms, next(iter(key_fields)))
 
 
 def _used_fields(job: WindowJob) -> frozenset[str] | None:

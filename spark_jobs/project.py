@@ -77,6 +77,10 @@ def project_documents(rows: pa.Table, sink: ElasticsearchSinkConfig) -> pa.Table
     else:
         image = images.Fields(rows.column("image"))  # its layout worked out once for every id field
         parts = [image.texts(f) for f in sink.id_fields]
+        if "key_image" in rows.column_names and pa.types.is_map(rows.schema.field("key_image").type):
+            # the key a step on it left (spark_jobs/row_keys.finished): its fields first
+            keys = images.Fields(rows.column("key_image"))
+            parts = [pc.coalesce(keys.texts(f), p) for f, p in zip(sink.id_fields, parts, strict=True)]
         doc_id = _join(parts, "+", "skip")
         errors += [pc.if_else(pc.is_null(p), f"document id field '{f}' is missing or null", None)
                    for p, f in zip(parts, sink.id_fields, strict=True)]
@@ -223,7 +227,8 @@ def read_task(job: WindowJob, pieces: Pieces, early: dict[str, SinkTarget] | Non
             return
         decoded = images.concat_tables([pa.table(b) for b in decoded_batches])
         if job.transforms:  # the chains the per-partition path serves (spark_jobs/prepare.eligible)
-            decoded = routes_checked(row_transforms.apply(decoded, job.transforms, job.versioning))
+            decoded = routes_checked(row_transforms.apply(decoded, job.transforms, job.versioning,
+                                                          key_converter=job.key_converter))
         decoded = truncate_policy(job, decoded)
         if not early:
             yield from split(job, task, decoded, tasks)

@@ -50,10 +50,11 @@ def record_model(chain: Any) -> bool:
 def unserved(job: Any) -> str | None:
     """Why the per-partition path cannot run this pipeline's transforms (None: it can)."""
     chain = list(job.transforms)
-    converters = {"json", "json_schema", "string", "bytes"} if record_model(chain) else {"json", "json_schema"}
+    converters = {"json", "json_schema", "string", "bytes"}
     if {job.key_converter, job.value_converter} - converters:
-        return ("the chain is applied to records read with the json and json_schema converters only (and string or "
-                "bytes, in a chain without ExtractNewRecordState)")
+        return "the chain is applied to records read with the json, json_schema, string and bytes converters only"
+    if not record_model(chain) and job.value_converter not in ("json", "json_schema"):  # cdcflow/config.py refuses it
+        return "ExtractNewRecordState reads Debezium's envelope: value_converter json or json_schema"
     if not record_model(chain) and job.source_format != "debezium":
         return "ExtractNewRecordState unwraps Debezium's envelopes (source.format debezium)"
     unwrapped = record_model(chain)  # the steps before an ExtractNewRecordState see the envelope
@@ -69,12 +70,15 @@ def _unserved_stage(chain: list[Any]) -> str | None:
     """What a Spark stage (spark_jobs/spark_stage.py) cannot carry across."""
     last = max(i for i, cfg in enumerate(chain) if sparked(cfg))
     for i, cfg in enumerate(chain[:last]):
-        if isinstance(cfg, cfgs.ValueToKey) or (isinstance(cfg, cfgs.Drop) and cfg.target == "key"):
+        if isinstance(cfg, cfgs.ValueToKey) or getattr(cfg, "target", "value") == "key" and cfg.type in (
+                "Drop", *KEY_FIELD_STEPS):
             return f"transforms.{i} ({cfg.type}): the key it makes does not cross the Spark step transforms.{last}"
     return None
 
 
-_KEY_STEPS = ("SetSchemaMetadata", "Drop", "ExtractTopic")  # the steps this path applies to the key too
+# the steps on the key's fields (spark_jobs/row_keys.py; Drop, ExtractTopic, SetSchemaMetadata act on it whole)
+KEY_FIELD_STEPS = ("Cast", "ReplaceField", "MaskField", "InsertField", "TimestampConverter", "Flatten",
+                   "ExtractField", "HoistField")
 
 
 def _unserved_step(cfg: Any, unwrapped: bool) -> str | None:
@@ -88,8 +92,6 @@ def _unserved_step(cfg: Any, unwrapped: bool) -> str | None:
         return cfgs.envelope_problem(cfg)
     if kind not in SERVED_STEPS:
         return "not among the transforms of this path"
-    if getattr(cfg, "target", "value") != "value" and kind not in _KEY_STEPS:
-        return "only the value is transformed on this path (the key by Drop, ExtractTopic, SetSchemaMetadata)"
     return None  # its Java patterns, regexes and replacements: every one the config validators let through
 
 
@@ -128,31 +130,78 @@ def key_type(kind: str) -> str:
 TIME_COLUMNS = {"unix": "BIGINT", "Timestamp": "DATETIME(6)", "Date": "DATE", "Time": "LONGTEXT", "string": "LONGTEXT"}
 
 
+def keyed(chain: Any) -> bool:
+    """The chain has a step on the key's fields: the sinks that key rows by the record key read the key
+    it leaves (spark_jobs/row_keys.py), and a table from the record schema takes its fields and types."""
+    return any(cfg.type in KEY_FIELD_STEPS and getattr(cfg, "target", "value") == "key" for cfg in chain)
+
+
 def key_after(chain: Any, key: list[str]) -> list[str]:
     """The fields of a row's key (the Kafka key's, as the table's primary key) after the chain: a
-    ValueToKey's fields, renamed and left out with the value's fields by ReplaceField (a key column
-    is read from the row image)."""
+    ValueToKey's fields; in a chain with steps on the key's fields, as those leave them (renamed, left
+    out, added: :func:`keyed`), else renamed and left out with the value's fields by ReplaceField (a
+    key column is then read from the row image)."""
+    columns: dict[str, dict[str, Any] | None] = dict.fromkeys(key)
+    on_key = keyed(chain)
     for cfg in chain:
-        if isinstance(cfg, cfgs.ValueToKey):
-            key = list(cfg.fields)
-        elif isinstance(cfg, cfgs.ReplaceField):
-            key = [cfg.renames.get(n, n) for n in key if (not cfg.include or n in cfg.include) and n not in cfg.exclude]
-    return key
+        columns = _key_step(cfg, columns, on_key)
+    return list(columns)
+
+
+def _key_step(cfg: Any, key: dict[str, Any], on_key: bool) -> dict[str, Any]:
+    """The key's fields (each with its column, None: the value's) after one step (:func:`key_after`)."""
+    if isinstance(cfg, cfgs.ValueToKey):
+        return {f: None for f in cfg.fields}
+    if getattr(cfg, "target", "value") != ("key" if on_key else "value"):
+        return key
+    if isinstance(cfg, cfgs.ReplaceField):
+        return {cfg.renames.get(n, n): c and {**c, "name": cfg.renames.get(n, n)} for n, c in key.items()
+                if (not cfg.include or n in cfg.include) and n not in cfg.exclude}
+    if not on_key:
+        return key
+    typed = {f: mysql_type(FieldSchema(kind), True) for f, kind in cfg.spec.items()} if isinstance(
+        cfg, cfgs.Cast) else {cfg.field: TIME_COLUMNS[cfg.target_type]} if isinstance(
+        cfg, cfgs.TimestampConverter) else dict(_inserted(cfg)) if isinstance(cfg, cfgs.InsertField) else {}
+    if isinstance(cfg, cfgs.HoistField):
+        return {cfg.field: None}
+    if isinstance(cfg, cfgs.ExtractField):  # a struct's fields are not known here, a value's are none
+        return {}
+    added = {f: {"name": f, "type": t, "nullable": False} for f, t in typed.items()
+             if f in key or isinstance(cfg, cfgs.InsertField)}
+    return {**key, **added}
+
+
+def _inserted(cfg: cfgs.InsertField) -> list[tuple[str, str]]:
+    """The fields an InsertField sets, with their MySQL types."""
+    fields = [(f, kind) for f, kind in ((cfg.topic_field, "LONGTEXT"), (cfg.partition_field, "INT"),
+                                        (cfg.offset_field, "BIGINT"), (cfg.timestamp_field, "DATETIME(6)")) if f]
+    if cfg.static_field:
+        value = cfg.static_value
+        fields.append((cfg.static_field, "TINYINT(1)" if isinstance(value, bool) else "BIGINT" if isinstance(
+            value, int) else "DOUBLE" if isinstance(value, float) else "LONGTEXT"))
+    return fields
 
 
 def described(chain: Any, text: str) -> str:
     """A row schema's table (``{"columns", "key", "properties"}``) after the chain: fields renamed,
     left out, cast and added as the images are. A field whose type a step changes loses its
-    Elasticsearch property (dynamic mapping)."""
+    Elasticsearch property (dynamic mapping). In a chain with steps on the key's fields, the key
+    columns are the key's as those leave them (:func:`key_after`), of the key's types: a key column
+    the value lacks is added (Kafka Connect's JDBC sink reads key columns from the key)."""
     table = json.loads(text)
     columns = {c["name"]: c for c in table["columns"]}
-    key, properties = list(table["key"]), dict(table.get("properties", {}))
+    properties = dict(table.get("properties", {}))
+    key: dict[str, Any] = {k: columns.get(k) for k in table["key"]}
+    on_key = keyed(chain)
 
     def typed(name: str, kind: str) -> None:
         columns[name] = {"name": name, "type": kind, "nullable": columns.get(name, {}).get("nullable", True)}
         properties.pop(name, None)
 
     for cfg in chain:
+        key = _key_step(cfg, key, on_key)
+        if getattr(cfg, "target", "value") == "key":
+            continue
         if isinstance(cfg, cfgs.ExtractNewRecordState):
             if cfg.delete_handling == "rewrite":
                 typed("__deleted", "LONGTEXT")
@@ -170,16 +219,15 @@ def described(chain: Any, text: str) -> str:
         elif isinstance(cfg, cfgs.TimestampConverter) and cfg.field in columns:
             typed(cfg.field, TIME_COLUMNS[cfg.target_type])
         elif isinstance(cfg, cfgs.InsertField):
-            for field, kind in ((cfg.topic_field, "LONGTEXT"), (cfg.partition_field, "INT"),
-                                (cfg.offset_field, "BIGINT"), (cfg.timestamp_field, "DATETIME(6)")):
-                if field:
-                    typed(field, kind)
-            if cfg.static_field:
-                value = cfg.static_value
-                typed(cfg.static_field, "TINYINT(1)" if isinstance(value, bool) else "BIGINT" if isinstance(
-                    value, int) else "DOUBLE" if isinstance(value, float) else "LONGTEXT")
-    key = [k for k in key_after(chain, key) if k in columns]
-    for name in key:  # a key column is NOT NULL, and bounded (a ValueToKey's field, a key of a text type)
+            for field, kind in _inserted(cfg):
+                typed(field, kind)
+    if on_key:  # the key's columns, of the key's types
+        for name, column in key.items():
+            if column is not None:
+                columns[name] = {**column, "name": name}
+                properties.pop(name, None)
+    names = [k for k in key if k in columns]
+    for name in names:  # a key column is NOT NULL, and bounded (a ValueToKey's field, a key of a text type)
         kind = columns[name]["type"]
         columns[name] = {**columns[name], "type": key_type(kind), "nullable": False}
-    return json.dumps({**table, "columns": list(columns.values()), "key": key, "properties": properties})
+    return json.dumps({**table, "columns": list(columns.values()), "key": names, "properties": properties})

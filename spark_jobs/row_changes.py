@@ -26,7 +26,9 @@ class Rows:
     """The decoded changes a step rewrites; ``live`` marks the changes a step may touch: read, with a
     row image, not failed, not dropped. The key as the chain leaves it (spark_jobs/row_steps.py):
     ``key_from``, the row images and fields a ValueToKey made it of (None: the Kafka key), and
-    ``keyless``, the changes whose key a Drop set to null (None: none). The value: ``enveloped``
+    ``keyless``, the changes whose key a Drop set to null (None: none), and ``keys``, the key image a
+    step on the key's fields left (None: not read yet; spark_jobs/row_keys.py), read from the Kafka key
+    by ``key_converter``. The value: ``enveloped``
     while the steps before an ExtractNewRecordState run (the value is still Debezium's envelope,
     though the decode already holds its row image), and ``nulled``, the changes whose value a Drop
     set to null (None: none)."""
@@ -34,6 +36,8 @@ class Rows:
     table: pa.Table
     key_from: tuple[pa.Array, tuple[str, ...]] | None = None
     keyless: pa.Array | None = None
+    keys: pa.Array | None = None
+    key_converter: str = "json"
     when: pa.Array | None = None  # the first step's Sql predicate, as Spark evaluated it (spark_stage.py)
     enveloped: bool = False
     nulled: pa.Array | None = None

@@ -63,7 +63,7 @@ def _expand(name: str, values: pa.Array, delimiter: str, out: dict[str, pa.Array
 def extract_field(rows: Rows, cfg: cfgs.ExtractField) -> None:
     """An upsert whose field is null becomes a tombstone, as in Kafka Connect (an ExtractField of
     Debezium's ``after``: a delete event): a delete of the record's key (:func:`_tombstones`)."""
-    missing = f"ExtractField: value has no field {cfg.field!r}"
+    missing = f"ExtractField: value has no field {cfg.field!r}"  # on the key: row_keys.extract_field
     nulled: list[np.ndarray] = []
 
     schemaless = pc.is_null(rows.column("schema_id")).to_numpy(zero_copy_only=False)

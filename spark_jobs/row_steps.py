@@ -14,9 +14,9 @@ docs/transforms.md lists:
 * TimestampRouter reads ``topic_format`` as text and the two placeholders (the older path reads a
   text between them that is exactly ``ts`` or ``topic`` as a placeholder).
 
-The key: ExtractTopic on the key reads the Kafka key's field (its {schema, payload} read as the
-decode reads a tombstone's key), or after a ValueToKey the value's. A Drop of the key changes no
-upsert (the rows are keyed by their images), but a delete left without a key fails at the end of
+The key: ExtractTopic on the key reads the key's field as the chain left it (spark_jobs/row_keys.py:
+the Kafka key's, its {schema, payload} unwrapped; after a ValueToKey the value's). A Drop of the key
+changes no upsert (the rows are keyed by their images), but a delete left without a key fails at the end of
 the chain (:func:`keyless_deletes`), as on the older path, where it deletes by its (null) key.
 """
 
@@ -29,8 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectors import images
-from connectors.debezium.envelope import Decoder
-from spark_jobs import row_patterns
+from spark_jobs import row_keys, row_patterns
 from spark_jobs import transform_config as cfgs
 from spark_jobs.row_changes import Rows, applies, fields_of, first_error, joined
 
@@ -77,8 +76,9 @@ def timestamp_router(rows: Rows, cfg: cfgs.TimestampRouter) -> None:
 def extract_topic(rows: Rows, cfg: cfgs.ExtractTopic) -> None:
     """The topic becomes the field's value (its MySQL text); a change without it fails, or keeps its
     topic with ``skip_missing_or_null``. A delete is routed by its row image, as its upsert was (on
-    the key: by its key, :func:`key_texts`)."""
-    value = key_texts(rows, cfg.field) if cfg.target == "key" else images.Fields(rows.column("image")).texts(cfg.field)
+    the key: by its key as the chain left it, row_keys.current)."""
+    image = row_keys.current(rows) if cfg.target == "key" else rows.column("image")
+    value = images.Fields(image).texts(cfg.field)
     applied = applies(rows, cfg)
     moved = pc.and_(pc.and_(applied, rows.live), pc.is_valid(value))
     if not cfg.skip_missing_or_null:
@@ -94,7 +94,7 @@ def value_to_key(rows: Rows, cfg: cfgs.ValueToKey) -> None:
     its primary key (row_chains.key_after): so the key changes no row here, but a later step on the
     key reads these fields (a delete's from its row image). The check: an upsert whose field is null or missing
     fails, the first such field named."""
-    rows.key_from, rows.keyless = (rows.column("image"), tuple(cfg.fields)), None
+    rows.key_from, rows.keyless, rows.keys = (rows.column("image"), tuple(cfg.fields)), None, None
 
     def step(child: pa.StructArray, _at: np.ndarray) -> tuple[pa.StructArray, pa.Array | None]:
         fields = fields_of(child)
@@ -103,19 +103,6 @@ def value_to_key(rows: Rows, cfg: cfgs.ValueToKey) -> None:
                   for name in cfg.fields]
         return child, first_error(*errors)
     rows.map_images(step)
-
-
-def key_texts(rows: Rows, name: str) -> pa.Array:
-    """Per change, the text of field ``name`` of its key as the chain left it: the Kafka key's, the
-    value's after a ValueToKey, null after a Drop of the key (or where the key is not an object)."""
-    if rows.key_from is not None:
-        image, fields = rows.key_from
-        texts = images.Fields(image).texts(name) if name in fields else pa.nulls(len(image), pa.string())
-    else:
-        decoder = Decoder("kafka_offset")  # the key read as the decode reads a tombstone's (its {schema, payload})
-        texts = pa.array([(decoder.key_image(key) or {}).get(name) for key in rows.column("key").to_pylist()],
-                         pa.string())
-    return texts if rows.keyless is None else pc.if_else(rows.keyless, pa.scalar(None, pa.string()), texts)
 
 
 def keyless_deletes(rows: Rows) -> None:

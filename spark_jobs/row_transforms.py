@@ -30,9 +30,8 @@ decode keeps whole for a chain that has one of them (elsewhere it reads a struct
 Tables from the record schema of records without one, and behind Flatten, ExtractField or
 HoistField, get the schema inferred from the images after the chain (spark_jobs/row_schemas.py).
 SqlExpression, Python and Sql predicates run in Spark between these steps (spark_jobs/spark_stage.py).
-Still on the older path: the other steps on the key. The transforms act as those of the
-older path do (tests/integration/spark_jobs/test_row_transforms.py runs both on the same records and
-compares the rows read back), with these differences, which docs/transforms.md lists:
+Every step with ``target: key`` runs on the key (spark_jobs/row_keys.py). The transforms act as
+those of the older path did, with these differences, which docs/transforms.md lists:
 
 * a delete's row image (its ``before`` image, or a tombstone's key) goes through the chain too, so a
   renamed key field still finds its row (the older path deletes by the Kafka key's field names); a
@@ -90,7 +89,7 @@ import pyarrow.compute as pc
 
 from connectors import images
 from connectors.errors import ConfigError
-from spark_jobs import java_regex, row_documents, row_nested, row_steps, row_unwrap
+from spark_jobs import java_regex, row_documents, row_keys, row_nested, row_steps, row_unwrap
 from spark_jobs import transform_config as cfgs
 from spark_jobs.row_changes import Rows, applies, fields_of, first_error, per_topic, struct_like
 from spark_jobs.row_casts import CAST_TYPES, cast_values  # noqa: F401
@@ -99,6 +98,7 @@ from spark_jobs.row_chains import (  # noqa: F401
     SERVED_STEPS,
     TIME_COLUMNS,
     described,
+    keyed,
     names_before,
     nested,
     record_model,
@@ -123,7 +123,7 @@ def cast(rows: Rows, cfg: cfgs.Cast) -> None:
                 why = (" is a date or time: TimestampConverter with target_type unix makes it a number"
                        if temporal else f" is not a valid {kind}")
                 errors.append(pc.if_else(bad, pc.binary_join_element_wise(
-                    f"Cast: value.{name} = '", images.text_of(_original(child, name)), f"'{why}", ""), None))
+                    f"Cast: {cfg.target}.{name} = '", images.text_of(_original(child, name)), f"'{why}", ""), None))
         return struct_like(fields, child), first_error(*errors)
     rows.map_images(step)
 
@@ -152,7 +152,7 @@ def timestamp_converter(rows: Rows, cfg: cfgs.TimestampConverter) -> None:
         bad = pc.and_(pc.is_valid(raw), pc.is_null(micros))
         shown = images.text_of(raw)
         error = pc.if_else(bad, pc.binary_join_element_wise(
-            f"TimestampConverter: value.{cfg.field} = '", shown,
+            f"TimestampConverter: {cfg.target}.{cfg.field} = '", shown,
             f"' is not a timestamp{' in format ' + cfg.format if cfg.format else ''}", ""), None)
         return struct_like(fields, child), error
     rows.map_images(step)
@@ -243,7 +243,7 @@ assert set(STEPS) == SERVED_STEPS, "row_chains.SERVED_STEPS names the steps this
 
 
 def apply(decoded: pa.Table, chain: Any, versioning: str, finish: bool = True, first: int = 0,
-          when: pa.Array | None = None, documents: str = "kept") -> pa.Table:
+          when: pa.Array | None = None, documents: str = "kept", key_converter: str = "json") -> pa.Table:
     """A read task's decoded changes through the chain (:func:`unserved` said it is served); the row
     schemas (the tables created from them) rewritten to match (:func:`described`).
 
@@ -251,10 +251,13 @@ def apply(decoded: pa.Table, chain: Any, versioning: str, finish: bool = True, f
     chain index of the part's first step, ``when`` the Spark-evaluated Sql predicate of that step,
     and only the last part ``finish``es the changes (the key a Drop nulled, values that are not
     rows, the documents: ``documents`` "all" writes each from its typed values, as nothing of the
-    decode's JSON is known to hold after a Spark step)."""
-    rows = Rows(decoded, when=when, enveloped=any(cfg.type == "ExtractNewRecordState" for cfg in chain))
+    decode's JSON is known to hold after a Spark step). ``key_converter`` reads the Kafka key for the
+    steps on the key (spark_jobs/row_keys.py)."""
+    rows = Rows(decoded, when=when, enveloped=any(cfg.type == "ExtractNewRecordState" for cfg in chain),
+                key_converter=key_converter)
     if not decoded.num_rows:
-        return decoded
+        return decoded if not (finish and keyed(chain)) else decoded.set_column(
+            decoded.schema.get_field_index("key_image"), "key_image", pa.nulls(0, images.STRING_MAP))
     schemas = rows.column("row_schema")
     if schemas.null_count < len(schemas):
         texts = {t: described(chain, t) for t in pc.unique(schemas).drop_null().to_pylist()}
@@ -263,6 +266,9 @@ def apply(decoded: pa.Table, chain: Any, versioning: str, finish: bool = True, f
         try:
             if cfg.type == "ExtractNewRecordState":
                 row_unwrap.extract_new_record_state(rows, cfg, versioning)
+            elif cfg.type in row_keys.FIELD_STEPS and cfg.target == "key":
+                step = row_keys.extract_field if cfg.type == "ExtractField" else STEPS[cfg.type]
+                row_keys.on_key(rows, cfg, step)
             else:
                 STEPS[cfg.type](rows, cfg)
         except ConfigError as exc:
@@ -271,6 +277,7 @@ def apply(decoded: pa.Table, chain: Any, versioning: str, finish: bool = True, f
     if not finish:
         return rows.table
     row_steps.keyless_deletes(rows)
+    row_keys.finished(rows, chain)
     row_nested.not_rows(rows)
     if documents == "all":
         return row_documents.rewritten(decoded, rows.table, None)

@@ -315,14 +315,20 @@ def envelope_problem(cfg: Any) -> str | None:
             "only the envelope's 'after': put it after the ExtractNewRecordState")
 
 
-def chain_problems(chain: list[Any]) -> list[tuple[tuple[str | int, ...], str, Any]]:
+def chain_problems(chain: list[Any], value_converter: str = "json") -> list[tuple[tuple[str | int, ...], str, Any]]:
     """The steps of a chain in an order that cannot work: a step on the value's fields before the
     ExtractNewRecordState (:func:`envelope_problem`), a second ExtractNewRecordState (the first
-    unwrapped the envelope)."""
+    unwrapped the envelope); an ExtractNewRecordState over values that are not Debezium's envelope
+    (the ``string`` and ``bytes`` converters' texts)."""
     unwraps = [i for i, cfg in enumerate(chain) if cfg.type == "ExtractNewRecordState"]
     problems: list[tuple[tuple[str | int, ...], str, Any]] = [
         (("transforms", i, "type"), "a second ExtractNewRecordState: the first one already unwrapped the envelope",
          "ExtractNewRecordState") for i in unwraps[1:]]
+    if unwraps and value_converter in ("string", "bytes"):
+        problems.append((("transforms", unwraps[0], "type"), (
+            f"ExtractNewRecordState unwraps Debezium's envelope, a JSON object, and source.value_converter "
+            f"{value_converter} reads each value as a {'text' if value_converter == 'string' else 'byte string'}: "
+            "use value_converter json or json_schema"), "ExtractNewRecordState"))
     for i, cfg in enumerate(chain[:unwraps[0]] if unwraps else []):
         problem = envelope_problem(cfg)
         if problem is not None:

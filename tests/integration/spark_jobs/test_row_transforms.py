@@ -20,7 +20,15 @@ from cdcflow.config import load_pipeline
 from cdcflow.state import StateStore
 from tests.fixtures import orders as o
 from tests.fixtures.debezium import orders as fx
-from tests.helpers import bootstrap, mysql_engine, read_topic, unique, write_pipeline
+from tests.helpers import (
+    bootstrap,
+    es_docs,
+    mysql_engine,
+    read_topic,
+    unique,
+    without_versions,
+    write_pipeline,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.services("kafka", "mysql", "spark")]
 
@@ -181,21 +189,20 @@ def test_java_patterns_and_replacements_give_the_rows_java_would(
 
 
 @pytest.mark.parametrize("case", ["extract_topic", "drop"])
-def test_steps_on_the_key_give_the_rows_of_the_source(
+def test_drop_and_extract_topic_on_the_key_give_the_sources_rows(
         config_dir: Path, store: StateStore, spark: Any, case: str) -> None:
     """extract_topic: each change routed to a table by its Kafka key's id (a delete too: it deletes
     its row there); drop: a Drop of the key changes no upsert, and each delete (three delete events,
-    three tombstones) has no key left to delete by: a dead letter on both paths."""
+    three tombstones) has no key left to delete by: a dead letter."""
     tag = unique("rowkey")
     topic = f"{tag}.inventory.orders"
     cdcgen.produce(bootstrap(), topic, [cdcgen.Event(k, v) for k, v in fx.events()], partitions=2)
     unwrap = {"type": "ExtractNewRecordState", "delete_handling": "none", "drop_tombstones": False}
     last = {"type": "ExtractTopic", "target": "key", "field": "id"} if case == "extract_topic" else {
         "type": "Drop", "target": "key"}
-
     table = f"{tag}_{{topic}}" if case == "extract_topic" else tag
     cfg = _pipeline(config_dir, tag, topic, table, [unwrap, *CHAIN[1:], last], COLUMNS, "json_schema")
-    stats = runner.run_window(cfg, "w", store=store, spark=spark)
+    stats = runner.run_window(cfg, "key", store=store, spark=spark)
 
     if case == "extract_topic":
         assert {i: _rows(f"{tag}_{i}") for i in range(1, 5)} == {
@@ -205,6 +212,83 @@ def test_steps_on_the_key_give_the_rows_of_the_source(
         assert _rows(tag) == [(i, r["customer"], r["paid"], _micros(r["created"]), "shop")
                               for i, r in sorted(UPSERTED.items())]
     assert (stats["records"], stats["dead_lettered"]) == (len(fx.events()), 0 if case == "extract_topic" else 6)
+
+
+KEY_STEPS = [{"type": "ReplaceField", "target": "key", "renames": {"id": "order_key"}},
+             {"type": "Cast", "target": "key", "spec": {"order_key": "string"}},
+             {"type": "InsertField", "target": "key", "static_field": "shop", "static_value": "s1"}]
+
+
+@pytest.mark.services("kafka", "mysql", "elasticsearch", "spark")
+def test_the_key_the_key_steps_leave_keys_the_rows_and_documents_and_deletes_find_them_by_it(
+        config_dir: Path, store: StateStore, spark: Any) -> None:
+    """Kafka Connect's $Key steps (ReplaceField, Cast, InsertField) make the key {order_key: "<id>",
+    shop: "s1"}: a pk_mode record_key table of declared columns, and one from the record schema, take
+    their key columns from it (the latter the key's columns beside the value's, as Kafka Connect's JDBC
+    sink makes them), an index its document ids (id_fields); every delete (three delete events, three
+    tombstones) finds its row and document by that key."""
+    tag = unique("rowkeys")
+    topic = f"{tag}.inventory.orders"
+    cdcgen.produce(bootstrap(), topic, [cdcgen.Event(k, v) for k, v in fx.events()], partitions=2)
+    unwrap = {"type": "ExtractNewRecordState", "delete_handling": "none", "drop_tombstones": False}
+    declared = [{"name": "order_key", "type": "VARCHAR(16)"}, {"name": "shop", "type": "VARCHAR(8)"},
+                *[c for c in COLUMNS if c["name"] not in ("id", "off")]]
+    cfg = load_pipeline(write_pipeline(
+        config_dir, tag, topic, f"{tag}_declared", transforms=[unwrap, *CHAIN[1:], *KEY_STEPS],
+        source={"key_converter": "json_schema", "value_converter": "json_schema"},
+        sinks=[{"type": "mysql", "name": "m", "conn_id": "cdcflow_mysql", "table": f"{tag}_declared",
+                "create_table": True, "pk_mode": "record_key", "primary_key": ["order_key", "shop"],
+                "columns": declared},
+               {"type": "mysql", "name": "made", "conn_id": "cdcflow_mysql", "table": f"{tag}_made",
+                "create_table": True, "pk_mode": "record_key"},
+               {"type": "elasticsearch", "name": "e", "conn_id": "cdcflow_elasticsearch", "index": tag,
+                "id_fields": ["order_key"]}]))
+    stats = runner.run_window(cfg, "keys", store=store, spark=spark)
+
+    want = [(str(i), "s1", r["customer"], r["paid"], _micros(r["created"])) for i, r in sorted(o.FINAL.items())]
+    with mysql_engine().connect() as conn:
+        declared_rows = [tuple(r) for r in conn.exec_driver_sql(
+            f"SELECT order_key, shop, buyer, paid, created_us FROM `{tag}_declared` ORDER BY order_key")]
+        made_rows = [tuple(r) for r in conn.exec_driver_sql(
+            f"SELECT order_key, shop, buyer, paid, created, id FROM `{tag}_made` ORDER BY order_key")]
+        key_columns = [tuple(r) for r in conn.exec_driver_sql(
+            "SELECT column_name, column_type FROM information_schema.columns WHERE table_schema = DATABASE() AND "
+            f"table_name = '{tag}_made' AND column_key = 'PRI' ORDER BY ordinal_position")]
+    assert declared_rows == want
+    # the value's id stays a column of its own (the value's Cast made it a BIGINT); the key's are VARCHARs
+    assert made_rows == [(k, s, b, p, _micros(r["created"]), i) for (k, s, b, p, _c), (i, r) in zip(
+        want, sorted(o.FINAL.items()), strict=True)]
+    assert key_columns == [("order_key", "varchar(255)"), ("shop", "varchar(255)")]
+    docs = without_versions(es_docs(tag))
+    assert {k: (d["buyer"], d["id"]) for k, d in docs.items()} == {
+        str(i): (r["customer"], i) for i, r in o.FINAL.items()}
+    assert (stats["records"], stats["dead_lettered"]) == (len(fx.events()), 0)
+
+
+def test_envelopes_under_a_string_key_delete_by_the_before_image_or_the_key(
+        config_dir: Path, store: StateStore, spark: Any) -> None:
+    """key_converter string (the key a text: here the row's id, as a Debezium connector with a
+    string key converter writes it) with ExtractNewRecordState: a delete event deletes by its before
+    image, a tombstone by its key as the table's one-column primary key (renamed by the value's
+    ReplaceField as the row is)."""
+    tag = unique("rowtext")
+    topic = f"{tag}.inventory.orders"
+    events = [cdcgen.Event(str(json.loads(k)["payload"]["id"]).encode(), v) for k, v in fx.events()]
+    cdcgen.produce(bootstrap(), topic, events, partitions=2)
+    steps = [{"type": "ExtractNewRecordState", "delete_handling": "none", "drop_tombstones": False},
+             {"type": "ReplaceField", "renames": {"id": "order_id", "customer": "buyer"}}]
+    cfg = load_pipeline(write_pipeline(
+        config_dir, tag, topic, tag, transforms=steps,
+        source={"key_converter": "string", "value_converter": "json_schema"},
+        sinks=[{"type": "mysql", "name": "m", "conn_id": "cdcflow_mysql", "table": tag, "create_table": True,
+                "primary_key": ["order_id"], "columns": [{"name": "order_id", "type": "INT"},
+                                                         {"name": "buyer", "type": "VARCHAR(64)"}]}]))
+    stats = runner.run_window(cfg, "text", store=store, spark=spark)
+
+    with mysql_engine().connect() as conn:
+        got = [tuple(r) for r in conn.exec_driver_sql(f"SELECT order_id, buyer FROM `{tag}` ORDER BY order_id")]
+    assert got == [(i, r["customer"]) for i, r in sorted(o.FINAL.items())]
+    assert (stats["records"], stats["dead_lettered"]) == (len(fx.events()), 0)
 
 
 def test_deletes_routed_by_a_field_after_a_value_to_key_delete_their_rows(

@@ -119,16 +119,14 @@ def test_value_to_key_fails_an_upsert_whose_field_is_null_and_leaves_deletes() -
     assert [r["error_message"] is not None for r in first[:2]] == [n is None for n in notes]
 
 
-@pytest.mark.parametrize(("step", "reason"), [
-    ({"type": "Cast", "target": "key", "spec": {"id": "string"}},
-     "only the value is transformed on this path (the key by Drop, ExtractTopic, SetSchemaMetadata)"),
-    ({"type": "MaskField", "target": "key", "fields": ["id"]},
-     "only the value is transformed on this path (the key by Drop, ExtractTopic, SetSchemaMetadata)"),
-    ({"type": "Flatten", "target": "key"},
-     "only the value is transformed on this path (the key by Drop, ExtractTopic, SetSchemaMetadata)"),
-])
-def test_what_stays_on_the_older_path(step: dict[str, Any], reason: str) -> None:
-    assert rt.unserved(job(MYSQL, transforms=chain(step))) == f"transforms.1 ({step['type']}): {reason}"
+@pytest.mark.parametrize("step", [
+    {"type": "Cast", "target": "key", "spec": {"id": "string"}},
+    {"type": "MaskField", "target": "key", "fields": ["id"]},
+    {"type": "Flatten", "target": "key"}])
+def test_the_steps_on_the_keys_fields_are_served(step: dict[str, Any]) -> None:
+    """They run on the key (spark_jobs/row_keys.py, tests/unit/spark_jobs/test_row_key_steps.py)."""
+    assert rt.unserved(job(MYSQL, transforms=chain(step))) is None
+    assert [r["image"] for r in _run(step)] == [r["image"] for r in _run()]  # the value is left as it was
 
 
 def test_value_to_key_into_a_table_from_the_record_schema_keys_it_by_those_fields() -> None:
