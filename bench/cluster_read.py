@@ -1,7 +1,7 @@
 """Throughput on a real Spark standalone cluster: 1 worker against 2 workers (1 core each), on a
 topic with 6 partitions, on the Spark Connect server of that cluster. What is timed is either a
 window's read stage as the window job runs it (one Spark task per partition range reading with
-confluent-kafka into Arrow, the Debezium decode, and the local checkpoint: ``spark_jobs.read``), or
+confluent-kafka into Arrow, the Debezium decode, and the local checkpoint: ``spark_jobs.read.ranges``), or
 with ``--full`` whole windows into MySQL (``runner.run_window``: read, decode, last change per key,
 write, commit), checked against the events' final state.
 
@@ -39,7 +39,7 @@ def read_once(spark: object, topic: str, consumer_conf: dict[str, object], ends:
     from connectors.debezium.envelope import DECODED_SPARK_COLUMNS  # noqa: PLC0415
     from connectors.kafka.reader import RAW_SPARK_SCHEMA, ReadRange  # noqa: PLC0415
     from spark_jobs.job import WindowJob
-    from spark_jobs.read import reader  # noqa: PLC0415
+    from spark_jobs.read.ranges import reader  # noqa: PLC0415
 
     ranges = tuple(ReadRange(topic, p, 0, max_records=ends[p], stop=ends[p], deadline=time.time() + 600,
                              stop_on_eof=True) for p in range(PARTITIONS))

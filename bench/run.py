@@ -49,7 +49,7 @@ SMT_CHAIN = [{"type": "ExtractNewRecordState", "delete_handling": "none", "drop_
               "unix_precision": "milliseconds"}]
 SMT_COLUMNS = [*COLUMNS[:4], {"name": "updated_at", "type": "BIGINT"}]  # the field renamed by the chain
 # The Spark stage run (--sql, any shape): Debezium's unwrap alone (the typed path's row steps), and the unwrap
-# then a SqlExpression (spark_jobs/spark_stage.py) that sets id from itself, so the table must come out the same
+# then a SqlExpression (spark_jobs/transform/spark_stage.py) that sets id from itself, so the table must come out the same
 UNWRAP = [SMT_CHAIN[0]]
 SQL_CHAIN = [*UNWRAP, {"type": "SqlExpression", "fields": {"id": "value.id"}}]
 # The chains of issue 43 (--chains, any shape), each leaving the declared columns as the source wrote them: five

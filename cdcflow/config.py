@@ -46,9 +46,9 @@ from connectors.mysql.config import (
     MySqlColumn,
     MySqlSinkConfig,
 )
-from spark_jobs import row_chains
+from spark_jobs.transform import row_chains
 from spark_jobs.config import SparkConfig
-from spark_jobs.transform_config import TransformConfig, chain_problems
+from spark_jobs.transform.transform_config import TransformConfig, chain_problems
 
 # The source, sink and Spark models are defined beside the code that uses them; the pipeline model gathers them.
 __all__ = ["KAFKA_PK_COLUMNS", "TABLE_PLACEHOLDERS", "ElasticsearchSinkConfig", "MySqlColumn", "MySqlSinkConfig",

@@ -14,7 +14,7 @@ have reads as null. A window holds few shapes; past :data:`MAX_CHILDREN` (a unio
 image falls back to one child of texts.
 
 The sinks read one field of every row at once: :func:`texts` gives each value's exact MySQL text
-(the projection checks it against its column: spark_jobs/tables.py). The older Spark path, whose SMTs
+(the projection checks it against its column: spark_jobs/project/tables.py). The older Spark path, whose SMTs
 are Spark expressions over ``map<string,string>``, gets :func:`as_map` at the JVM's door.
 """
 
@@ -337,7 +337,7 @@ def as_type(values: pa.Array, kind: pa.DataType) -> pa.Array:
 
 
 def as_struct(image: pa.Array | pa.ChunkedArray) -> pa.StructArray:
-    """The images as one struct (Spark has no unions: spark_jobs/spark_stage.py): every field of every
+    """The images as one struct (Spark has no unions: spark_jobs/transform/spark_stage.py): every field of every
     child, in the order first seen, of the type :func:`common_type` gives; null where a row lacks it."""
     image = compact(image)
     if pa.types.is_struct(image.type):

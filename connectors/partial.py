@@ -16,7 +16,7 @@ the value it holds (docs/soft-deletes.md).
 A kept value is never written: MySQL's upsert leaves the column out (a new row gets the column's
 default), Elasticsearch's document takes the stored document's field. Within one window the changes
 of a key are reduced to the last one; its kept values are first filled from the key's earlier
-changes of the window (spark_jobs/partial.py), so only what no change of the window carried is
+changes of the window (spark_jobs/project/partial.py), so only what no change of the window carried is
 left to the stored row.
 """
 

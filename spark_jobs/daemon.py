@@ -29,8 +29,8 @@ import time
 PRELOADED = (
     "pyspark.worker", "pyspark.sql.pandas.serializers", "pyarrow", "pyarrow.compute", "pyarrow.json", "pyarrow.ipc",
     "pandas", "numpy", "msgspec", "confluent_kafka", "sqlalchemy", "pymysql",
-    "spark_jobs.project", "spark_jobs.read", "spark_jobs.decode", "spark_jobs.write", "spark_jobs.dead_letters",
-    "spark_jobs.spark_stage", "spark_jobs.tables", "spark_jobs.sinks",
+    "spark_jobs.project.targets", "spark_jobs.read.ranges", "spark_jobs.read.decode", "spark_jobs.write.tasks", "spark_jobs.write.dead_letters",
+    "spark_jobs.transform.spark_stage", "spark_jobs.project.tables", "spark_jobs.write.sinks",
     "connectors.formats", "connectors.debezium.envelope", "connectors.debezium.columns", "connectors.kafka.reader",
     "connectors.kafka.dlq", "connectors.mysql.sink", "connectors.elasticsearch.sink", "elasticsearch",
 )

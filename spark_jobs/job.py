@@ -19,7 +19,7 @@ from connectors import timing
 from connectors.base import SinkStats
 from connectors.kafka.reader import ReadRange
 from connectors.mysql.offsets import OffsetCommit
-from spark_jobs.sinks import SinkTarget
+from spark_jobs.write.sinks import SinkTarget
 
 REPORT_SCHEMA = "reported long"
 
@@ -36,7 +36,7 @@ SINK_OFFSETS_KEY = "sink_offsets"  # the offset sink's commit result, in its wri
 CHANGED_KEY = "changed"  # per table/index: [upserted, deleted] (SinkStats.changed), for the asset events
 
 
-SECONDS_KEY = "seconds"  # a per-partition write task's time on one target (spark_jobs/write.py)
+SECONDS_KEY = "seconds"  # a per-partition write task's time on one target (spark_jobs/write/tasks.py)
 
 
 UNFIT_KEY = "unfit"  # rows a writer sent to the DLQ because their values do not fit (reports_own_errors)
@@ -87,7 +87,7 @@ class WindowJob:
     # Debezium: a smaller batch is decoded record by record (connectors/debezium/envelope.COLUMN_WISE_MIN;
     # $CDCFLOW_COLUMN_WISE_MIN on the driver sets it, so that tests run small windows column-wise too)
     column_wise_min: int | None = None
-    # composed indices (document:): what the read tasks read of their tables' changes (spark_jobs/compose.py)
+    # composed indices (document:): what the read tasks read of their tables' changes (spark_jobs/project/compose.py)
     documents: tuple[Any, ...] = ()
 
     def offset_commit(self, ends: dict[tuple[str, int], tuple[int, int]]) -> OffsetCommit | None:

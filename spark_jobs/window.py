@@ -8,15 +8,15 @@ task comes back as the cdcflow error it was (or names what died).
 from the read to the write; the JVM holds only a few large binary values (and, for a chain with a
 Spark step, the typed record frame that step works on):
 
-1. **read tasks** (spark_jobs/project.py::read_task; one per partition range, or a few ranges one
-   after another in a small window) read with confluent-kafka (spark_jobs/read.py), decode
-   (spark_jobs/decode.py) by the pipeline's ``source.format`` (connectors/formats.py), apply
+1. **read tasks** (spark_jobs/project/targets.py::read_task; one per partition range, or a few ranges one
+   after another in a small window) read with confluent-kafka (spark_jobs/read/ranges.py), decode
+   (spark_jobs/read/decode.py) by the pipeline's ``source.format`` (connectors/formats.py), apply
    ``truncate``, and per sink target
    whose columns are known before the window project the changes and keep the last change per key,
    all in Arrow. What cannot be processed becomes a dead-letter row. Each task emits Arrow IPC blobs
    (spark_jobs/blobs.py) and one tally row: per partition its end, its record count and time range,
    the dead letters per stage, and the row schemas of the tables and indices made from the records.
-   **Early targets** (spark_jobs/prepare.py::early_targets: tables of declared columns and indices,
+   **Early targets** (spark_jobs/write/prepare.py::early_targets: tables of declared columns and indices,
    in a window of one Debezium topic without the breaker or ``truncate: apply``; and a table from
    the record schema, made ready from the schemas of each range's first records:
    ``prepare.schema_tables``) are
@@ -29,9 +29,9 @@ Spark step, the typed record frame that step works on):
 2. The driver checkpoints that output (so no later stage re-reads Kafka),
    writes the read range to the ledger, fails a window past ``errors.tolerance: none``, sends the
    dead letters (one task) and applies the breaker (``errors.max_dead_letters``), all before any
-   handed-on sink is written (spark_jobs/dead_letters.py). It then creates or evolves the tables and
-   indices the tally names (spark_jobs/prepare.py).
-3. **write tasks** (spark_jobs/write.py) get the blobs by a hash of the key (of the table, for a
+   handed-on sink is written (spark_jobs/write/dead_letters.py). It then creates or evolves the tables and
+   indices the tally names (spark_jobs/write/prepare.py).
+3. **write tasks** (spark_jobs/write/tasks.py) get the blobs by a hash of the key (of the table, for a
    routed sink), so all the rows of a key, from every read task, meet in one write task, which keeps
    the last change per key again and writes its targets at the same time. Two tasks never write one
    key: a delete and an older upsert of a key, written at once, could race past the tombstone. The
@@ -40,7 +40,7 @@ Spark step, the typed record frame that step works on):
    other sink succeeded.
 
 A chain with ``SqlExpression``, a ``Sql`` predicate or ``Python`` has a Spark stage between 1 and 2
-(spark_jobs/spark_stage.py): its read tasks hand on their changes as a typed record frame, Spark
+(spark_jobs/transform/spark_stage.py): its read tasks hand on their changes as a typed record frame, Spark
 applies those steps, and a task per Spark partition applies the rest of the chain and sorts the rows
 out by target, as a read task does; no target is written early.
 
@@ -62,9 +62,11 @@ from connectors import errors as cdc_errors
 from connectors import timing
 from connectors.base import SinkStats
 from connectors.errors import CdcflowError, WindowFailed
-from spark_jobs import compose, prepare, row_chains, spark_stage
+from spark_jobs.project import compose
+from spark_jobs.transform import row_chains, spark_stage
+from spark_jobs.write import prepare
 from spark_jobs.blobs import BAD, CHANGES, DELETES, PACKED_SCHEMA, ROWS, TALLY, unpack
-from spark_jobs.dead_letters import blob_rows, breaker, reporter, send_dead_letters
+from spark_jobs.write.dead_letters import blob_rows, breaker, reporter, send_dead_letters
 from spark_jobs.deadline import Deadline
 from spark_jobs.job import (
     MAX_EXAMPLES,
@@ -82,15 +84,15 @@ from spark_jobs.job import (
     read_result,
     smaller,
 )
-from spark_jobs.project import read_task
+from spark_jobs.project.targets import read_task
 from spark_jobs.session import Checkpoints, read_slots
 from spark_jobs.spark_failures import out_of_memory, server_lost, spark_unavailable
-from spark_jobs.write import at_once, commit_without_rows, write_static, write_task
+from spark_jobs.write.tasks import at_once, commit_without_rows, write_static, write_task
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from spark_jobs.sinks import SinkTarget
+    from spark_jobs.write.sinks import SinkTarget
 
 OnRead = Callable[[dict[tuple[str, int], tuple[int, int]]], None]  # the read range into the ledger
 
@@ -135,7 +137,7 @@ def run_partition_path(spark: SparkSession, job: WindowJob, on_read: OnRead,
         pieces = read_pieces(job.ranges, read_slots(spark))
         tasks = len(pieces)
         ranges = spark.range(0, tasks, 1, tasks).select(F.col("id").cast("int").alias("idx"))
-        if row_chains.staged(job.transforms):  # SqlExpression, Sql predicates, Python: spark_jobs/spark_stage.py
+        if row_chains.staged(job.transforms):  # SqlExpression, Sql predicates, Python: spark_jobs/transform/spark_stage.py
             packed = checkpoint(ranges.mapInArrow(spark_stage.read_task(job, pieces), PACKED_SCHEMA))
             packed = spark_stage.run(spark, job, packed, tasks, checkpoint)
         else:

@@ -46,8 +46,8 @@ PRELOAD = (
     "connectors.elasticsearch.sink",
     "spark_jobs.session",
     "spark_jobs.window",
-    "spark_jobs.row_transforms",
-    "spark_jobs.spark_stage",
+    "spark_jobs.transform.row_transforms",
+    "spark_jobs.transform.spark_stage",
 )
 
 

@@ -17,7 +17,7 @@ from cdcflow.config_errors import expected, user_path
 from cdcflow.control import Pipeline, Status
 from cdcflow.errors import BadRequest
 from cdcflow.state import TopicPartition
-from spark_jobs.transform_config import Predicate, TransformConfig
+from spark_jobs.transform.transform_config import Predicate, TransformConfig
 
 CONNECTOR_CLASS = "cdcflow.Pipeline"
 WORKER_ID = "airflow"

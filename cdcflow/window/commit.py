@@ -61,7 +61,7 @@ def apply_retention(cfg: PipelineConfig, store: StateStore, clients: Clients | N
             log.warning("retention: pruning the run records in the MySQL sink of %s failed: %s", cfg.name, exc)
     if cfg.retention.tombstones is not None:
         from connectors.base import PrunableSink  # noqa: PLC0415
-        from spark_jobs.sinks import SINK_TYPES  # noqa: PLC0415
+        from spark_jobs.write.sinks import SINK_TYPES  # noqa: PLC0415
 
         for sink, resolved in zip(cfg.sinks, clients.targets, strict=True):
             target = SINK_TYPES[sink.type].open(resolved)

@@ -61,8 +61,8 @@ def table_facts(keeper: Any, tables: Sequence[str]) -> compose.Tables:
 
 
 def document_jobs(documents: Iterable[tuple[Any, Any]]) -> tuple[Any, ...]:
-    """What the read tasks read of each composed index's tables (``spark_jobs.compose.DocumentJob``)."""
-    from spark_jobs.compose import DocumentJob  # noqa: PLC0415
+    """What the read tasks read of each composed index's tables (``spark_jobs.project.compose.DocumentJob``)."""
+    from spark_jobs.project.compose import DocumentJob  # noqa: PLC0415
 
     out = []
     for es, keeper in documents:
@@ -86,7 +86,7 @@ def run_stage(pipeline: str, run_id: str, documents: Iterable[tuple[Any, Any]], 
 def _one(pipeline: str, run_id: str, es: Any, keeper: Any, seeds: Mapping[str, Any], store: StateStore,
          spark: Callable[[], Any]) -> dict[str, Any]:
     from connectors.mysql.connection import reader_cursor, where  # noqa: PLC0415
-    from spark_jobs.compose import rebuild  # noqa: PLC0415
+    from spark_jobs.project.compose import rebuild  # noqa: PLC0415
 
     cfg = es.config
     doc = cfg.document
@@ -192,7 +192,7 @@ def rebuild_index(pipeline: str, es: Any, keeper: Any, store: StateStore, spark:
     from elasticsearch import Elasticsearch  # noqa: PLC0415
 
     from connectors.mysql.connection import reader_cursor  # noqa: PLC0415
-    from spark_jobs.compose import rebuild  # noqa: PLC0415
+    from spark_jobs.project.compose import rebuild  # noqa: PLC0415
 
     cfg = es.config
     doc = cfg.document

@@ -128,7 +128,7 @@ def _members(values: pa.Array, rows: np.ndarray, prefix: bytes) -> np.ndarray:
 def payloads(values: pa.Array) -> pa.Array:
     """``values`` with the JsonConverter's wrapper cut off each (its ``{"schema":…,"payload":`` and
     last ``}``), schema by schema as :func:`decode_columns` cuts them; the others as they are. For a
-    reader of a few envelope fields (spark_jobs/row_unwrap.py): a wrapped value is mostly its schema."""
+    reader of a few envelope fields (spark_jobs/transform/row_unwrap.py): a wrapped value is mostly its schema."""
     pending = _starts_with(values, WRAPPED) & _ends_with(values, b"}")
     out = values
     for _ in range(MAX_GROUPS):

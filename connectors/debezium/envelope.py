@@ -165,7 +165,7 @@ class Decoder(RecordDecoder):
         """A row's image and document values. Schemaless, a JSON number or boolean of a field no
         declared column reads stays one in the image (connectors/images.values_array), as the
         column-wise decode reads it: a chain, and a table made from the values
-        (spark_jobs/row_schemas.py), see one type whichever decode read the record."""
+        (spark_jobs/transform/row_schemas.py), see one type whichever decode read the record."""
         try:
             texts, docs = reader.read(row, self.fields)
         except BadValue as exc:

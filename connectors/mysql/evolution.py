@@ -254,7 +254,7 @@ def decide(found: list[SchemaChange], policy: str, decisions: Mapping[str, str] 
     return [c for c in found if c.statement is not None], []
 
 
-# -- columns inferred from values (tables from schemaless records: spark_jobs/row_schemas.py) ----------
+# -- columns inferred from values (tables from schemaless records: spark_jobs/transform/row_schemas.py) ----------
 _NUMBERS = frozenset({"FLOAT", "DOUBLE", "DECIMAL"})
 
 

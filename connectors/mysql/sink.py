@@ -185,7 +185,7 @@ class MySqlSink:
 
     def join(self, conn: sa.Connection) -> None:
         """Write inside ``conn``'s open transaction (a savepoint per apply), which its owner commits:
-        the few rows of many tables in one commit (spark_jobs/write.py::tables_writer)."""
+        the few rows of many tables in one commit (spark_jobs/write/tasks.py::tables_writer)."""
         self._joined = conn
 
     @contextmanager

@@ -1,4 +1,4 @@
-"""The per-partition path's Java datetime patterns (spark_jobs/row_patterns.py) against Spark's own
+"""The per-partition path's Java datetime patterns (spark_jobs/transform/row_patterns.py) against Spark's own
 ``date_format`` and ``try_to_timestamp`` (the older path's), in the session's UTC: 330 timestamps (300
 at random over the years 1-9999, and the edges: leap days, midnight and noon, the first and last
 microsecond of a year, years before 1 and past 9999) written by each pattern, and the texts read back
@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from spark_jobs import row_patterns as rp
+from spark_jobs.transform import row_patterns as rp
 
 pytestmark = pytest.mark.spark
 

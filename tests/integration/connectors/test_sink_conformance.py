@@ -15,7 +15,7 @@ from connectors.elasticsearch.config import ElasticsearchSinkConfig
 from connectors.elasticsearch.sink import ElasticsearchSink
 from connectors.mysql import sink as mysql_sink
 from connectors.mysql.sink import MySqlSink
-from spark_jobs.sinks import SINK_TYPES
+from spark_jobs.write.sinks import SINK_TYPES
 from tests.helpers import es_client, es_docs, mysql_engine, unique
 from tests.sink_conformance import (
     FIRST,

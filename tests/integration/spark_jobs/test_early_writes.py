@@ -1,4 +1,4 @@
-"""The read tasks that write their targets themselves (spark_jobs/prepare.py::early_targets, issue 25)
+"""The read tasks that write their targets themselves (spark_jobs/write/prepare.py::early_targets, issue 25)
 against the staged path (every write after the read, ``CDCFLOW_WINDOW_PATH=staged``): the same
 records, two tables and two indices read back, both against the values the source database held.
 
@@ -190,7 +190,7 @@ def test_a_key_whose_bytes_changed_stays_deleted_when_its_changes_sit_in_two_par
     tombstone in partition 1 behind 10,000 records of one order, read by another task at the same
     time. That task's delete must not be undone by the older upsert the first task writes after it
     (its sink read the tombstones when it opened): the read tasks hand a table's deletes to the
-    driver, which writes them last (spark_jobs/project.py::mysql_deletes). The index keeps it deleted by Elasticsearch's versions."""
+    driver, which writes them last (spark_jobs/project/targets.py::mysql_deletes). The index keeps it deleted by Elasticsearch's versions."""
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -249,7 +249,7 @@ def test_a_table_from_the_record_schema_is_written_by_the_read_tasks_as_the_stag
     from tests.integration.spark_jobs.test_schema_changes import _changed_at_the_source, _changed_rows, columns, later
 
     from connectors.mysql.sql import VERSION_COLUMN
-    from spark_jobs import prepare
+    from spark_jobs.write import prepare
 
     monkeypatch.setattr(prepare, "PEEK_RECORDS", 3)  # the three creates: the later schema is found by the read
     tag = unique("earlyschema")

@@ -1,4 +1,4 @@
-"""An Elasticsearch index behind an SMT chain, on the per-partition path (spark_jobs/row_documents.py):
+"""An Elasticsearch index behind an SMT chain, on the per-partition path (spark_jobs/transform/row_documents.py):
 the same Debezium records into an index without a chain and into one with, and the documents read
 back compared field by field, and with the values the source database held.
 

@@ -1,4 +1,4 @@
-"""Flatten, ExtractField and HoistField (spark_jobs/row_nested.py): the tables and indices read back
+"""Flatten, ExtractField and HoistField (spark_jobs/transform/row_nested.py): the tables and indices read back
 and compared with the values the source database held.
 
 The records are Debezium's MySQL connector's own change events (tests/fixtures/debezium/orders.py:

@@ -1,4 +1,4 @@
-"""SMT chains (spark_jobs/row_transforms.py) into MySQL: the tables read back and compared with the
+"""SMT chains (spark_jobs/transform/row_transforms.py) into MySQL: the tables read back and compared with the
 values the source database held.
 
 The records are Debezium's MySQL connector's own (tests/fixtures/debezium/orders.py: the JsonConverter

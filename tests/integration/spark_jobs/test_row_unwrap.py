@@ -1,5 +1,5 @@
 """ExtractNewRecordState after steps on the record, and its add_fields ts_ms, lsn, connector and
-source.ts_ms, on the per-partition path (spark_jobs/row_unwrap.py), into MySQL, read back.
+source.ts_ms, on the per-partition path (spark_jobs/transform/row_unwrap.py), into MySQL, read back.
 
 The records are Debezium's own: the MySQL connector's (tests/fixtures/debezium/orders.py, mysql.adoc
 "Change event values", "Tombstone events") and the PostgreSQL connector's

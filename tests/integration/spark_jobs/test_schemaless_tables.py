@@ -1,5 +1,5 @@
 """Tables created from records that carry no schema (the ``json`` converter, ``schemas.enable=false``)
-(spark_jobs/row_schemas.py): the tables read back, their values and the column types made for them.
+(spark_jobs/transform/row_schemas.py): the tables read back, their values and the column types made for them.
 
 The records are written as the producers document them: Debezium's change events with the
 JsonConverter's ``schemas.enable=false`` (Debezium's MySQL connector documentation, "Change event

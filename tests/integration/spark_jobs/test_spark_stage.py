@@ -1,4 +1,4 @@
-"""The Spark stage of the one window path (spark_jobs/spark_stage.py): SqlExpression, Sql predicates
+"""The Spark stage of the one window path (spark_jobs/transform/spark_stage.py): SqlExpression, Sql predicates
 and Python run in Spark over the typed record frame, between the per-partition steps, and the rows
 and documents are read back against the values the source database held.
 
@@ -118,7 +118,7 @@ def test_a_step_spark_refuses_fails_the_window_naming_it_and_moves_no_offset(
 def test_a_table_from_the_record_schema_behind_a_spark_step_gets_the_columns_spark_left(
         config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Behind a Spark step the Connect schema no longer describes the value: the table is described
-    from the typed values after the chain (spark_jobs/row_schemas.py), the fields Spark added included."""
+    from the typed values after the chain (spark_jobs/transform/row_schemas.py), the fields Spark added included."""
     tag = unique("sschema")
     topic = f"{tag}.inventory.orders"
     cdcgen.produce(bootstrap(), topic, [cdcgen.Event(k, v) for k, v in fx.events()])

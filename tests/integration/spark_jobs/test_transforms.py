@@ -92,7 +92,7 @@ def test_schema_change_mid_stream_adds_and_fills_a_column(config_dir: Path, stor
     cdcgen.produce(bootstrap(), cfg.source.topics[0], v2, create=False)
     runner.run_window(cfg, "v2", store=store, spark=spark)
     cols = _columns(tag)
-    # a text is a LONGTEXT, as in every table made from a record schema (spark_jobs/row_schemas.py; the older
+    # a text is a LONGTEXT, as in every table made from a record schema (spark_jobs/transform/row_schemas.py; the older
     # Spark path made it a TEXT: docs/types.md)
     assert cols["email"] == "longtext" and cols["score"] == "double"
     assert _rows(tag, "id, name, email, score") == [(1, "n1b", "a@x", 1.0), (2, "n2", None, None), (3, "n3", "c@x", 2.5)]

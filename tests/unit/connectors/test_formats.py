@@ -15,7 +15,7 @@ import pytest
 from cdcflow.config import MySqlSinkConfig, parse_pipeline
 from cdcflow.errors import ConfigError
 from connectors.formats import decoder
-from spark_jobs.tables import key_columns, latest_rows, project_rows
+from spark_jobs.project.tables import key_columns, latest_rows, project_rows
 from tests.fixtures import orders as o
 from tests.fixtures.canal import orders as canal
 from tests.fixtures.debezium import orders as debezium

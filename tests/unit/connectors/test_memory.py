@@ -12,7 +12,7 @@ from connectors.formats import decoder
 from connectors.memory import MemorySink, MemorySource, MemoryStore, Record
 from connectors.mysql.config import MySqlSinkConfig
 from connectors.mysql.sink import arrow_changes
-from spark_jobs.tables import key_columns, latest_rows, project_rows
+from spark_jobs.project.tables import key_columns, latest_rows, project_rows
 from tests.unit.connectors.debezium.test_envelope import env
 
 SINK = MySqlSinkConfig(type="mysql", table="orders", primary_key=["id"],

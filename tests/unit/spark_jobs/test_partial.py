@@ -1,4 +1,4 @@
-"""spark_jobs/partial.py: a partial change takes its key's earlier values within the window (issue 44)."""
+"""spark_jobs/project/partial.py: a partial change takes its key's earlier values within the window (issue 44)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pyarrow as pa
 from connectors.elasticsearch.config import ElasticsearchSinkConfig
 from connectors.mysql.config import MySqlSinkConfig
 from connectors.partial import DEBEZIUM_UNAVAILABLE as P
-from spark_jobs.partial import fill_kept
-from spark_jobs.tables import latest_rows
+from spark_jobs.project.partial import fill_kept
+from spark_jobs.project.tables import latest_rows
 
 MYSQL = MySqlSinkConfig(type="mysql", table="t", primary_key=["id"], ignore_null_updates=["qty"],
                         columns=[{"name": "id", "type": "INT"}, {"name": "body", "type": "TEXT"},

@@ -1,4 +1,4 @@
-"""The per-partition window path (spark_jobs/window.py: read tasks in spark_jobs/project.py) without Spark: what one read task
+"""The per-partition window path (spark_jobs/window.py: read tasks in spark_jobs/project/targets.py) without Spark: what one read task
 leaves for the driver and the write tasks, from decoded Debezium envelopes."""
 
 from __future__ import annotations
@@ -14,11 +14,13 @@ from pydantic import TypeAdapter
 from cdcflow.config import ElasticsearchSinkConfig, MySqlSinkConfig
 from connectors.errors import ConfigError
 from connectors.debezium.envelope import Decoder
-from spark_jobs import blobs, prepare, project
+from spark_jobs import blobs
+from spark_jobs.project import targets as project
+from spark_jobs.write import prepare
 from spark_jobs.job import WindowJob
-from spark_jobs.sinks import SinkTarget
-from spark_jobs.tables import latest_rows
-from spark_jobs.transform_config import TransformConfig
+from spark_jobs.write.sinks import SinkTarget
+from spark_jobs.project.tables import latest_rows
+from spark_jobs.transform.transform_config import TransformConfig
 from tests.unit.connectors.debezium.test_envelope import raw_batch
 
 MYSQL = MySqlSinkConfig(type="mysql", name="rows", table="orders", primary_key=["id"],
@@ -141,7 +143,7 @@ def test_tables_whose_records_share_one_schema_each_get_its_description(column_w
 
 
 def test_by_content_finds_a_description_by_its_schema_id() -> None:
-    from spark_jobs.sinks import by_content
+    from spark_jobs.write.sinks import by_content
 
     seen = [("a", "s1", "D1", 10), ("b", "s1", None, 5), ("b", None, None, 1), ("c", None, None, 2),
             ("a", "s2", None, 30)]
@@ -178,7 +180,7 @@ def test_a_chain_the_window_cannot_apply_fails_it_naming_why() -> None:
 
 
 def test_the_decoder_reads_only_the_fields_that_declared_mysql_columns_use() -> None:
-    from spark_jobs.decode import change_decoder
+    from spark_jobs.read.decode import change_decoder
 
     record = (K1, envelope("c", None, {"id": 1, "amount": "1.50", "note": "x" * 100}, 10))
     only_mysql = change_decoder(job(MYSQL)).decode_batch(raw_batch([record])).to_pylist()[0]
@@ -230,7 +232,7 @@ def test_the_rows_of_one_key_from_two_read_tasks_meet_in_one_write_task_in_log_o
 def test_the_one_pass_envelope_decode_agrees_with_the_general_one(value: bytes, sinks: tuple[Any, ...]) -> None:
     """The common envelope is decoded in one msgspec pass (envelope._plain); every other shape takes
     the general path. Both must give the same change, or the same reason."""
-    from spark_jobs.decode import change_decoder
+    from spark_jobs.read.decode import change_decoder
 
     fast = change_decoder(job(*sinks))
     general = change_decoder(job(*sinks))
@@ -243,7 +245,7 @@ def test_which_targets_the_read_tasks_write_themselves(monkeypatch: pytest.Monke
     """prepare.early_targets: static targets that need nothing the read finds, in windows of one topic
     without the breaker or truncate: apply; each prepared before the read."""
     from connectors.kafka.reader import ReadRange
-    from spark_jobs.sinks import SINK_TYPES
+    from spark_jobs.write.sinks import SINK_TYPES
 
     prepared: list[str] = []
     monkeypatch.setitem(SINK_TYPES, "mysql", dataclasses.replace(

@@ -1,4 +1,4 @@
-"""The documents of changes a chain rewrote (spark_jobs/row_documents.py), on Debezium's own records
+"""The documents of changes a chain rewrote (spark_jobs/transform/row_documents.py), on Debezium's own records
 (tests/fixtures/debezium/orders.py: the MySQL connector with the JsonConverter and schemas)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow as pa
 
 from connectors.debezium import typed
-from spark_jobs import row_transforms as rt
+from spark_jobs.transform import row_transforms as rt
 from tests.fixtures import orders as o
 from tests.fixtures.debezium import orders as fx
 from tests.unit.spark_jobs.test_row_transforms import _micros, chain, decoded

@@ -1,6 +1,6 @@
 """Java syntax the per-partition path reads as Kafka Connect does: SimpleDateFormat patterns
-(spark_jobs/row_patterns.py: TimestampConverter, TimestampRouter), Java regexes and RegexRouter's
-replacements (spark_jobs/java_regex.py). The texts expected for the letters Spark has are Spark's own
+(spark_jobs/transform/row_patterns.py: TimestampConverter, TimestampRouter), Java regexes and RegexRouter's
+replacements (spark_jobs/transform/java_regex.py). The texts expected for the letters Spark has are Spark's own
 (``date_format``, ``try_to_timestamp`` in a UTC session, ``regexp_replace``: the older path's, checked
 against Spark in tests/spark/test_row_patterns.py); for the others they are written by hand from
 SimpleDateFormat's and java.util.regex's javadoc."""
@@ -16,9 +16,9 @@ import pytest
 
 from cdcflow.config import parse_pipeline
 from connectors.errors import ConfigError
-from spark_jobs import java_regex
-from spark_jobs import row_patterns as rp
-from spark_jobs import row_transforms as rt
+from spark_jobs.transform import java_regex
+from spark_jobs.transform import row_patterns as rp
+from spark_jobs.transform import row_transforms as rt
 from tests.fixtures import orders as o
 from tests.fixtures.debezium import orders as fx
 from tests.unit.spark_jobs.test_row_transforms import MYSQL, chain, decoded, job, rows

@@ -1,4 +1,4 @@
-"""The steps on the key of the per-partition path (spark_jobs/row_keys.py: Kafka Connect's ``$Key``
+"""The steps on the key of the per-partition path (spark_jobs/transform/row_keys.py: Kafka Connect's ``$Key``
 SMTs), without Spark: Debezium's own records (tests/fixtures/debezium/orders.py: the key is the
 JsonConverter's ``{schema, payload}`` of ``{"id": int32}``) decoded as the read task decodes them, then
 the chain. Read back from MySQL and Elasticsearch: tests/integration/spark_jobs/test_row_transforms.py."""
@@ -14,10 +14,10 @@ import pytest
 
 from cdcflow.config import MySqlSinkConfig, parse_pipeline
 from connectors.errors import ConfigError
-from spark_jobs import row_chains
-from spark_jobs import row_transforms as rt
-from spark_jobs.decode import change_decoder
-from spark_jobs.tables import project_rows
+from spark_jobs.transform import row_chains
+from spark_jobs.transform import row_transforms as rt
+from spark_jobs.read.decode import change_decoder
+from spark_jobs.project.tables import project_rows
 from tests.fixtures.debezium import orders as fx
 from tests.unit.connectors.debezium.test_envelope import raw_batch
 from tests.unit.spark_jobs.test_row_steps import DELETES, TOMBSTONES

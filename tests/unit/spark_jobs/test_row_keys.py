@@ -1,4 +1,4 @@
-"""Drop and ExtractTopic on the key (``target: key``) on the per-partition path (spark_jobs/row_steps.py),
+"""Drop and ExtractTopic on the key (``target: key``) on the per-partition path (spark_jobs/transform/row_steps.py),
 without Spark: Debezium's own records (tests/fixtures/debezium/orders.py, keys with their {schema,
 payload} wrapper) decoded as the read task decodes them, then the chain. What the older path
 (spark_jobs/transforms.py) gives for the same records is what these tests expect, where
@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from spark_jobs import row_transforms as rt
+from spark_jobs.transform import row_transforms as rt
 from tests.fixtures import orders as o
 from tests.fixtures.debezium import orders as fx
 from tests.unit.spark_jobs.test_row_transforms import MYSQL, _env, chain, decoded, job, rows

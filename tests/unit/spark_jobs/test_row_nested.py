@@ -1,4 +1,4 @@
-"""Flatten, ExtractField and HoistField on the per-partition path (spark_jobs/row_nested.py), over
+"""Flatten, ExtractField and HoistField on the per-partition path (spark_jobs/transform/row_nested.py), over
 Kafka Connect's record model: Debezium's own change events (tests/fixtures/debezium/orders.py, the
 JsonConverter with schemas) read as rows, as a sink connector without ExtractNewRecordState reads
 them, and text values of the string converter."""
@@ -16,8 +16,8 @@ from connectors import images
 from connectors.debezium.envelope import Decoder
 from connectors.debezium.types import ColumnHint
 from connectors.memory import MemorySource, Record
-from spark_jobs import row_transforms as rt
-from spark_jobs import transform_config as cfgs
+from spark_jobs.transform import row_transforms as rt
+from spark_jobs.transform import transform_config as cfgs
 from tests.fixtures import orders as o
 from tests.fixtures.debezium import orders as fx
 
@@ -72,7 +72,7 @@ def test_a_bytes_value_is_a_row_once_hoisted_its_bytes_as_base64() -> None:
     assert [json.loads(r["image_json"]) for r in rows] == [
         {"payload": "AAH+/w==", "id": 0}, {"payload": "", "id": 1}, {"payload": "R3LDvMOfZQ==", "id": 2}]
     from cdcflow.config import MySqlSinkConfig
-    from spark_jobs import tables
+    from spark_jobs.project import tables
 
     decoder = Decoder("kafka_offset", need_json=False, rows="bytes")
     batch = MemorySource([Record(fx.TOPIC, 0, i, k, v, 1, []) for i, (k, v) in enumerate(records)]).batch()

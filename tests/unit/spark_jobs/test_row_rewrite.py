@@ -1,5 +1,5 @@
 """ExtractNewRecordState's delete_handling rewrite and add_fields op, table, db on the per-partition path
-(spark_jobs/row_transforms.py), without Spark: Debezium's own records (tests/fixtures/debezium/orders.py)
+(spark_jobs/transform/row_transforms.py), without Spark: Debezium's own records (tests/fixtures/debezium/orders.py)
 decoded as the read task decodes them, then the chain. The older path's values for the same records
 (spark_jobs/transforms.py, Debezium's "delete.handling.mode=rewrite": the delete's before image with
 __deleted "true") are what these tests expect; the MySQL rows of both:
@@ -11,8 +11,8 @@ import json
 from typing import Any
 
 from cdcflow.config import MySqlSinkConfig
-from spark_jobs import row_transforms as rt
-from spark_jobs import tables
+from spark_jobs.transform import row_transforms as rt
+from spark_jobs.project import tables
 from tests.fixtures import orders as o
 from tests.fixtures.debezium import orders as fx
 from tests.unit.spark_jobs.test_row_transforms import CHAIN, MYSQL, _env, decoded, job, rows

@@ -1,4 +1,4 @@
-"""Tables from records without a schema (spark_jobs/row_schemas.py): the row schema a read task infers
+"""Tables from records without a schema (spark_jobs/transform/row_schemas.py): the row schema a read task infers
 from the typed images after the chain, and how descriptions join (connectors/mysql/evolution.joined,
 settled). The records are Kafka Connect's JsonConverter output with ``schemas.enable=false``: the
 value's JSON object alone ("JSON converter" in Kafka Connect's docs, connect/json/JsonConverter.java)."""
@@ -16,12 +16,12 @@ from cdcflow.config import MySqlSinkConfig
 from connectors.memory import MemorySource, Record
 from connectors.errors import SchemaChangeRefused
 from connectors.mysql.evolution import Column, changes, decide, joined, settled
-from spark_jobs import row_schemas
-from spark_jobs import row_transforms as rt
-from spark_jobs import transform_config as cfgs
-from spark_jobs.decode import change_decoder
+from spark_jobs.transform import row_schemas
+from spark_jobs.transform import row_transforms as rt
+from spark_jobs.transform import transform_config as cfgs
+from spark_jobs.read.decode import change_decoder
 from spark_jobs.job import WindowJob
-from spark_jobs.sinks import SinkTarget, derive_from_connect
+from spark_jobs.write.sinks import SinkTarget, derive_from_connect
 
 CHAIN = TypeAdapter(list[cfgs.TransformConfig])
 TABLE = MySqlSinkConfig(type="mysql", name="t", table="{topic}", create_table=True)

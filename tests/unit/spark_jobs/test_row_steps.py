@@ -1,4 +1,4 @@
-"""The steps on the whole record of the per-partition path (spark_jobs/row_steps.py: Drop,
+"""The steps on the whole record of the per-partition path (spark_jobs/transform/row_steps.py: Drop,
 SetSchemaMetadata, TimestampRouter, ExtractTopic, ValueToKey), without Spark: Debezium's own records
 (tests/fixtures/debezium/orders.py) decoded as the read task decodes them, then the chain. The older
 path's rows for the same chains: tests/integration/spark_jobs/test_row_transforms.py."""
@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from cdcflow.config import MySqlSinkConfig
-from spark_jobs import row_transforms as rt
+from spark_jobs.transform import row_transforms as rt
 from tests.fixtures import orders as o
 from tests.fixtures.debezium import orders as fx
 from tests.unit.spark_jobs.test_row_transforms import CHAIN, MYSQL, _env, chain, decoded, job, rows
@@ -124,7 +124,7 @@ def test_value_to_key_fails_an_upsert_whose_field_is_null_and_leaves_deletes() -
     {"type": "MaskField", "target": "key", "fields": ["id"]},
     {"type": "Flatten", "target": "key"}])
 def test_the_steps_on_the_keys_fields_are_served(step: dict[str, Any]) -> None:
-    """They run on the key (spark_jobs/row_keys.py, tests/unit/spark_jobs/test_row_key_steps.py)."""
+    """They run on the key (spark_jobs/transform/row_keys.py, tests/unit/spark_jobs/test_row_key_steps.py)."""
     assert rt.unserved(job(MYSQL, transforms=chain(step))) is None
     assert [r["image"] for r in _run(step)] == [r["image"] for r in _run()]  # the value is left as it was
 

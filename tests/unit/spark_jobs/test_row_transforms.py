@@ -1,4 +1,4 @@
-"""SMT chains on the per-partition path (spark_jobs/row_transforms.py), without Spark: Debezium's own
+"""SMT chains on the per-partition path (spark_jobs/transform/row_transforms.py), without Spark: Debezium's own
 records (tests/fixtures/debezium/orders.py) decoded as the read task decodes them, then the chain."""
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from connectors import images
 from connectors.debezium.envelope import Decoder
 from connectors.errors import ConfigError
 from connectors.memory import MemorySource, Record
-from spark_jobs import project
-from spark_jobs import row_transforms as rt
-from spark_jobs import transform_config as cfgs
+from spark_jobs.project import targets as project
+from spark_jobs.transform import row_transforms as rt
+from spark_jobs.transform import transform_config as cfgs
 from spark_jobs.job import WindowJob
-from spark_jobs.sinks import SinkTarget
+from spark_jobs.write.sinks import SinkTarget
 from tests.fixtures import orders as o
 from tests.fixtures.debezium import orders as fx
 
@@ -306,7 +306,7 @@ def test_a_route_that_cannot_name_a_table_fails_its_change_as_on_the_older_path(
 
 
 def test_a_chain_decodes_every_batch_typed_and_an_odd_record_leaves_its_group_typed() -> None:
-    from spark_jobs.decode import change_decoder
+    from spark_jobs.read.decode import change_decoder
 
     assert change_decoder(job(MYSQL, transforms=chain())).column_wise_min == 1
     records = [_env(i, n=i) for i in range(300)]
@@ -345,20 +345,20 @@ def test_which_chains_the_partition_path_serves() -> None:
     assert rt.unserved(job(dynamic, transforms=ok, value_converter="json_schema")) is None
     sparked = chain({"type": "SqlExpression", "fields": {"x": "1"}},
                     {"type": "Drop", "predicate": {"type": "Sql", "condition": "value.id > 1"}})
-    assert rt.unserved(job(MYSQL, es, transforms=sparked)) is None  # spark_jobs/spark_stage.py
-    # the key's fields (spark_jobs/row_keys.py); Debezium's envelopes under a text key (spark_jobs/decode.py)
+    assert rt.unserved(job(MYSQL, es, transforms=sparked)) is None  # spark_jobs/transform/spark_stage.py
+    # the key's fields (spark_jobs/transform/row_keys.py); Debezium's envelopes under a text key (spark_jobs/read/decode.py)
     assert rt.unserved(job(MYSQL, transforms=chain({"type": "Cast", "target": "key", "spec": {"id": "int64"}}))) is None
     for converter in ("string", "bytes"):
         assert rt.unserved(job(MYSQL, es, transforms=ok, key_converter=converter)) is None
-    # a table from the record schema behind it: described from the values Spark left (spark_jobs/row_schemas.py)
+    # a table from the record schema behind it: described from the values Spark left (spark_jobs/transform/row_schemas.py)
     assert rt.unserved(job(dynamic, transforms=sparked, value_converter="json_schema")) is None
     # tables from the record schema of schemaless records, of pk_mode kafka, behind a nested step or a ValueToKey:
-    # described from the images after the chain (spark_jobs/row_schemas.py)
+    # described from the images after the chain (spark_jobs/transform/row_schemas.py)
     for served in (job(dynamic, transforms=ok), job(dynamic.model_copy(update={"pk_mode": "kafka"}), transforms=ok),
                    job(dynamic, transforms=chain({"type": "Flatten"}), value_converter="json_schema"),
                    job(dynamic, transforms=chain({"type": "ValueToKey", "fields": ["id"]}))):
         assert rt.unserved(served) is None
-    assert rt.unserved(job(es, transforms=ok)) is None  # an index, mapped or not (spark_jobs/row_documents.py)
+    assert rt.unserved(job(es, transforms=ok)) is None  # an index, mapped or not (spark_jobs/transform/row_documents.py)
     # Kafka Connect's record model: the value is the row, of any source format
     rows = CHAIN.validate_python([{"type": "Cast", "spec": {"id": "int64"}}])
     assert rt.record_model(rows) and not rt.record_model(ok)

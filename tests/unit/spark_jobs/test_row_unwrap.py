@@ -1,5 +1,5 @@
 """ExtractNewRecordState anywhere in a chain, and its add_fields, on the per-partition path
-(spark_jobs/row_unwrap.py), without Spark: Debezium's own records decoded as the read task decodes
+(spark_jobs/transform/row_unwrap.py), without Spark: Debezium's own records decoded as the read task decodes
 them, then the chain.
 
 The records: tests/fixtures/debezium/orders.py (the MySQL connector's page, mysql.adoc "Change event
@@ -25,7 +25,7 @@ import pytest
 from cdcflow.config import parse_pipeline
 from connectors import images
 from connectors.errors import ConfigError
-from spark_jobs import row_transforms as rt
+from spark_jobs.transform import row_transforms as rt
 from tests.fixtures import orders as o
 from tests.fixtures.debezium import orders as fx
 from tests.fixtures.debezium import postgres_toast as pg

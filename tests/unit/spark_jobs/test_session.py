@@ -86,7 +86,7 @@ def test_the_worker_daemon_preloads_every_module_it_names() -> None:
     from spark_jobs import daemon
 
     assert daemon.preload() == []
-    assert "spark_jobs.project" in daemon.PRELOADED and "pyspark.worker" in daemon.PRELOADED
+    assert "spark_jobs.project.targets" in daemon.PRELOADED and "pyspark.worker" in daemon.PRELOADED
 
 
 def test_a_warm_up_that_cannot_reach_the_server_says_so_and_does_not_fail_the_start(capsys: Any) -> None:

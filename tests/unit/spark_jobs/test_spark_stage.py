@@ -1,4 +1,4 @@
-"""The Spark stage's Arrow side (spark_jobs/spark_stage.py), without Spark: how a chain is cut, the
+"""The Spark stage's Arrow side (spark_jobs/transform/spark_stage.py), without Spark: how a chain is cut, the
 record frame made from Debezium's own records and taken back, and the frames of several tasks merged."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from decimal import Decimal
 import pyarrow as pa
 from pydantic import TypeAdapter
 
-from spark_jobs import row_transforms as rt
-from spark_jobs import spark_stage as ss
-from spark_jobs import transform_config as cfgs
+from spark_jobs.transform import row_transforms as rt
+from spark_jobs.transform import spark_stage as ss
+from spark_jobs.transform import transform_config as cfgs
 from tests.fixtures import orders as o
 from tests.fixtures.debezium import orders as fx
 from tests.unit.spark_jobs.test_row_transforms import chain, decoded, rows

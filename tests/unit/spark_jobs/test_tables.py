@@ -1,4 +1,4 @@
-"""A sink's many tables in one write job (spark_jobs/tables.py): the projection and the last change
+"""A sink's many tables in one write job (spark_jobs/project/tables.py): the projection and the last change
 per key in Arrow follow the same rules as the Spark ones (spark_jobs/debezium.py). Each test runs
 both on the same decoded changes and compares what MySQL would be given."""
 
@@ -11,7 +11,7 @@ import pyarrow as pa
 from cdcflow.config import MySqlSinkConfig
 from connectors.kafka.reader import RAW_SCHEMA
 from connectors.mysql import bulk
-from spark_jobs.tables import (
+from spark_jobs.project.tables import (
     DECLARE_BINARY_ENCODING,
     DECLARE_TIME_ENCODING,
     GROUP_COLUMNS,

@@ -387,7 +387,7 @@ def test_a_value_that_does_not_fit_a_table_from_the_schema_goes_to_the_dlq(confi
 def test_a_row_mysql_refuses_among_several_tables_goes_to_the_dlq_and_the_rest_commits(
         config_dir: Path, store: StateStore, spark: Any) -> None:
     """The few changes of several tables are written in one transaction, a savepoint per table
-    (spark_jobs/write.py::tables_writer): an ENUM member the table does not have passes the projection (MySQL
+    (spark_jobs/write/tasks.py::tables_writer): an ENUM member the table does not have passes the projection (MySQL
     checks ENUMs), MySQL refuses it in strict mode, and that one row goes to the DLQ while every other
     row of both tables commits."""
     prefix = unique("mix")

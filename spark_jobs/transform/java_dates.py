@@ -4,7 +4,7 @@ TimestampRouter's ``timestamp_format`` are ``java.text.SimpleDateFormat`` patter
 :func:`tokens` reads a pattern into its fields and literals, as SimpleDateFormat does: a run of one
 ASCII letter is a field, ``'…'`` quoted text (``''`` a quote, in it or not), every other character
 itself (``[ ] { } #`` too). :func:`problem` says why a pattern is refused, and the transform
-configs (spark_jobs/transform_config.py) refuse it when the config is loaded:
+configs (spark_jobs/transform/transform_config.py) refuse it when the config is loaded:
 
 * a letter SimpleDateFormat has not (``Q``, ``q``, ``V``, ``O``, ``e``, ``c``, ``x`` …) or ``X`` of
   four letters or more: SimpleDateFormat throws (IllegalArgumentException), so Kafka Connect
@@ -14,7 +14,7 @@ configs (spark_jobs/transform_config.py) refuse it when the config is loaded:
   (the first day of the week, the days the first week needs), so what Kafka Connect writes depends
   on the worker's locale; cdcflow asks for a field that does not.
 
-No Spark and no Arrow here: config loading imports this module. spark_jobs/row_patterns.py reads and
+No Spark and no Arrow here: config loading imports this module. spark_jobs/transform/row_patterns.py reads and
 writes by the tokens.
 """
 

@@ -11,7 +11,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from spark_jobs import java_dates, java_regex
+from spark_jobs.transform import java_dates, java_regex
 
 Target = Literal["key", "value"]
 ConnectType = Literal["int8", "int16", "int32", "int64", "float32", "float64", "boolean", "string"]
@@ -22,7 +22,7 @@ class _Model(BaseModel):
 
 
 def _java_regex(value: str, kind: str) -> str:
-    """A Java regex (java.util.regex.Pattern's syntax, as Kafka Connect reads it: spark_jobs/java_regex.py)."""
+    """A Java regex (java.util.regex.Pattern's syntax, as Kafka Connect reads it: spark_jobs/transform/java_regex.py)."""
     try:
         java_regex.compiled(value)
     except ValueError as exc:
@@ -31,7 +31,7 @@ def _java_regex(value: str, kind: str) -> str:
 
 
 def _java_date_pattern(value: str | None, kind: str) -> str | None:
-    """A SimpleDateFormat pattern, as Kafka Connect reads it (spark_jobs/java_dates.py)."""
+    """A SimpleDateFormat pattern, as Kafka Connect reads it (spark_jobs/transform/java_dates.py)."""
     problem = None if value is None else java_dates.problem(value)
     if problem is not None:
         raise ValueError(f"{kind}: {problem}")

@@ -1,5 +1,5 @@
 """The SMTs of the per-partition path that take values apart or wrap them: Flatten, ExtractField and
-HoistField, on the value (spark_jobs/row_transforms.py applies them in the chain's order), to every
+HoistField, on the value (spark_jobs/transform/row_transforms.py applies them in the chain's order), to every
 record: they take no predicate (cdcflow/config.py refuses one, as they change the record's shape).
 
 They need the nested values whole: with one of them in the chain, the decode keeps a struct or an
@@ -35,8 +35,8 @@ import pyarrow.compute as pc
 
 from connectors import images
 from connectors.debezium.envelope import Decoder
-from spark_jobs import transform_config as cfgs
-from spark_jobs.row_changes import Rows, fields_of, struct_like
+from spark_jobs.transform import transform_config as cfgs
+from spark_jobs.transform.row_changes import Rows, fields_of, struct_like
 
 WHOLE = ""  # the one field of an image whose value is not a struct
 

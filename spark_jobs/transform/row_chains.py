@@ -1,8 +1,8 @@
-"""Which SMT chains the per-partition path serves (spark_jobs/row_transforms.py applies them), and
+"""Which SMT chains the per-partition path serves (spark_jobs/transform/row_transforms.py applies them), and
 what a served chain makes of the columns: a field's name before the chain's renames
 (:func:`names_before`) and the row schema as the chain rewrites it (:func:`described`). The Java
 date patterns, regexes and replacements Kafka Connect accepts are all served; what it refuses is
-refused when the config is loaded (spark_jobs/transform_config.py)."""
+refused when the config is loaded (spark_jobs/transform/transform_config.py)."""
 
 from __future__ import annotations
 
@@ -11,19 +11,19 @@ from typing import Any
 
 from connectors.debezium.schema_columns import mysql_type
 from connectors.debezium.types import FieldSchema
-from spark_jobs import transform_config as cfgs
+from spark_jobs.transform import transform_config as cfgs
 
 
 # the transforms after ExtractNewRecordState that row_transforms.STEPS applies
 SERVED_STEPS = frozenset({"Cast", "ReplaceField", "TimestampConverter", "MaskField", "InsertField", "RegexRouter",
                           "Filter", "TombstoneHandler", "Drop", "SetSchemaMetadata", "TimestampRouter",
                           "ExtractTopic", "ValueToKey", "Flatten", "ExtractField", "HoistField"})
-NESTED_STEPS = ("Flatten", "ExtractField", "HoistField")  # spark_jobs/row_nested.py: they need nested values whole
-SPARK_STEPS = ("SqlExpression", "Python")  # spark_jobs/spark_stage.py: they run in Spark
+NESTED_STEPS = ("Flatten", "ExtractField", "HoistField")  # spark_jobs/transform/row_nested.py: they need nested values whole
+SPARK_STEPS = ("SqlExpression", "Python")  # spark_jobs/transform/spark_stage.py: they run in Spark
 
 
 def sparked(cfg: Any) -> bool:
-    """The step runs in Spark, or its predicate does (spark_jobs/spark_stage.py)."""
+    """The step runs in Spark, or its predicate does (spark_jobs/transform/spark_stage.py)."""
     return cfg.type in SPARK_STEPS or isinstance(getattr(cfg, "predicate", None), cfgs.SqlCondition)
 
 
@@ -42,7 +42,7 @@ def record_model(chain: Any) -> bool:
     """A chain without ExtractNewRecordState reads Kafka Connect's record model: each record's value
     is the row (connectors/debezium/envelope.Decoder ``rows``), whatever the source format. With one,
     anywhere in the chain, the decode unwraps Debezium's envelopes (the steps before it act on the
-    record, spark_jobs/row_unwrap.py)."""
+    record, spark_jobs/transform/row_unwrap.py)."""
     chain = list(chain)
     return bool(chain) and all(cfg.type != "ExtractNewRecordState" for cfg in chain)
 
@@ -67,7 +67,7 @@ def unserved(job: Any) -> str | None:
 
 
 def _unserved_stage(chain: list[Any]) -> str | None:
-    """What a Spark stage (spark_jobs/spark_stage.py) cannot carry across."""
+    """What a Spark stage (spark_jobs/transform/spark_stage.py) cannot carry across."""
     last = max(i for i, cfg in enumerate(chain) if sparked(cfg))
     for i, cfg in enumerate(chain[:last]):
         if isinstance(cfg, cfgs.ValueToKey) or getattr(cfg, "target", "value") == "key" and cfg.type in (
@@ -76,7 +76,7 @@ def _unserved_stage(chain: list[Any]) -> str | None:
     return None
 
 
-# the steps on the key's fields (spark_jobs/row_keys.py; Drop, ExtractTopic, SetSchemaMetadata act on it whole)
+# the steps on the key's fields (spark_jobs/transform/row_keys.py; Drop, ExtractTopic, SetSchemaMetadata act on it whole)
 KEY_FIELD_STEPS = ("Cast", "ReplaceField", "MaskField", "InsertField", "TimestampConverter", "Flatten",
                    "ExtractField", "HoistField")
 
@@ -85,7 +85,7 @@ def _unserved_step(cfg: Any, unwrapped: bool) -> str | None:
     kind = cfg.type
     if kind == "ExtractNewRecordState":
         return "a second one: the first already unwrapped the envelope" if unwrapped else None
-    if sparked(cfg):  # spark_jobs/spark_stage.py: its frame holds the row, as after the unwrap
+    if sparked(cfg):  # spark_jobs/transform/spark_stage.py: its frame holds the row, as after the unwrap
         return None if unwrapped else ("before ExtractNewRecordState a Spark step would see Debezium's envelope, "
                                        "which this path unwraps as it decodes")
     if not unwrapped and cfgs.envelope_problem(cfg) is not None:  # cdcflow/config.py refuses it
@@ -132,7 +132,7 @@ TIME_COLUMNS = {"unix": "BIGINT", "Timestamp": "DATETIME(6)", "Date": "DATE", "T
 
 def keyed(chain: Any) -> bool:
     """The chain has a step on the key's fields: the sinks that key rows by the record key read the key
-    it leaves (spark_jobs/row_keys.py), and a table from the record schema takes its fields and types."""
+    it leaves (spark_jobs/transform/row_keys.py), and a table from the record schema takes its fields and types."""
     return any(cfg.type in KEY_FIELD_STEPS and getattr(cfg, "target", "value") == "key" for cfg in chain)
 
 

@@ -1,6 +1,6 @@
 """The record's key on the per-partition path: the SMTs with ``target: key`` (Kafka Connect's ``$Key``
 variants: the value's operation on the key, by the key's own schema), and the key the sinks see after
-the chain (spark_jobs/row_transforms.py applies the steps in the chain's order).
+the chain (spark_jobs/transform/row_transforms.py applies the steps in the chain's order).
 
 The key is a row image of its own (connectors/images.py), decoded from the Kafka key the first time a
 step reads it (:func:`current`): a JSON object, or the payload of the JsonConverter's {schema, payload}
@@ -17,7 +17,7 @@ step that cannot convert a key's field fails the upsert (stage transform, the st
 What the sinks see (:func:`finished`): a chain with a step on the key's fields sets each change's
 ``key_image`` to the key as the chain left it, and a sink that keys its rows by the record key reads
 its key fields there: MySQL ``pk_mode: record_key`` (its primary-key columns, upserts and deletes
-alike: spark_jobs/tables.project_rows) and Elasticsearch ``id_fields`` (spark_jobs/project.py), a
+alike: spark_jobs/tables.project_rows) and Elasticsearch ``id_fields`` (spark_jobs/project/targets.py), a
 field the key lacks from the row image as before. ``pk_mode: record_value`` keys rows by the value's
 fields, and ``pk_mode: kafka`` by the record's coordinates, as Kafka Connect's JDBC sink does: a key
 step changes neither. A table from the record schema takes the key's fields as the chain leaves
@@ -40,10 +40,10 @@ from connectors import images
 from connectors.changes import JSON_DECODE, RecordError
 from connectors.debezium.envelope import Decoder
 from connectors.debezium.logical import BadValue, plain_text
-from spark_jobs import row_chains
-from spark_jobs import transform_config as cfgs
-from spark_jobs.row_changes import Rows, fields_of, struct_like
-from spark_jobs.row_chains import KEY_FIELD_STEPS
+from spark_jobs.transform import row_chains
+from spark_jobs.transform import transform_config as cfgs
+from spark_jobs.transform.row_changes import Rows, fields_of, struct_like
+from spark_jobs.transform.row_chains import KEY_FIELD_STEPS
 
 WHOLE = ""  # row_nested.WHOLE: the one field of an image whose value is not a struct
 FIELD_STEPS = frozenset(KEY_FIELD_STEPS)  # on the key they run on the key's image (:func:`on_key`)

@@ -1,4 +1,4 @@
-"""ExtractNewRecordState on the per-partition path (spark_jobs/row_transforms.py applies it in the
+"""ExtractNewRecordState on the per-partition path (spark_jobs/transform/row_transforms.py applies it in the
 chain's order, anywhere in the chain).
 
 The Debezium decode (connectors/debezium/envelope.py) already unwrapped each envelope into its row
@@ -35,8 +35,8 @@ import pyarrow.compute as pc
 from connectors.changes import VERSION_SHIFT, bigint, text
 from connectors.debezium.arrow_read import Unsupported, parsed
 from connectors.debezium.columns import payloads
-from spark_jobs import transform_config as cfgs
-from spark_jobs.row_changes import Rows
+from spark_jobs.transform import transform_config as cfgs
+from spark_jobs.transform.row_changes import Rows
 
 _DECODED = {"table": "source_table", "db": "source_db", "op": "source_op"}  # columns of every decoded change
 _NUMBERS = ("ts_ms", "lsn", "source.ts_ms")  # the added fields of int64 type (the others are texts)

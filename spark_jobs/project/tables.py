@@ -9,7 +9,7 @@ changes tagged with their table (all the changes of a table in one task) and, pe
 1. :func:`project_rows` reads each column's text from the typed row image (connectors/images.py)
    and checks that it fits the column (the same rules and messages as the Spark projection, ``spark_jobs/debezium.py``);
 2. :func:`latest_rows` keeps the last change per key (the rules of ``debezium.latest_per_key``);
-3. the table's writer applies them (``spark_jobs.write.write_target``), rows that do not fit to the DLQ.
+3. the table's writer applies them (``spark_jobs.write.tasks.write_target``), rows that do not fit to the DLQ.
 
 The driver creates or evolves each table before the job (spark_jobs/sinks.prepare_tables, one
 connection).
@@ -147,7 +147,7 @@ def _passing(raws: list[pa.Array], sql_types: list[str]) -> set[int]:
     """The columns (by index) whose texts :func:`typed` passes as they are by its first check: every
     text an integer's digits for an integer column, MySQL's own datetime form for DATETIME/TIMESTAMP.
     One regex pass per form over all those columns' texts at once: a table of a few rows has the
-    per-call cost of Arrow, not its per-row cost, to save (spark_jobs/tables.py, bench.tables)."""
+    per-call cost of Arrow, not its per-row cost, to save (spark_jobs/project/tables.py, bench.tables)."""
     out: set[int] = set()
     for pattern, wanted in ((EPOCH_NUMBER, lambda t: t.is_integer),
                             (_MYSQL_DATETIME, lambda t: t.base in ("DATETIME", "TIMESTAMP"))):
@@ -256,7 +256,7 @@ def latest_rows(projected: pa.Table, key_columns: list[str], keep_unresolved: bo
     log (none: dropped); a row that does not fit (error_message set) never wins its key and is kept,
     for the writer to send to the DLQ. ``keep_unresolved``: a key whose only changes here are
     tombstones keeps its last one, version null, for a later reduction that sees the changes before it
-    (the rows of a key from several read tasks, spark_jobs/write.py). ``every_version``: the last
+    (the rows of a key from several read tasks, spark_jobs/write/tasks.py). ``every_version``: the last
     change per key and version instead (a history table keeps every version: prepare.is_history)."""
     n = projected.num_rows
     if n == 0:

@@ -1,4 +1,4 @@
-"""Cast's conversions on the per-partition path (spark_jobs/row_transforms.py): a field's values as a
+"""Cast's conversions on the per-partition path (spark_jobs/transform/row_transforms.py): a field's values as a
 Connect type, and which of them could not be converted (they go to the DLQ, named)."""
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ its values instead: from the types of the typed row images as the chain leaves t
 fraction, a boolean as bool, a text as string; a chain's Cast, TimestampConverter, InsertField,
 Flatten … make their own types). The description has the form of a Connect schema's
 (connectors/debezium/schema_columns.mysql_columns: columns, key), so the window creates and evolves
-the table as it does one made from a Connect schema (spark_jobs/prepare.py); each column is marked
+the table as it does one made from a Connect schema (spark_jobs/write/prepare.py); each column is marked
 ``inferred``, which decides how descriptions are merged:
 
 * a field's type comes from the values it has: a field null (or missing) in every upsert of the
@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 from connectors import images
 from connectors.debezium.envelope import Decoder
 from connectors.mysql.evolution import joined
-from spark_jobs.row_chains import key_after, key_type, nested
+from spark_jobs.transform.row_chains import key_after, key_type, nested
 
 _INTEGERS = {8: "TINYINT", 16: "SMALLINT", 32: "INT", 64: "BIGINT"}
 

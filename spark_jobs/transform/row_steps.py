@@ -1,6 +1,6 @@
 """The SMTs of the per-partition path that act on a whole record, not on its fields: Drop,
 SetSchemaMetadata, TimestampRouter, ExtractTopic and ValueToKey, Drop and ExtractTopic on the key as
-well as the value (spark_jobs/row_transforms.py applies them in the chain's order, with the steps
+well as the value (spark_jobs/transform/row_transforms.py applies them in the chain's order, with the steps
 that rewrite fields). They act as the older path's (spark_jobs/transforms.py), with the differences
 docs/transforms.md lists:
 
@@ -14,7 +14,7 @@ docs/transforms.md lists:
 * TimestampRouter reads ``topic_format`` as text and the two placeholders (the older path reads a
   text between them that is exactly ``ts`` or ``topic`` as a placeholder).
 
-The key: ExtractTopic on the key reads the key's field as the chain left it (spark_jobs/row_keys.py:
+The key: ExtractTopic on the key reads the key's field as the chain left it (spark_jobs/transform/row_keys.py:
 the Kafka key's, its {schema, payload} unwrapped; after a ValueToKey the value's). A Drop of the key
 changes no upsert (the rows are keyed by their images), but a delete left without a key fails at the end of
 the chain (:func:`keyless_deletes`), as on the older path, where it deletes by its (null) key.
@@ -29,9 +29,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectors import images
-from spark_jobs import row_keys, row_patterns
-from spark_jobs import transform_config as cfgs
-from spark_jobs.row_changes import Rows, applies, fields_of, first_error, joined
+from spark_jobs.transform import row_keys, row_patterns
+from spark_jobs.transform import transform_config as cfgs
+from spark_jobs.transform.row_changes import Rows, applies, fields_of, first_error, joined
 
 _PLACEHOLDERS = re.compile(r"(\$\{topic\}|\$\{timestamp\})")
 

@@ -18,9 +18,9 @@ from connectors.elasticsearch.config import ElasticsearchSinkConfig
 from connectors.errors import ConfigError
 from connectors.elasticsearch.sink import ElasticsearchSink
 from connectors.mysql.config import MySqlSinkConfig
-from spark_jobs import row_chains, row_transforms
+from spark_jobs.transform import row_chains, row_transforms
 from spark_jobs.job import WindowJob, WindowResult, smaller
-from spark_jobs.sinks import (
+from spark_jobs.write.sinks import (
     SINK_TYPES,
     SinkTarget,
     TableGroup,
@@ -48,7 +48,7 @@ def is_history(target: SinkTarget) -> bool:
 
 
 def is_dynamic(target: SinkTarget) -> bool:
-    """A MySQL sink whose tables or columns come from the records (spark_jobs/tables.py); the
+    """A MySQL sink whose tables or columns come from the records (spark_jobs/project/tables.py); the
     exactly-once sink too (its one table, written last with the offsets: window._write_offsets_sink)."""
     cfg = target.config
     return isinstance(cfg, MySqlSinkConfig) and not is_static(target)
@@ -139,11 +139,11 @@ def schema_tables(job: WindowJob, early: dict[str, SinkTarget],
 
 def first_schemas(job: WindowJob, limit: int | None = None) -> list[tuple[str, str, int]]:
     """(schema_id, row_schema, version) of the record schemas among each range's first ``limit``
-    records (:data:`PEEK_RECORDS`), read and decoded on the driver as a read task would (spark_jobs/decode.py),
+    records (:data:`PEEK_RECORDS`), read and decoded on the driver as a read task would (spark_jobs/read/decode.py),
     and described as the chain leaves them (``row_transforms.described``), as a read task's changes are."""
     limit = limit or PEEK_RECORDS
     from connectors.kafka.reader import KafkaRangeReader  # noqa: PLC0415
-    from spark_jobs.decode import change_decoder  # noqa: PLC0415
+    from spark_jobs.read.decode import change_decoder  # noqa: PLC0415
 
     ranges = [replace(r, max_records=min(r.max_records, limit), stop_on_eof=True) for r in job.ranges]
     decoder = change_decoder(job)

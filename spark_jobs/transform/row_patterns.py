@@ -1,7 +1,7 @@
 """Java date patterns on the per-partition path: texts read by TimestampConverter's ``format``
 into microseconds since the epoch (:func:`parse`) and timestamps written by it or TimestampRouter's
 ``timestamp_format`` (:func:`write`), in UTC. The patterns are Kafka Connect's: SimpleDateFormat's
-letters, read into tokens by spark_jobs/java_dates.py, which refuses what Kafka Connect refuses
+letters, read into tokens by spark_jobs/transform/java_dates.py, which refuses what Kafka Connect refuses
 (a letter SimpleDateFormat has not, ``XXXX``, a quote not closed) and the week fields ``w``, ``W``,
 ``Y`` (counted by the JVM's locale) when the config is loaded. Every other pattern is served:
 
@@ -38,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_jobs.java_dates import Token, tokens  # noqa: F401 (the patterns' tokens are read through this module too)
+from spark_jobs.transform.java_dates import Token, tokens  # noqa: F401 (the patterns' tokens are read through this module too)
 
 MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
           "November", "December"]

@@ -1,5 +1,5 @@
-"""The decoded changes an SMT step of the per-partition path rewrites (spark_jobs/row_transforms.py,
-spark_jobs/row_steps.py): :class:`Rows`, the helpers that take a row image's child apart and put it
+"""The decoded changes an SMT step of the per-partition path rewrites (spark_jobs/transform/row_transforms.py,
+spark_jobs/transform/row_steps.py): :class:`Rows`, the helpers that take a row image's child apart and put it
 back, and whether a transform's predicate holds per change (:func:`applies`).
 
 Apart from the steps so that every module of steps reads them without importing the others.
@@ -17,17 +17,17 @@ import pyarrow.compute as pc
 
 from connectors import images
 from connectors.errors import ConfigError
-from spark_jobs import java_regex
-from spark_jobs import transform_config as cfgs
+from spark_jobs.transform import java_regex
+from spark_jobs.transform import transform_config as cfgs
 
 
 @dataclass
 class Rows:
     """The decoded changes a step rewrites; ``live`` marks the changes a step may touch: read, with a
-    row image, not failed, not dropped. The key as the chain leaves it (spark_jobs/row_steps.py):
+    row image, not failed, not dropped. The key as the chain leaves it (spark_jobs/transform/row_steps.py):
     ``key_from``, the row images and fields a ValueToKey made it of (None: the Kafka key), and
     ``keyless``, the changes whose key a Drop set to null (None: none), and ``keys``, the key image a
-    step on the key's fields left (None: not read yet; spark_jobs/row_keys.py), read from the Kafka key
+    step on the key's fields left (None: not read yet; spark_jobs/transform/row_keys.py), read from the Kafka key
     by ``key_converter``. The value: ``enveloped``
     while the steps before an ExtractNewRecordState run (the value is still Debezium's envelope,
     though the decode already holds its row image), and ``nulled``, the changes whose value a Drop
@@ -169,7 +169,7 @@ def applies(rows: Rows, cfg: Any) -> pa.Array:
         hit = rows.tombstone()
     elif isinstance(pred, cfgs.SqlCondition):  # evaluated by the Spark stage before the step
         if rows.when is None:
-            raise ConfigError("a Sql predicate is evaluated by Spark, before the step (spark_jobs/spark_stage.py)")
+            raise ConfigError("a Sql predicate is evaluated by Spark, before the step (spark_jobs/transform/spark_stage.py)")
         hit = pc.fill_null(rows.when, False)
     else:  # HasHeaderKey
         headers = rows.column("headers")
@@ -184,7 +184,7 @@ def applies(rows: Rows, cfg: Any) -> pa.Array:
 
 def per_topic(topics: pa.Array, value: Callable[[str], Any], kind: pa.DataType) -> pa.Array:
     """``value`` of each topic, computed once per distinct topic (a window has few): a Java regex
-    read with Python's re (spark_jobs/java_regex.py). Null where the topic is null."""
+    read with Python's re (spark_jobs/transform/java_regex.py). Null where the topic is null."""
     encoded = pc.dictionary_encode(topics.combine_chunks() if isinstance(topics, pa.ChunkedArray) else topics)
     values = pa.array([value(t) for t in encoded.dictionary.to_pylist()], kind)
     return values.take(encoded.indices)

@@ -4,7 +4,7 @@ the sink, and how the driver prepares a target; and the tables a sink's changes 
 Registered explicitly in ``SINK_TYPES`` (no import side effects). A sink type supplies
 ``to_changes`` (a write task's Arrow batch -> Changes), ``open`` (the Sink, created inside a Spark
 task) and ``prepare`` (DDL on the driver, before any task writes). The projection and the reduction
-to the last change per key are the read task's (spark_jobs/project.py, spark_jobs/tables.py).
+to the last change per key are the read task's (spark_jobs/project/targets.py, spark_jobs/project/tables.py).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from connectors.elasticsearch.config import ElasticsearchSinkConfig
 from connectors.errors import ConfigError
 from connectors.mysql.config import HISTORY_OWN, TABLE_PLACEHOLDERS, MySqlSinkConfig
 from connectors.mysql.sink import arrow_changes
-from spark_jobs.row_chains import key_type
-from spark_jobs.row_schemas import KAFKA_COLUMNS, by_coordinates, inferred_columns, merged
+from spark_jobs.transform.row_chains import key_type
+from spark_jobs.transform.row_schemas import KAFKA_COLUMNS, by_coordinates, inferred_columns, merged
 
 @dataclass(frozen=True)
 class SinkTarget:
@@ -117,7 +117,7 @@ def derive_from_connect(target: SinkTarget, table: str, descriptions: list[str],
     table changed within the window): their columns together, the first one's types where they
     overlap (a table is created as the window's first changes need it), or with ``latest`` the
     last one's (a table is evolved to what the latest changes need: connectors/mysql/evolution.py);
-    the types inferred from records without a schema joined (spark_jobs/row_schemas.py). No schema in
+    the types inferred from records without a schema joined (spark_jobs/transform/row_schemas.py). No schema in
     this window (only deletes by key): the table as it is in MySQL. pk_mode kafka: keyed by the
     records' coordinates."""
     cfg = target.config

@@ -1,8 +1,8 @@
-"""TimestampConverter's conversions on the per-partition path (spark_jobs/row_transforms.py): a field's
+"""TimestampConverter's conversions on the per-partition path (spark_jobs/transform/row_transforms.py): a field's
 values read as microseconds since the epoch (by a Java pattern, as an ISO text, or as a number of
 ``unix_precision`` units), and written back as the ``target_type`` asks. The Java patterns are read
-and written by spark_jobs/row_patterns.py (the config refuses those Kafka Connect refuses:
-spark_jobs/java_dates.py), which TimestampRouter (spark_jobs/row_steps.py) writes the Kafka timestamp
+and written by spark_jobs/transform/row_patterns.py (the config refuses those Kafka Connect refuses:
+spark_jobs/transform/java_dates.py), which TimestampRouter (spark_jobs/transform/row_steps.py) writes the Kafka timestamp
 by too.
 """
 
@@ -15,8 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_jobs import row_patterns
-from spark_jobs import transform_config as cfgs
+from spark_jobs.transform import row_patterns
+from spark_jobs.transform import transform_config as cfgs
 
 _ISO = r"^\d{4}-\d{2}-\d{2}([ T]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?)?$"
 _ZONED = r"^\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2})$"  # ZonedTimestamp's

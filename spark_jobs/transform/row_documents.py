@@ -2,7 +2,7 @@
 
 The decode writes each change's document (``image_json``) beside its row image: every field as the
 producer meant it (a Decimal as an exact number, a date as ISO-8601, a geometry as its ``{wkb,
-srid}``, a JSON column's text). A chain then rewrites the images (spark_jobs/row_transforms.py), so
+srid}``, a JSON column's text). A chain then rewrites the images (spark_jobs/transform/row_transforms.py), so
 the documents are written again from the rewritten images, one rule per field:
 
 * a field the chain left as it was (renamed or not: ``row_chains.names_before``; its MySQL text the
@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from connectors import images
 from connectors.debezium import typed
-from spark_jobs.row_chains import names_before
+from spark_jobs.transform.row_chains import names_before
 
 _FRAGMENTS = msgspec.json.Decoder(dict[str, msgspec.Raw])
 

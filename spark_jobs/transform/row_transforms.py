@@ -5,17 +5,17 @@ The older path infers each topic's schema in the JVM and applies a chain as Spar
 parse. Here the read task decodes the Debezium envelopes into typed row images (connectors/images.py),
 as the default path does, and the chain rewrites those images in the worker, before the projection.
 
-:func:`unserved` says why a pipeline's chain cannot run here (None: it can); spark_jobs/prepare.py
+:func:`unserved` says why a pipeline's chain cannot run here (None: it can); spark_jobs/write/prepare.py
 sends the others to the older path. Served: a Debezium chain with an ExtractNewRecordState
-(spark_jobs/row_unwrap.py: every ``delete_handling``, rewrite making a delete event its ``before``
+(spark_jobs/transform/row_unwrap.py: every ``delete_handling``, rewrite making a delete event its ``before``
 image with ``__deleted`` "true", an upsert of that row; every ``add_fields``: op, table, db, ts_ms,
 lsn, connector, source.ts_ms), anywhere in the chain: before it the steps on the record (RegexRouter,
 TimestampRouter, Filter, TombstoneHandler, SetSchemaMetadata, Drop, ExtractTopic on the key), which
 see the record with its envelope (a RecordIsTombstone there is a Kafka tombstone, not a delete
 event; cdcflow/config.py refuses a step on the value's fields there: it would act on the envelope,
 transform_config.envelope_problem), and after it Cast, ReplaceField, TimestampConverter, MaskField,
-InsertField, RegexRouter (Java's regexes and replacements, spark_jobs/java_regex.py), Filter and TombstoneHandler on
-the value, and the steps on the whole record of spark_jobs/row_steps.py (Drop and ExtractTopic on the
+InsertField, RegexRouter (Java's regexes and replacements, spark_jobs/transform/java_regex.py), Filter and TombstoneHandler on
+the value, and the steps on the whole record of spark_jobs/transform/row_steps.py (Drop and ExtractTopic on the
 value or the key, SetSchemaMetadata, TimestampRouter, and ValueToKey into tables of declared
 columns), with the predicates TopicNameMatches, RecordIsTombstone and HasHeaderKey (the Java date
 patterns and regexes Kafka Connect accepts; the config refuses the others), into MySQL tables of
@@ -25,12 +25,12 @@ indices. A chain without ExtractNewRecordState reads Kafka Connect's record mode
 (:func:`record_model`): the decode reads each value, json or json_schema, as the row
 (connectors/debezium/envelope.Decoder ``rows``), typed by its Connect schema, or the string
 converter's text, or the bytes converter's bytes (as base64, the text a row image holds binary data
-in). Flatten, HoistField and ExtractField (spark_jobs/row_nested.py) work on nested values, which the
+in). Flatten, HoistField and ExtractField (spark_jobs/transform/row_nested.py) work on nested values, which the
 decode keeps whole for a chain that has one of them (elsewhere it reads a struct into its JSON text).
 Tables from the record schema of records without one, and behind Flatten, ExtractField or
-HoistField, get the schema inferred from the images after the chain (spark_jobs/row_schemas.py).
-SqlExpression, Python and Sql predicates run in Spark between these steps (spark_jobs/spark_stage.py).
-Every step with ``target: key`` runs on the key (spark_jobs/row_keys.py). The transforms act as
+HoistField, get the schema inferred from the images after the chain (spark_jobs/transform/row_schemas.py).
+SqlExpression, Python and Sql predicates run in Spark between these steps (spark_jobs/transform/spark_stage.py).
+Every step with ``target: key`` runs on the key (spark_jobs/transform/row_keys.py). The transforms act as
 those of the older path did, with these differences, which docs/transforms.md lists:
 
 * a delete's row image (its ``before`` image, or a tombstone's key) goes through the chain too, so a
@@ -63,13 +63,13 @@ those of the older path did, with these differences, which docs/transforms.md li
 * a record-model row is read by its Connect schema (a Timestamp is a datetime, not its number), and
   a Connect string makes a LONGTEXT column (the older path's: TEXT);
 * a table from records without a schema gets the types of their values after the chain
-  (spark_jobs/row_schemas.py: integers and doubles a DOUBLE, where Spark's inference gave a decimal
+  (spark_jobs/transform/row_schemas.py: integers and doubles a DOUBLE, where Spark's inference gave a decimal
   text; a field null throughout no column);
 * an Elasticsearch document holds the decode's JSON of each field the chain left as it was, and the
-  JSON of the new value of each it changed (spark_jobs/row_documents.py); the older path indexes the
+  JSON of the new value of each it changed (spark_jobs/transform/row_documents.py); the older path indexes the
   transformed Connect value (Decimal bytes as base64).
 
-The chain sees typed images (spark_jobs/decode.py decodes every batch column-wise when there is a
+The chain sees typed images (spark_jobs/read/decode.py decodes every batch column-wise when there is a
 chain): a record the column-wise decode cannot read is decoded alone with a few neighbours, whose
 fields are then texts, as the older path's schema inference makes a field of mixed JSON types.
 
@@ -89,12 +89,12 @@ import pyarrow.compute as pc
 
 from connectors import images
 from connectors.errors import ConfigError
-from spark_jobs import java_regex, row_documents, row_keys, row_nested, row_steps, row_unwrap
-from spark_jobs import transform_config as cfgs
-from spark_jobs.row_changes import Rows, applies, fields_of, first_error, per_topic, struct_like
-from spark_jobs.row_casts import CAST_TYPES, cast_values  # noqa: F401
+from spark_jobs.transform import java_regex, row_documents, row_keys, row_nested, row_steps, row_unwrap
+from spark_jobs.transform import transform_config as cfgs
+from spark_jobs.transform.row_changes import Rows, applies, fields_of, first_error, per_topic, struct_like
+from spark_jobs.transform.row_casts import CAST_TYPES, cast_values  # noqa: F401
 # unserved, names_before, TIME_COLUMNS, CAST_TYPES and cast_values are read through this module too
-from spark_jobs.row_chains import (  # noqa: F401
+from spark_jobs.transform.row_chains import (  # noqa: F401
     SERVED_STEPS,
     TIME_COLUMNS,
     described,
@@ -104,7 +104,7 @@ from spark_jobs.row_chains import (  # noqa: F401
     record_model,
     unserved,
 )
-from spark_jobs.row_timestamps import as_micros, timestamp_out
+from spark_jobs.transform.row_timestamps import as_micros, timestamp_out
 
 log = logging.getLogger(__name__)
 
@@ -232,11 +232,11 @@ STEPS: dict[str, Callable[[Rows, Any], None]] = {
     "Cast": cast, "ReplaceField": replace_field, "TimestampConverter": timestamp_converter, "MaskField": mask_field,
     "InsertField": insert_field, "RegexRouter": regex_router, "Filter": filter_records,
     "TombstoneHandler": tombstone_handler,
-    # the steps on the whole record (spark_jobs/row_steps.py)
+    # the steps on the whole record (spark_jobs/transform/row_steps.py)
     "Drop": row_steps.drop, "SetSchemaMetadata": row_steps.set_schema_metadata,
     "TimestampRouter": row_steps.timestamp_router, "ExtractTopic": row_steps.extract_topic,
     "ValueToKey": row_steps.value_to_key,
-    # the steps that take values apart or wrap them (spark_jobs/row_nested.py)
+    # the steps that take values apart or wrap them (spark_jobs/transform/row_nested.py)
     "Flatten": row_nested.flatten, "ExtractField": row_nested.extract_field, "HoistField": row_nested.hoist_field,
 }
 assert set(STEPS) == SERVED_STEPS, "row_chains.SERVED_STEPS names the steps this module applies"
@@ -247,12 +247,12 @@ def apply(decoded: pa.Table, chain: Any, versioning: str, finish: bool = True, f
     """A read task's decoded changes through the chain (:func:`unserved` said it is served); the row
     schemas (the tables created from them) rewritten to match (:func:`described`).
 
-    Around a Spark stage (spark_jobs/spark_stage.py) the chain comes in parts: ``first`` is the
+    Around a Spark stage (spark_jobs/transform/spark_stage.py) the chain comes in parts: ``first`` is the
     chain index of the part's first step, ``when`` the Spark-evaluated Sql predicate of that step,
     and only the last part ``finish``es the changes (the key a Drop nulled, values that are not
     rows, the documents: ``documents`` "all" writes each from its typed values, as nothing of the
     decode's JSON is known to hold after a Spark step). ``key_converter`` reads the Kafka key for the
-    steps on the key (spark_jobs/row_keys.py)."""
+    steps on the key (spark_jobs/transform/row_keys.py)."""
     rows = Rows(decoded, when=when, enveloped=any(cfg.type == "ExtractNewRecordState" for cfg in chain),
                 key_converter=key_converter)
     if not decoded.num_rows:

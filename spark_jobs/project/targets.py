@@ -1,7 +1,7 @@
 """A read task's decoded changes split by sink target: projected, reduced, packed.
 
 Per target whose columns are known before the window (declared MySQL columns, Elasticsearch) the
-changes are projected (spark_jobs/tables.py, :func:`project_documents`) and reduced to the last change
+changes are projected (spark_jobs/project/tables.py, :func:`project_documents`) and reduced to the last change
 per key; a sink whose tables come from the records gets its changes tagged with their table. What
 cannot be processed becomes a dead-letter row; the tally counts what was read.
 """
@@ -19,16 +19,17 @@ from connectors import images
 from connectors.changes import TRUNCATE
 from connectors.elasticsearch.config import ElasticsearchSinkConfig
 from connectors.mysql.config import MySqlSinkConfig
-from spark_jobs import compose, row_schemas, row_transforms
+from spark_jobs.project import compose
+from spark_jobs.transform import row_schemas, row_transforms
 from spark_jobs.blobs import BAD, CHANGES, DELETES, ROWS, TALLY, bucketed, pack, packed
-from spark_jobs.dead_letters import first_per_record, send_first
+from spark_jobs.write.dead_letters import first_per_record, send_first
 from spark_jobs.job import MAX_EXAMPLES, TRUNCATE_TO_DLQ, Pieces, WindowJob
-from spark_jobs.partial import fill_kept
-from spark_jobs.prepare import is_history, is_static, mapped_by_records
-from spark_jobs.read import reader
-from spark_jobs.sinks import SinkTarget, by_content, is_routed
-from spark_jobs.tables import RAW_COLUMNS, TABLE_COLUMN, latest_rows, project_rows
-from spark_jobs.write import row_keys, write_now
+from spark_jobs.project.partial import fill_kept
+from spark_jobs.write.prepare import is_history, is_static, mapped_by_records
+from spark_jobs.read.ranges import reader
+from spark_jobs.write.sinks import SinkTarget, by_content, is_routed
+from spark_jobs.project.tables import RAW_COLUMNS, TABLE_COLUMN, latest_rows, project_rows
+from spark_jobs.write.tasks import row_keys, write_now
 
 BAD_COLUMNS = [*RAW_COLUMNS, "error_stage", "error_message", "component"]
 
@@ -210,7 +211,7 @@ def truncate_policy(job: WindowJob, decoded: pa.Table) -> pa.Table:
 
 def read_task(job: WindowJob, pieces: Pieces, early: dict[str, SinkTarget] | None = None,
               ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The default path's read task: its partition ranges read and decoded (spark_jobs/read.py),
+    """The default path's read task: its partition ranges read and decoded (spark_jobs/read/ranges.py),
     ``truncate`` applied, then :func:`sort_out` by target. The ``early`` targets (prepared before the
     read: ``prepare.early_targets``) it writes itself, after sending its dead letters (but an index
     mapped from the records, unless they are :func:`schemaless`: ``handed`` on); the others' rows, and
@@ -399,7 +400,7 @@ def _tagged_changes(target: SinkTarget, valid: pa.Table, schemas: dict[str, list
     """A MySQL sink whose tables or columns come from the records: its changes tagged with their
     table, packed by table (the unroutable and, with declared columns, the unfit into ``bad_parts``;
     each table's row schemas into ``schemas``, inferred from the images after ``chain`` for records
-    without one: spark_jobs/row_schemas.py)."""
+    without one: spark_jobs/transform/row_schemas.py)."""
     cfg = target.config
     assert isinstance(cfg, MySqlSinkConfig)
     names = _table_names(valid, cfg.table) if is_routed(cfg) else pa.array([cfg.table] * valid.num_rows, pa.string())

@@ -1,5 +1,5 @@
 """The read task: a window's partition ranges read from Kafka and, on request, decoded
-(spark_jobs/decode.py)."""
+(spark_jobs/read/decode.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from connectors import faults
 from connectors.kafka.reader import KafkaRangeReader
-from spark_jobs.decode import as_maps, change_decoder
+from spark_jobs.read.decode import as_maps, change_decoder
 from spark_jobs.job import Pieces, WindowJob
 
 

@@ -1,7 +1,7 @@
 """The Spark stage of a window: ``SqlExpression``, ``Sql`` predicates and ``Python`` (issue 43).
 
 These three are Spark by nature (a Spark SQL expression, a function ``DataFrame -> DataFrame``), so a
-chain that has one runs them in Spark, between the per-partition steps of spark_jobs/row_transforms.py:
+chain that has one runs them in Spark, between the per-partition steps of spark_jobs/transform/row_transforms.py:
 
 1. The read task applies the steps before the first of them (:func:`cut`: the ``head``) and hands
    on its changes as the **record frame** (:func:`to_frame`), packed as ``staged`` blobs, with its
@@ -40,11 +40,12 @@ import pyarrow.compute as pc
 
 from connectors import images
 from connectors.errors import ConfigError
-from spark_jobs import project, row_transforms
-from spark_jobs import transform_config as cfgs
+from spark_jobs.project import targets as project
+from spark_jobs.transform import row_transforms
+from spark_jobs.transform import transform_config as cfgs
 from spark_jobs.blobs import BAD, PACKED_SCHEMA, TALLY, bucketed, pack, packed
-from spark_jobs.read import reader
-from spark_jobs.row_chains import SPARK_STEPS, sparked, staged
+from spark_jobs.read.ranges import reader
+from spark_jobs.transform.row_chains import SPARK_STEPS, sparked, staged
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -19,7 +19,7 @@ from connectors.elasticsearch.config import ElasticsearchSinkConfig
 from connectors.formats import decoder as format_decoder
 from connectors.mysql.config import MySqlSinkConfig
 from connectors.registry.decode import registry_decoder
-from spark_jobs import row_transforms
+from spark_jobs.transform import row_transforms
 from spark_jobs.job import WindowJob
 
 
@@ -51,7 +51,7 @@ def change_decoder(job: WindowJob) -> Any:
     if job.column_wise_min is not None and hasattr(decoder, "column_wise_min"):
         decoder.column_wise_min = job.column_wise_min
     elif job.transforms and hasattr(decoder, "column_wise_min"):
-        # typed images for the chain (spark_jobs/row_transforms.py): what a Cast or a MaskField does
+        # typed images for the chain (spark_jobs/transform/row_transforms.py): what a Cast or a MaskField does
         # depends on a field's type, which the per-record decode's texts do not carry
         decoder.column_wise_min = 1
     return decoder

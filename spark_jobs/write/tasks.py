@@ -24,12 +24,12 @@ from connectors.kafka.dlq import DeadLetterReporter
 from connectors.mysql.config import MySqlSinkConfig
 from connectors.mysql.offsets import OffsetCommit
 from spark_jobs.blobs import unpack
-from spark_jobs.dead_letters import dead_letter_reporter, failed_from_row
+from spark_jobs.write.dead_letters import dead_letter_reporter, failed_from_row
 from spark_jobs.job import CHANGED_KEY, DLQ_CLASS_KEY, SECONDS_KEY, SINK_OFFSETS_KEY, UNFIT_KEY, WindowJob
-from spark_jobs.partial import fill_kept
-from spark_jobs.prepare import Targets, is_history
-from spark_jobs.sinks import SINK_TYPES, SinkTarget, TableGroup
-from spark_jobs.tables import by_table, key_columns, latest_rows, project_rows
+from spark_jobs.project.partial import fill_kept
+from spark_jobs.write.prepare import Targets, is_history
+from spark_jobs.write.sinks import SINK_TYPES, SinkTarget, TableGroup
+from spark_jobs.project.tables import by_table, key_columns, latest_rows, project_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -69,7 +69,7 @@ JOINED_ROWS = 10_000  # a write task's tables with fewer changes than this are w
 
 def tables_writer(job: WindowJob, group: TableGroup,
                   commit: OffsetCommit | None = None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The write task of a sink's many tables (spark_jobs/tables.py): per table of the task's
+    """The write task of a sink's many tables (spark_jobs/project/tables.py): per table of the task's
     changes, the projection and the last change per key in Arrow, then the table's writer; one
     connection and one dead-letter producer for them all. A few changes of many tables (a Debezium
     deployment's steady state) are written in one transaction, a savepoint per table: one commit
@@ -126,7 +126,7 @@ def write_target(job: WindowJob, target: SinkTarget, batches: Iterator[pa.Record
                   opened: bool = False) -> pa.RecordBatch:
     """Write one target's batches and flush them, and its dead letters, before the task reports
     success (so before any commit). Rows whose values do not fit (error_message set:
-    ``reports_own_errors``, spark_jobs/tables.py) go to the DLQ from here. Returns its stats row.
+    ``reports_own_errors``, spark_jobs/project/tables.py) go to the DLQ from here. Returns its stats row.
     ``opened``: the caller opened the sink (a table of many, whose tables the window prepared)."""
     cfg = target.config
     kind = SINK_TYPES[cfg.type]
