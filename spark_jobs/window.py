@@ -123,7 +123,11 @@ def run_window_job(spark: SparkSession, job: WindowJob, on_read: OnRead) -> Wind
 
 def run_partition_path(spark: SparkSession, job: WindowJob, on_read: OnRead,
                        checkpoint: Checkpoints) -> WindowResult:
-    """The default path (see the module's docstring), its stages in order."""
+    """The one path (see the module's docstring), its stages in order: the targets the read tasks write
+    made ready (write/prepare.py); read, decode, transform and project in the read tasks
+    (project/targets.py::read_task, read/, transform/; a chain with a Spark step: transform/spark_stage.py);
+    the dead letters and the breaker (write/dead_letters.py); the other targets made ready; the write
+    tasks (write/tasks.py), the exactly-once sink last."""
     from pyspark.sql import functions as F  # noqa: PLC0415
 
     stages: dict[str, float] = {}
@@ -137,7 +141,7 @@ def run_partition_path(spark: SparkSession, job: WindowJob, on_read: OnRead,
         pieces = read_pieces(job.ranges, read_slots(spark))
         tasks = len(pieces)
         ranges = spark.range(0, tasks, 1, tasks).select(F.col("id").cast("int").alias("idx"))
-        if row_chains.staged(job.transforms):  # SqlExpression, Sql predicates, Python: spark_jobs/transform/spark_stage.py
+        if row_chains.staged(job.transforms):  # SqlExpression, Sql predicates, Python: transform/spark_stage.py
             packed = checkpoint(ranges.mapInArrow(spark_stage.read_task(job, pieces), PACKED_SCHEMA))
             packed = spark_stage.run(spark, job, packed, tasks, checkpoint)
         else:
