@@ -48,11 +48,6 @@ DECODED_NAMES = [name for name, _t in DECODED_FIELDS]
 # (connectors/debezium/schema_columns.mysql_columns), on the first record of each schema_id in a task (null on
 # the others); row_index: the change's place within its record (0 for a record of one change); source_op: the
 # source's operation where the format says it (Debezium's c, r, u, d; Maxwell's bootstrap-insert is r), else null.
-# The older Spark path's columns: the images as map<string,string> of exact texts (images.as_map)
-DECODED_SPARK_COLUMNS = ("change_op string, image map<string,string>, image_json string, version bigint, "
-                         "error_stage string, error_message string, route string, key_image map<string,string>, "
-                         "source_db string, source_table string, schema_id string, row_schema string, row_index int, "
-                         "source_op string")
 
 JSON_DECODE = msgspec.json.Decoder(float_hook=Decimal)  # numbers keep their digits: 19.90 stays 19.90
 JSON_ENCODE = msgspec.json.Encoder(decimal_format="number")

@@ -23,8 +23,7 @@ from typing import Any
 import msgspec
 import pyarrow as pa
 
-from connectors.changes import (  # noqa: F401 - DECODED_SPARK_COLUMNS, VERSION_SHIFT: re-exported
-    DECODED_SPARK_COLUMNS,
+from connectors.changes import (  # noqa: F401 - VERSION_SHIFT: re-exported
     JSON_DECODE,
     JSON_ENCODE,
     TRUNCATE,

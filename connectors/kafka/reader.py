@@ -31,10 +31,6 @@ RAW_SCHEMA = pa.schema([
     ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
 ])
 
-# The same schema as a Spark DDL string (mapInArrow wants a Spark type).
-RAW_SPARK_SCHEMA = ("topic string, partition int, offset bigint, timestamp bigint, key binary, value binary, "
-                    "headers array<struct<key:string,value:binary>>")
-
 BATCH_ROWS = 5_000
 
 

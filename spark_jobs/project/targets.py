@@ -216,7 +216,7 @@ def read_task(job: WindowJob, pieces: Pieces, early: dict[str, SinkTarget] | Non
     read: ``prepare.early_targets``) it writes itself, after sending its dead letters (but an index
     mapped from the records, unless they are :func:`schemaless`: ``handed`` on); the others' rows, and
     the dead letters when no target is early, it packs for the driver. Last, its tally."""
-    decode = reader(job, pieces, decode=True, typed=True)
+    decode = reader(job, pieces)
     tasks = len(pieces)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

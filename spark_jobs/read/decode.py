@@ -9,9 +9,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-import pyarrow as pa
 
-from connectors import images
 from connectors.changes import RecordError
 from connectors.debezium.envelope import Decoder as DebeziumDecoder
 from connectors.debezium.envelope import hints_from_columns
@@ -21,14 +19,6 @@ from connectors.mysql.config import MySqlSinkConfig
 from connectors.registry.decode import registry_decoder
 from spark_jobs.transform import row_transforms
 from spark_jobs.job import WindowJob
-
-
-def as_maps(decoded: pa.RecordBatch) -> pa.RecordBatch:
-    """A decoded batch for Spark, which has no unions: its images as map<string,string>."""
-    for name in ("image", "key_image"):
-        i = decoded.schema.get_field_index(name)
-        decoded = decoded.set_column(i, name, images.as_map(decoded.column(i)))
-    return decoded
 
 
 def change_decoder(job: WindowJob) -> Any:

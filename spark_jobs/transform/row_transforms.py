@@ -1,77 +1,29 @@
-"""SMT chains on the per-partition path: the transforms as Arrow over the decoded changes (issue 25).
+"""SMT chains as Arrow over the decoded changes, in the read task (issue 25; the one path, issue 43).
 
-The older path infers each topic's schema in the JVM and applies a chain as Spark expressions
-(spark_jobs/transforms.py): 150 of an SMT window's 160 CPU-seconds went to that JSON inference and
-parse. Here the read task decodes the Debezium envelopes into typed row images (connectors/images.py),
-as the default path does, and the chain rewrites those images in the worker, before the projection.
+The read task decodes the records into typed row images (connectors/images.py) and the chain
+rewrites those images in the Python worker, before the projection: no record reaches the JVM unless
+the chain has a Spark step (transform/spark_stage.py runs SqlExpression, Python and Sql predicates
+between these steps).
 
-:func:`unserved` says why a pipeline's chain cannot run here (None: it can); spark_jobs/write/prepare.py
-sends the others to the older path. Served: a Debezium chain with an ExtractNewRecordState
-(spark_jobs/transform/row_unwrap.py: every ``delete_handling``, rewrite making a delete event its ``before``
-image with ``__deleted`` "true", an upsert of that row; every ``add_fields``: op, table, db, ts_ms,
-lsn, connector, source.ts_ms), anywhere in the chain: before it the steps on the record (RegexRouter,
-TimestampRouter, Filter, TombstoneHandler, SetSchemaMetadata, Drop, ExtractTopic on the key), which
-see the record with its envelope (a RecordIsTombstone there is a Kafka tombstone, not a delete
-event; cdcflow/config.py refuses a step on the value's fields there: it would act on the envelope,
-transform_config.envelope_problem), and after it Cast, ReplaceField, TimestampConverter, MaskField,
-InsertField, RegexRouter (Java's regexes and replacements, spark_jobs/transform/java_regex.py), Filter and TombstoneHandler on
-the value, and the steps on the whole record of spark_jobs/transform/row_steps.py (Drop and ExtractTopic on the
-value or the key, SetSchemaMetadata, TimestampRouter, and ValueToKey into tables of declared
-columns), with the predicates TopicNameMatches, RecordIsTombstone and HasHeaderKey (the Java date
-patterns and regexes Kafka Connect accepts; the config refuses the others), into MySQL tables of
-declared columns, or created from the record schema (the json_schema converter: the row schema
-rewritten as the images are, :func:`described`; the exactly-once sink's too), and Elasticsearch
-indices. A chain without ExtractNewRecordState reads Kafka Connect's record model
-(:func:`record_model`): the decode reads each value, json or json_schema, as the row
-(connectors/debezium/envelope.Decoder ``rows``), typed by its Connect schema, or the string
-converter's text, or the bytes converter's bytes (as base64, the text a row image holds binary data
-in). Flatten, HoistField and ExtractField (spark_jobs/transform/row_nested.py) work on nested values, which the
-decode keeps whole for a chain that has one of them (elsewhere it reads a struct into its JSON text).
-Tables from the record schema of records without one, and behind Flatten, ExtractField or
-HoistField, get the schema inferred from the images after the chain (spark_jobs/transform/row_schemas.py).
-SqlExpression, Python and Sql predicates run in Spark between these steps (spark_jobs/transform/spark_stage.py).
-Every step with ``target: key`` runs on the key (spark_jobs/transform/row_keys.py). The transforms act as
-those of the older path did, with these differences, which docs/transforms.md lists:
+:func:`apply` runs the chain's steps in order. With an ExtractNewRecordState, anywhere in the chain
+(transform/row_unwrap.py: every ``delete_handling`` and ``add_fields``), the steps before it act on
+the record with its envelope (RegexRouter, TimestampRouter, Filter, TombstoneHandler,
+SetSchemaMetadata, Drop, ExtractTopic on the key; a step on the value's fields there is a config
+error, transform_config.envelope_problem), and after it on the row: Cast, ReplaceField,
+TimestampConverter, MaskField, InsertField (here), RegexRouter (Java's regexes and replacements,
+transform/java_regex.py), Filter and TombstoneHandler, the steps on the whole record
+(transform/row_steps.py: Drop, ExtractTopic, SetSchemaMetadata, TimestampRouter, ValueToKey),
+Flatten, ExtractField and HoistField (transform/row_nested.py, on values the decode keeps whole),
+and every step with ``target: key`` on the key (transform/row_keys.py). A chain without
+ExtractNewRecordState reads Kafka Connect's record model (row_chains.record_model): each value,
+json or json_schema, is the row, or the string converter's text, or the bytes converter's bytes.
+What a chain makes of a table from the record schema: row_chains.described (transform/row_schemas.py
+for records without a schema); of an Elasticsearch document: transform/row_documents.py. The one
+semantics where an earlier second path differed is in docs/transforms.md ("One semantics").
 
-* a delete's row image (its ``before`` image, or a tombstone's key) goes through the chain too, so a
-  renamed key field still finds its row (the older path deletes by the Kafka key's field names); a
-  value a step cannot convert never fails a delete; a Drop keeps the image of the delete it makes,
-  ExtractTopic routes a delete by its image (the older path fails it: its value is null), and after
-  a ValueToKey a delete still deletes its row (the older path's key of a null value is null: a dead
-  letter);
-* a value cast to ``string``, or made a topic by ExtractTopic, gets the value's MySQL text (a double
-  1e10 is ``1e+10``, Spark's ``1.0E10``); a Cast of a date or time to a number is a dead letter
-  naming TimestampConverter;
-* TimestampConverter reads a text by ``format``, else as an ISO date or time, else a whole number's
-  text as that number (the texts of the per-record decode; Spark's try_cast refuses the last two);
-* a field the records lack is left alone, but fails each upsert of a ValueToKey (the older path: a
-  config error when no record of the window has it);
-* TimestampRouter reads ``topic_format`` as text and ``${topic}``, ``${timestamp}`` (the older path
-  also reads a text between them that is exactly ``ts`` or ``topic`` as a placeholder); a day name
-  (``E``) or number (``u``) in a pattern a text is read by is read, five ``E`` or ``M`` are the full
-  name, and a year BC is read, as Kafka Connect's SimpleDateFormat does (Spark refuses them: the older
-  path's window fails); a zone name (``z``) other than UTC's and GMT's fails its record (Spark reads
-  PST, CET by the JVM's zone data);
-* a delete whose key a Drop set to null fails with the Drop's words (the older path's: its primary
-  key field is missing);
-* a record a transform drops (Filter, a dropped delete or tombstone) is read and counted but changes
-  nothing, as a Maxwell bootstrap-start does: the window's ends stay those of what was read;
-* what the Debezium decode reads its own way stays so: a TRUNCATE (op t) follows ``truncate``, a
-  row unwrapped upstream (``__deleted``, ``__op``) is read as such (its own ``__ts_ms``, ``__lsn``,
-  ``__connector``, ``__source_ts_ms`` are what add_fields gives it);
-* ``add_fields`` ts_ms and lsn are numbers (Debezium's int64; the older path makes lsn a text);
-* a record-model row is read by its Connect schema (a Timestamp is a datetime, not its number), and
-  a Connect string makes a LONGTEXT column (the older path's: TEXT);
-* a table from records without a schema gets the types of their values after the chain
-  (spark_jobs/transform/row_schemas.py: integers and doubles a DOUBLE, where Spark's inference gave a decimal
-  text; a field null throughout no column);
-* an Elasticsearch document holds the decode's JSON of each field the chain left as it was, and the
-  JSON of the new value of each it changed (spark_jobs/transform/row_documents.py); the older path indexes the
-  transformed Connect value (Decimal bytes as base64).
-
-The chain sees typed images (spark_jobs/read/decode.py decodes every batch column-wise when there is a
-chain): a record the column-wise decode cannot read is decoded alone with a few neighbours, whose
-fields are then texts, as the older path's schema inference makes a field of mixed JSON types.
+The chain sees typed images (read/decode.py decodes every batch column-wise when there is a chain):
+a record the column-wise decode cannot read is decoded alone with a few neighbours, whose fields
+are then texts.
 
 A record a transform cannot process gets stage ``transform`` and goes to the DLQ with the transform's
 message; later transforms leave it as it is.

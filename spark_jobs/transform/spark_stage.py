@@ -243,7 +243,7 @@ def read_task(job: WindowJob, pieces: Pieces) -> Callable[[Iterator[pa.RecordBat
     """The read task of a chain with a Spark stage: its ranges read and decoded, the chain's head,
     then the live changes as the record frame; its dead letters (which no Spark step sees) and its
     tally (every record read) from here (spark_jobs/project.read_task without a Spark stage)."""
-    decode = reader(job, pieces, decode=True, typed=True)
+    decode = reader(job, pieces)
     head, _segments = cut(job.transforms)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
