@@ -15,7 +15,7 @@ A record can hold several changes (a Canal message of a multi-row statement; an 
 a row's key becomes a delete of the old key and an upsert of the new one): :meth:`RecordDecoder.decode_batch`
 repeats the record's raw columns once per change, and ``row_index`` (0, 1, … within the record)
 keeps their order where they share a version, so the last change per key stays the last one
-(spark_jobs/debezium.latest_per_key, spark_jobs/tables.latest_rows). A record whose every change
+(spark_jobs/project/tables.latest_rows). A record whose every change
 is read fails as one: one error row, nothing of it applied.
 """
 

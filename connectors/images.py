@@ -14,8 +14,8 @@ have reads as null. A window holds few shapes; past :data:`MAX_CHILDREN` (a unio
 image falls back to one child of texts.
 
 The sinks read one field of every row at once: :func:`texts` gives each value's exact MySQL text
-(the projection checks it against its column: spark_jobs/project/tables.py). The older Spark path, whose SMTs
-are Spark expressions over ``map<string,string>``, gets :func:`as_map` at the JVM's door.
+(the projection checks it against its column: spark_jobs/project/tables.py). :func:`as_map` gives
+them as ``map<string,string>`` of those texts (a key image after the key's steps, the tests).
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ def _whole(image: pa.Array | pa.ChunkedArray) -> pa.Array:
 
 class Fields:
     """An image column read field by field: its layout (children, each row's child and place) worked
-    out once for every field read. Takes the older Spark path's map<string,string> too."""
+    out once for every field read. Takes a map<string,string> of texts too (:func:`as_map`)."""
 
     def __init__(self, image: pa.Array | pa.ChunkedArray) -> None:
         self.image = image = compact(image)
@@ -228,7 +228,7 @@ def field_names(image: pa.Array) -> list[str]:
 
 
 def as_map(image: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """The images as map<string,string> of exact texts (the older Spark path's, and the tests')."""
+    """The images as map<string,string> of exact texts (a key image after the key's steps, the tests')."""
     image = _whole(image)
     if pa.types.is_map(image.type):
         return image

@@ -299,7 +299,7 @@ class Decoder(RecordDecoder):
     def _whole_value(self, value: bytes) -> str:
         """The string converter's text; the bytes converter's bytes (Kafka Connect's ByteArrayConverter:
         the value as it is) as base64, the text every binary value of a row image is (a binary column
-        gets the bytes back, a text column and a document the base64, as on the older path)."""
+        gets the bytes back, a text column and a document the base64)."""
         if self.rows == "bytes":
             return base64.b64encode(value).decode("ascii")
         try:

@@ -7,8 +7,8 @@ tables that had a record or two. Here the whole sink is one job: its tasks get t
 changes tagged with their table (all the changes of a table in one task) and, per table, in Arrow:
 
 1. :func:`project_rows` reads each column's text from the typed row image (connectors/images.py)
-   and checks that it fits the column (the same rules and messages as the Spark projection, ``spark_jobs/debezium.py``);
-2. :func:`latest_rows` keeps the last change per key (the rules of ``debezium.latest_per_key``);
+   and checks that it fits the column;
+2. :func:`latest_rows` keeps the last change per key (connectors/changes.py's rules);
 3. the table's writer applies them (``spark_jobs.write.tasks.write_target``), rows that do not fit to the DLQ.
 
 The driver creates or evolves each table before the job (spark_jobs/sinks.prepare_tables, one
@@ -41,7 +41,7 @@ _INTEGER = r"^\s*[+-]?\d+\s*$"
 _NUMBER = r"^\s*[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\s*$"
 _DECIMAL = r"^\s*[+-]?(\d+(\.\d*)?|\.\d+)\s*$"
 # what a value that does not fit its column may need declared (streams without schemas write some
-# types in several forms); the Spark projection says the same (debezium._what_to_declare)
+# types in several forms)
 EPOCH_NUMBER, BASE64_TEXT = r"^-?[0-9]+$", r"^[A-Za-z0-9+/]+={0,2}$"
 _MYSQL_DATETIME = r"^\d{4}-\d{2}-\d{2}( \d{2}:\d{2}(:\d{2}(\.\d+)?)?)?$"  # already MySQL's form: goes as it is
 DECLARE_TIME_ENCODING = (
@@ -90,8 +90,7 @@ def _bits(size: int) -> object:
 
 def typed(raw: pa.Array, sql_type: str) -> pa.Array:
     """A column's texts as the values a MySQL column of ``sql_type`` is given; null where a value does
-    not fit (the rules of ``spark_jobs/debezium._typed``: text where MySQL itself checks, in strict
-    mode; binary, spatial and BIT values as bytes)."""
+    not fit (text where MySQL itself checks, in strict mode; binary, spatial and BIT values as bytes)."""
     t = parse_type(sql_type)
     # the texts the decoders write (digits; YYYY-MM-DD hh:mm:ss.ffffff) go as they are: two Arrow calls
     # instead of up to ten, which is most of a small table's projection (bench/tables.py)
@@ -183,8 +182,7 @@ def what_to_declare(raw: pa.Array, sql_type: str) -> pa.Array:
 
 def project_rows(rows: pa.Table, sink: MySqlSinkConfig) -> pa.Table:
     """A table's valid changes -> RAW_COLUMNS + route, change_op, version, one column per sink column
-    (c_<i>) and error_message for the rows whose values do not fit (the output of the Spark
-    projection, ``debezium.project_for_sink``). With pk_mode kafka every record is a row of its own,
+    (c_<i>) and error_message for the rows whose values do not fit. With pk_mode kafka every record is a row of its own,
     keyed by its coordinates (the columns ``__connect_topic``, ``__connect_partition`` and
     ``__connect_offset``, as Kafka Connect's JDBC sink names them): there is nothing to delete."""
     if sink.pk_mode == "kafka":
@@ -251,7 +249,7 @@ def _codes(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
 def latest_rows(projected: pa.Table, key_columns: list[str], keep_unresolved: bool = False,
                 every_version: bool = False) -> pa.Table:
     """The last change per key, by version, then offset, then partition, then row_index (the changes
-    of one record, connectors/changes.py); the rules of ``debezium.latest_per_key`` with
+    of one record, connectors/changes.py); with
     ``keep_unfit``: a tombstone (null version) deletes at the version of the change before it in the
     log (none: dropped); a row that does not fit (error_message set) never wins its key and is kept,
     for the writer to send to the DLQ. ``keep_unresolved``: a key whose only changes here are

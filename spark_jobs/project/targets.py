@@ -34,7 +34,7 @@ from spark_jobs.write.tasks import row_keys, write_now
 BAD_COLUMNS = [*RAW_COLUMNS, "error_stage", "error_message", "component"]
 
 
-_ROUTE = r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,248}$"  # spark_jobs/records.ROUTE, in RE2
+_ROUTE = r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,248}$"  # a name a Kafka topic could have (in RE2)
 
 
 _RESERVED = r"^(?i)cdcflow[_-]"
@@ -114,7 +114,7 @@ def _table_names(rows: pa.Table, template: str) -> pa.Array:
 
 
 def _bad_route(names: pa.Array, template: str) -> pa.Array:
-    """Why a change cannot go to a table (``sinks.unroutable`` / ``records.bad_route_reason``), or null."""
+    """Why a change cannot go to a table (a name no topic could have, or cdcflow's own), or null."""
     shown = pc.utf8_slice_codeunits(names, 0, 80)
     no_field = f"the change has no source field for table {template!r} (source.table / source.db)"
     invalid = pc.binary_join_element_wise("the routed topic '", shown, "' cannot name a table or an index: expected "
@@ -182,7 +182,7 @@ def tally_of(decoded: pa.Table, bad: pa.Table) -> dict[str, Any]:
 
 def routes_checked(decoded: pa.Table) -> pa.Table:
     """After a chain: a change routed (RegexRouter) to a topic that could not name a table or is
-    cdcflow's own fails, as on the older path (``records.bad_route_reason``)."""
+    cdcflow's own fails (:func:`_bad_route`)."""
     if not decoded.num_rows or pc.all(pc.equal(decoded.column("route"), decoded.column("topic"))).as_py():
         return decoded
     rows = row_transforms.Rows(decoded)
@@ -192,7 +192,7 @@ def routes_checked(decoded: pa.Table) -> pa.Table:
 
 
 def truncate_policy(job: WindowJob, decoded: pa.Table) -> pa.Table:
-    """truncate: dlq: a TRUNCATE becomes a bad record with its table (``spark_path._truncates``)."""
+    """truncate: dlq: a TRUNCATE becomes a bad record with its table."""
     if job.truncate != "dlq" or not decoded.num_rows:
         return decoded
     is_truncate = pc.and_(pc.equal(pc.fill_null(decoded.column("change_op"), ""), TRUNCATE),

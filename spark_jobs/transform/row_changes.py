@@ -78,7 +78,7 @@ class Rows:
         """The changes whose value is null (RecordIsTombstone, TombstoneHandler): before an
         ExtractNewRecordState the Kafka tombstones (a delete event's value is its envelope, as in
         Kafka Connect); after it, and in the record model, every delete (a Kafka tombstone, or a delete
-        event unwrapped with delete_handling none, as on the older path)."""
+        event unwrapped with delete_handling none)."""
         if self.enveloped:
             return self.value_null()
         return pc.or_(self.value_null(), pc.equal(pc.fill_null(self.column("change_op"), ""), "delete"))
@@ -118,8 +118,8 @@ class Rows:
             offsets[rows] = np.arange(len(rows), dtype=np.int32)
         self.set("image", images.union(codes, offsets, children))
         message = pa.concat_arrays(errors).take(pa.array(np.argsort(np.concatenate(order), kind="stable")))
-        # a delete's image goes through the chain (its key fields renamed, cast) but never fails it: the
-        # older path deletes by key whatever the row held
+        # a delete's image goes through the chain (its key fields renamed, cast) but never fails it: it
+        # deletes by its key whatever the row held
         self.fail(pc.and_(pc.is_valid(message), pc.equal(pc.fill_null(self.column("change_op"), ""), "upsert")),
                   message)
 

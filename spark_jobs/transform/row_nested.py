@@ -7,9 +7,9 @@ array of a record as one (connectors/debezium/columns.py ``nested``), where othe
 its JSON text. A value that is not a struct (the ``string`` converter's text, or what an ExtractField
 took out of a struct) is an image of one field named :data:`WHOLE`; a HoistField makes it a struct
 again, and a change whose value is still not a struct at the end of the chain fails
-(:func:`not_rows`), as the older path's sinks refuse a value that is not a struct.
+(:func:`not_rows`): a sink needs a struct.
 
-As Kafka Connect's (and the older path's, spark_jobs/transforms.py):
+As Kafka Connect's:
 
 * Flatten names each field of a nested struct by its path, joined by ``delimiter``; an array stays
   one value; a null struct's fields are null;
@@ -19,8 +19,7 @@ As Kafka Connect's (and the older path's, spark_jobs/transforms.py):
 An ExtractField of a null field makes the record a tombstone, a delete of its key (Debezium's
 ``after`` of a delete event), as in Kafka Connect; so does a field a schemaless record lacks (Kafka
 Connect reads a map's missing key as null), whatever its neighbours hold. A field the record's
-schema lacks fails the record (the older path fails the window with a config error when no record of
-the window has it). A delete's row image goes through these steps too, and is left as it is where it
+schema lacks fails the record. A delete's row image goes through these steps too, and is left as it is where it
 lacks the field. A record whose structs could not be read whole fails in the decode, naming why
 (connectors/debezium/envelope.Decoder ``_whole``), rather than reach these steps as JSON texts.
 """

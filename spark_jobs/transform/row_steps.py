@@ -1,23 +1,20 @@
 """The SMTs of the per-partition path that act on a whole record, not on its fields: Drop,
 SetSchemaMetadata, TimestampRouter, ExtractTopic and ValueToKey, Drop and ExtractTopic on the key as
 well as the value (spark_jobs/transform/row_transforms.py applies them in the chain's order, with the steps
-that rewrite fields). They act as the older path's (spark_jobs/transforms.py), with the differences
-docs/transforms.md lists:
+that rewrite fields). docs/transforms.md ("One semantics") says how:
 
 * a Drop keeps the record's row image: the delete it makes finds its row as a delete event does;
 * ExtractTopic routes a delete by its row image (its ``before`` image, a tombstone's key), so a
-  delete reaches the table its row was written to (the older path's value of a delete is null, so
-  it fails it), and takes a field's MySQL text, as Cast to ``string`` does;
-* ValueToKey leaves a delete its row image, so it still deletes its row (on the older path its
-  key, taken from a null value, is null: the delete goes to the DLQ); a field the records lack fails
-  each upsert (the older path: a config error when no record of the window has it);
-* TimestampRouter reads ``topic_format`` as text and the two placeholders (the older path reads a
-  text between them that is exactly ``ts`` or ``topic`` as a placeholder).
+  delete reaches the table its row was written to, and takes a field's MySQL text, as Cast to
+  ``string`` does;
+* ValueToKey leaves a delete its row image, so it still deletes its row; a field the records lack
+  fails each upsert;
+* TimestampRouter reads ``topic_format`` as text and the two placeholders.
 
 The key: ExtractTopic on the key reads the key's field as the chain left it (spark_jobs/transform/row_keys.py:
 the Kafka key's, its {schema, payload} unwrapped; after a ValueToKey the value's). A Drop of the key
 changes no upsert (the rows are keyed by their images), but a delete left without a key fails at the end of
-the chain (:func:`keyless_deletes`), as on the older path, where it deletes by its (null) key.
+the chain (:func:`keyless_deletes`).
 """
 
 from __future__ import annotations
@@ -55,8 +52,7 @@ def drop(rows: Rows, cfg: cfgs.Drop) -> None:
 
 
 def set_schema_metadata(_rows: Rows, _cfg: cfgs.SetSchemaMetadata) -> None:
-    """The schema's name and version change, not the rows. No sink reads them, and the Sql
-    predicates that could test them run on the older path only: nothing to do here."""
+    """The schema's name and version change, not the rows. No sink reads them: nothing to do here."""
 
 
 def timestamp_router(rows: Rows, cfg: cfgs.TimestampRouter) -> None:
@@ -89,8 +85,7 @@ def extract_topic(rows: Rows, cfg: cfgs.ExtractTopic) -> None:
 
 def value_to_key(rows: Rows, cfg: cfgs.ValueToKey) -> None:
     """The key becomes the value's ``fields``. This path keys a table's rows by its key columns,
-    read from the row image (pk_mode record_key too: on the older path, the key's fields where it
-    has them, which are the same values), and a table from the record schema takes these fields as
+    read from the row image (pk_mode record_key too), and a table from the record schema takes these fields as
     its primary key (row_chains.key_after): so the key changes no row here, but a later step on the
     key reads these fields (a delete's from its row image). The check: an upsert whose field is null or missing
     fails, the first such field named."""
@@ -106,8 +101,8 @@ def value_to_key(rows: Rows, cfg: cfgs.ValueToKey) -> None:
 
 
 def keyless_deletes(rows: Rows) -> None:
-    """After the chain: a delete whose key a Drop set to null fails (the older path deletes by the
-    key, and finds no key field in a null one); an upsert is written by its image."""
+    """After the chain: a delete whose key a Drop set to null fails (it has nothing to delete by); an
+    upsert is written by its image."""
     if rows.keyless is None:
         return
     deletes = pc.equal(pc.fill_null(rows.column("change_op"), ""), "delete")

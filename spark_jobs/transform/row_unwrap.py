@@ -7,7 +7,7 @@ step applies the options:
 
 * ``delete_handling`` and ``drop_tombstones`` as Debezium's: ``rewrite`` makes a delete event with
   a ``before`` image an upsert of that image with ``__deleted`` "true" (the other changes' images get
-  "false"); one without (its image is its key's) stays a delete, as the older path's null value does;
+  "false"); one without (its image is its key's) stays a delete;
 * ``add_fields`` as Debezium's ``add.fields``, each as ``__<field>`` (``source.ts_ms`` as
   ``__source_ts_ms``) with the type of the envelope's field: ``op``, ``table``, ``db`` and
   ``connector`` texts, ``ts_ms``, ``source.ts_ms`` and ``lsn`` (PostgreSQL's source.lsn, an int64)

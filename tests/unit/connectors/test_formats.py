@@ -1,6 +1,6 @@
 """The four source formats decode the same changes into the same change model
 (connectors/changes.py); the per-key reduction keeps the order of the changes of one record
-(row_index) in Spark (spark_jobs/debezium.latest_per_key) and in Arrow (spark_jobs/tables.latest_rows);
+(row_index) in Arrow (spark_jobs/project/tables.latest_rows);
 ``source.format`` is validated with the pipeline."""
 
 from __future__ import annotations

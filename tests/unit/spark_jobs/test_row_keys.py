@@ -1,8 +1,7 @@
 """Drop and ExtractTopic on the key (``target: key``) on the per-partition path (spark_jobs/transform/row_steps.py),
 without Spark: Debezium's own records (tests/fixtures/debezium/orders.py, keys with their {schema,
-payload} wrapper) decoded as the read task decodes them, then the chain. What the older path
-(spark_jobs/transforms.py) gives for the same records is what these tests expect, where
-docs/transforms.md names no difference."""
+payload} wrapper) decoded as the read task decodes them, then the chain, as Kafka Connect's
+``$Key`` steps act (docs/transforms.md)."""
 
 from __future__ import annotations
 

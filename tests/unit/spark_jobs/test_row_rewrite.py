@@ -1,8 +1,7 @@
 """ExtractNewRecordState's delete_handling rewrite and add_fields op, table, db on the per-partition path
 (spark_jobs/transform/row_transforms.py), without Spark: Debezium's own records (tests/fixtures/debezium/orders.py)
-decoded as the read task decodes them, then the chain. The older path's values for the same records
-(spark_jobs/transforms.py, Debezium's "delete.handling.mode=rewrite": the delete's before image with
-__deleted "true") are what these tests expect; the MySQL rows of both:
+decoded as the read task decodes them, then the chain. Debezium's "delete.handling.mode=rewrite" (the
+delete's before image with __deleted "true") is what these tests expect; the MySQL rows:
 tests/integration/spark_jobs/test_row_transforms.py."""
 
 from __future__ import annotations

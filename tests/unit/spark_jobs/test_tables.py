@@ -1,6 +1,5 @@
 """A sink's many tables in one write job (spark_jobs/project/tables.py): the projection and the last change
-per key in Arrow follow the same rules as the Spark ones (spark_jobs/debezium.py). Each test runs
-both on the same decoded changes and compares what MySQL would be given."""
+per key in Arrow, on decoded changes: what MySQL would be given."""
 
 from __future__ import annotations
 
