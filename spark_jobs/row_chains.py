@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 
 from connectors.debezium.schema_columns import mysql_type
 from connectors.debezium.types import FieldSchema
+from connectors.registry.config import REGISTRY_CONVERTERS
 from spark_jobs import transform_config as cfgs
 from spark_jobs.row_patterns import problem
 
@@ -55,10 +56,12 @@ def record_model(chain: Any) -> bool:
 def unserved(job: Any) -> str | None:
     """Why the per-partition path cannot run this pipeline's transforms (None: it can)."""
     chain = list(job.transforms)
-    converters = {"json", "json_schema", "string", "bytes"} if record_model(chain) else {"json", "json_schema"}
+    # a registry converter's records are transcoded into the JsonConverter's with schemas (connectors/registry)
+    schema_converters = {"json_schema", *REGISTRY_CONVERTERS}
+    converters = {"json", *schema_converters, *(("string", "bytes") if record_model(chain) else ())}
     if {job.key_converter, job.value_converter} - converters:
-        return ("the chain is applied to records read with the json and json_schema converters only (and string or "
-                "bytes, in a chain without ExtractNewRecordState)")
+        return ("the chain is applied to records read with the json, json_schema and registry converters (avro, "
+                "protobuf, json_schema_registry) only (and string or bytes, in a chain without ExtractNewRecordState)")
     if not record_model(chain) and job.source_format != "debezium":
         return "ExtractNewRecordState unwraps Debezium's envelopes (source.format debezium)"
     unwrapped = record_model(chain)  # the steps before an ExtractNewRecordState see the envelope

@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 
 from connectors import images
 from connectors.debezium.envelope import Decoder
+from connectors.registry.decode import json_bytes
 from spark_jobs import row_patterns
 from spark_jobs import transform_config as cfgs
 from spark_jobs.row_changes import Rows, applies, fields_of, first_error, joined
@@ -113,8 +114,8 @@ def key_texts(rows: Rows, name: str) -> pa.Array:
         texts = images.Fields(image).texts(name) if name in fields else pa.nulls(len(image), pa.string())
     else:
         decoder = Decoder("kafka_offset")  # the key read as the decode reads a tombstone's (its {schema, payload})
-        texts = pa.array([(decoder.key_image(key) or {}).get(name) for key in rows.column("key").to_pylist()],
-                         pa.string())
+        keys = json_bytes(rows.table, "key").to_pylist()  # a registry converter's: transcoded
+        texts = pa.array([(decoder.key_image(key) or {}).get(name) for key in keys], pa.string())
     return texts if rows.keyless is None else pc.if_else(rows.keyless, pa.scalar(None, pa.string()), texts)
 
 

@@ -19,11 +19,12 @@ the value, and the steps on the whole record of spark_jobs/row_steps.py (Drop an
 value or the key, SetSchemaMetadata, TimestampRouter, and ValueToKey into tables of declared
 columns), with the predicates TopicNameMatches, RecordIsTombstone and HasHeaderKey (regexes RE2 reads
 as Java does; Java datetime patterns as spark_jobs/row_patterns.py lists them), into MySQL tables of
-declared columns, or created from the record schema (the json_schema converter: the row schema
+declared columns, or created from the record schema (the json_schema and registry converters: the row schema
 rewritten as the images are, :func:`described`; the exactly-once sink's too), and Elasticsearch
 indices. A chain without ExtractNewRecordState reads Kafka Connect's record model
 (:func:`record_model`): the decode reads each value, json or json_schema, as the row
-(connectors/debezium/envelope.Decoder ``rows``), typed by its Connect schema, or the string
+(connectors/debezium/envelope.Decoder ``rows``; a registry converter's transcoded: json_schema), typed by
+its Connect schema, or the string
 converter's text, or the bytes converter's bytes (as base64, the text a row image holds binary data
 in). Flatten, HoistField and ExtractField (spark_jobs/row_nested.py) work on nested values, which the
 decode keeps whole for a chain that has one of them (elsewhere it reads a struct into its JSON text).

@@ -343,14 +343,16 @@ def test_which_chains_the_partition_path_serves() -> None:
                                         {"type": "Filter", "predicate": {"type": "Sql", "condition": "true"}}))],
         "transforms.1 (RegexRouter): the regex '(?=a)b' is not an RE2 expression": [
             job(MYSQL, transforms=chain({"type": "RegexRouter", "regex": "(?=a)b", "replacement": "x"}))],
-        "the chain is applied to records read with the json and json_schema converters only (and string or bytes, "
-        "in a chain without ExtractNewRecordState)": [
-            job(MYSQL, transforms=ok, value_converter="string"), job(MYSQL, transforms=ok, key_converter="avro")],
+        "the chain is applied to records read with the json, json_schema and registry converters (avro, protobuf, "
+        "json_schema_registry) only (and string or bytes, in a chain without ExtractNewRecordState)": [
+            job(MYSQL, transforms=ok, value_converter="string"), job(MYSQL, transforms=ok, key_converter="bytes")],
     }
     for reason, jobs in cases.items():
         for j in jobs:
             assert rt.unserved(j) == reason
     assert rt.unserved(job(dynamic, transforms=ok, value_converter="json_schema")) is None
+    for registry in ("avro", "protobuf", "json_schema_registry"):  # transcoded into json_schema's bytes first
+        assert rt.unserved(job(dynamic, transforms=ok, key_converter=registry, value_converter=registry)) is None
     sparked = chain({"type": "SqlExpression", "fields": {"x": "1"}},
                     {"type": "Drop", "predicate": {"type": "Sql", "condition": "value.id > 1"}})
     assert rt.unserved(job(MYSQL, es, transforms=sparked)) is None  # spark_jobs/spark_stage.py
@@ -367,7 +369,7 @@ def test_which_chains_the_partition_path_serves() -> None:
     rows = CHAIN.validate_python([{"type": "Cast", "spec": {"id": "int64"}}])
     assert rt.record_model(rows) and not rt.record_model(ok)
     assert rt.unserved(replace(job(MYSQL, transforms=rows, source_format="maxwell"), versioning="kafka_offset")) is None
-    for converter in ("string", "bytes"):  # a value that is not a row: a HoistField makes it one (row_nested.py)
+    for converter in ("string", "bytes", "avro"):  # not a row (a HoistField makes one), or a transcoded one
         assert rt.unserved(replace(job(MYSQL, transforms=rows, key_converter=converter, value_converter=converter),
                                    versioning="kafka_offset")) is None
 
