@@ -202,12 +202,6 @@ class PipelineConfig(StrictModel):
             if bare:
                 raise ValueError(f"mysql sinks {bare} need columns: {FORMAT_NAMES[self.source.format]} carry no column "
                                  "types to create a table from (their values are read by the declared types)")
-        registry = [f"{side}_converter {conv}" for side, conv in (("key", self.source.key_converter),
-                    ("value", self.source.value_converter)) if conv in REGISTRY_CONVERTERS]
-        if registry and self.transforms:
-            raise ValueError(f"{' and '.join(registry)} with transforms is not supported yet: the registry "
-                             "converters are read on the default path (Debezium envelopes, no transforms); remove "
-                             "the transforms (tables and indices are created from the records' schema as they are)")
         if not self.transforms:
             if any(c not in ("json", *REGISTRY_CONVERTERS) for c in (self.source.key_converter,
                                                                      self.source.value_converter)):

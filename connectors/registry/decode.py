@@ -11,7 +11,10 @@ Debezium decoder's compiled readers, keyed by the schema's bytes, are found agai
 What goes to the DLQ (the stage ``converter``, with the reason): bytes without the magic byte, an
 id the registry does not know, a body that does not decode by its schema, a schema with a construct
 that has no Connect form. What fails the window: the registry being down (RegistryUnavailable).
-The DLQ gets the record's original bytes, never the transcoded ones.
+The DLQ gets the record's original bytes, never the transcoded ones: the decoded batch's ``key`` and
+``value`` stay the record's own. For a transform chain, which reads keys and values again (the
+add_fields of an unwrap, a key's fields), the transcoded ones ride beside them (``JSON_COLUMNS``,
+read by :func:`json_bytes`).
 """
 
 from __future__ import annotations
@@ -37,6 +40,16 @@ MAX_TRANSCODERS = 4096  # compiled schemas kept per worker process (a deployment
 # (registry URL, converter, schema id, message indexes) -> the compiled transcoder, or why there is none;
 # an id the registry did not know is not asked for again by this process (ids are never reused)
 _TRANSCODERS: dict[tuple[str, str, int, tuple[int, ...]], Transcoder | UnsupportedSchema | UnknownSchema] = {}
+# the columns a decoded batch carries the JsonConverter's bytes of its keys and values in (``keep_json``)
+JSON_COLUMNS = {"key": "json_key", "value": "json_value"}
+
+
+def json_bytes(table: pa.Table | pa.RecordBatch, side: str) -> pa.Array:
+    """A decoded batch's keys or values (``side``) as the JsonConverter writes them: those a registry
+    converter transcoded (kept for a chain), else the record's own bytes."""
+    name = JSON_COLUMNS[side] if JSON_COLUMNS[side] in table.schema.names else side
+    column = table.column(name)
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
 
 
 def _build(converter: str, registered: RegisteredSchema, client: RegistryClient, indexes: tuple[int, ...]) -> Transcoder:
@@ -101,10 +114,13 @@ class Transcoders:
 
 
 class RegistryDecoder:
-    """The Debezium decoder behind registry converters (``inner``: connectors/debezium/envelope.Decoder)."""
+    """The Debezium decoder behind registry converters (``inner``: connectors/debezium/envelope.Decoder);
+    with ``keep_json`` the decoded batch also carries the transcoded keys and values (``JSON_COLUMNS``)."""
 
-    def __init__(self, inner: Any, settings: RegistrySettings, key_converter: str, value_converter: str) -> None:
+    def __init__(self, inner: Any, settings: RegistrySettings, key_converter: str, value_converter: str,
+                 keep_json: bool = False) -> None:
         self.inner = inner
+        self.keep_json = keep_json
         self.sides = {side: Transcoders(conv, settings) for side, conv in
                       (("key", key_converter), ("value", value_converter)) if conv in REGISTRY_CONVERTERS}
 
@@ -130,8 +146,10 @@ class RegistryDecoder:
         decoded = self.inner.decode_batch(read)
         if decoded.num_rows != batch.num_rows:
             raise AssertionError("a Debezium record decodes into one change")
-        decoded = decoded.set_column(decoded.schema.get_field_index("key"), "key", batch.column("key"))
-        decoded = decoded.set_column(decoded.schema.get_field_index("value"), "value", batch.column("value"))
+        for side in ("key", "value"):  # the record's own bytes, for the DLQ
+            decoded = decoded.set_column(decoded.schema.get_field_index(side), side, batch.column(side))
+            if self.keep_json:
+                decoded = decoded.append_column(JSON_COLUMNS[side], columns[side])
         return _with_reasons(decoded, bad, reasons) if bad.any() else decoded
 
     @staticmethod
@@ -159,10 +177,11 @@ def _with_reasons(decoded: pa.RecordBatch, bad: np.ndarray, reasons: list[str | 
 
 
 def registry_decoder(inner: Any, settings: RegistrySettings | None, key_converter: str,
-                     value_converter: str) -> Any:
-    """``inner`` wrapped when a side uses a registry converter; else ``inner`` itself."""
+                     value_converter: str, keep_json: bool = False) -> Any:
+    """``inner`` wrapped when a side uses a registry converter (``keep_json``: the transcoded keys and
+    values kept beside the record's own, for a chain); else ``inner`` itself."""
     if key_converter not in REGISTRY_CONVERTERS and value_converter not in REGISTRY_CONVERTERS:
         return inner
     if settings is None:
         raise ValueError("a registry converter needs source.schema_registry (the registry's connection)")
-    return RegistryDecoder(inner, settings, key_converter, value_converter)
+    return RegistryDecoder(inner, settings, key_converter, value_converter, keep_json)

@@ -16,6 +16,7 @@ from connectors.debezium.envelope import hints_from_columns
 from connectors.elasticsearch.config import ElasticsearchSinkConfig
 from connectors.formats import decoder as format_decoder
 from connectors.mysql.config import MySqlSinkConfig
+from connectors.registry.config import REGISTRY_CONVERTERS
 from connectors.registry.decode import registry_decoder
 from spark_jobs.transform import row_transforms
 from spark_jobs.job import WindowJob
@@ -29,7 +30,9 @@ def change_decoder(job: WindowJob) -> Any:
     hints = hints_from_columns((name, kind, encoding) for name, kind, encoding in named if name is not None)
     key_fields = frozenset(f for tg in job.sinks for f in _key_fields(tg.config))
     if row_transforms.record_model(job.transforms):  # the value is the row, whatever the source format
-        decoder = DebeziumDecoder(job.versioning, hints, need_json, rows=job.value_converter)
+        # a registry converter's values are transcoded into the JsonConverter's with schemas first
+        rows = "json_schema" if job.value_converter in REGISTRY_CONVERTERS else job.value_converter
+        decoder = DebeziumDecoder(job.versioning, hints, need_json, rows=rows)
     elif job.key_converter in ("string", "bytes") and job.source_format == "debezium":
         decoder = TextKeyDecoder(job.versioning, hints, need_json, _used_fields(job))
         decoder.converter, decoder.field = job.key_converter, _one_key_field(job, key_fields)
@@ -37,7 +40,9 @@ def change_decoder(job: WindowJob) -> Any:
         decoder = format_decoder(job.source_format, job.versioning, hints, need_json, key_fields, _used_fields(job))
     if row_transforms.nested(job.transforms) and hasattr(decoder, "nested"):
         decoder.nested = True  # structs and arrays whole, for the steps that take them apart
-    decoder = registry_decoder(decoder, job.registry, job.key_converter, job.value_converter)
+    # a chain reads the keys and values again (spark_jobs/transform/row_unwrap.py, row_keys.py): the transcoded ones kept
+    decoder = registry_decoder(decoder, job.registry, job.key_converter, job.value_converter,
+                               keep_json=bool(job.transforms))
     if job.column_wise_min is not None and hasattr(decoder, "column_wise_min"):
         decoder.column_wise_min = job.column_wise_min
     elif job.transforms and hasattr(decoder, "column_wise_min"):

@@ -11,6 +11,7 @@ from typing import Any
 
 from connectors.debezium.schema_columns import mysql_type
 from connectors.debezium.types import FieldSchema
+from connectors.registry.config import REGISTRY_CONVERTERS
 from spark_jobs.transform import transform_config as cfgs
 
 
@@ -50,11 +51,14 @@ def record_model(chain: Any) -> bool:
 def unserved(job: Any) -> str | None:
     """Why the per-partition path cannot run this pipeline's transforms (None: it can)."""
     chain = list(job.transforms)
-    converters = {"json", "json_schema", "string", "bytes"}
-    if {job.key_converter, job.value_converter} - converters:
-        return "the chain is applied to records read with the json, json_schema, string and bytes converters only"
-    if not record_model(chain) and job.value_converter not in ("json", "json_schema"):  # cdcflow/config.py refuses it
-        return "ExtractNewRecordState reads Debezium's envelope: value_converter json or json_schema"
+    # a registry converter's records are transcoded into the JsonConverter's with schemas (connectors/registry)
+    schema_converters = {"json_schema", *REGISTRY_CONVERTERS}
+    if {job.key_converter, job.value_converter} - {"json", "string", "bytes", *schema_converters}:
+        return ("the chain is applied to records read with the json, json_schema, string, bytes and registry "
+                "converters (avro, protobuf, json_schema_registry) only")
+    if not record_model(chain) and job.value_converter not in ("json", *schema_converters):  # config.py refuses it
+        return ("ExtractNewRecordState reads Debezium's envelope: value_converter json, json_schema or a registry "
+                "converter")
     if not record_model(chain) and job.source_format != "debezium":
         return "ExtractNewRecordState unwraps Debezium's envelopes (source.format debezium)"
     unwrapped = record_model(chain)  # the steps before an ExtractNewRecordState see the envelope

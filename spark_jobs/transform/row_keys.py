@@ -40,6 +40,7 @@ from connectors import images
 from connectors.changes import JSON_DECODE, RecordError
 from connectors.debezium.envelope import Decoder
 from connectors.debezium.logical import BadValue, plain_text
+from connectors.registry.decode import json_bytes
 from spark_jobs.transform import row_chains
 from spark_jobs.transform import transform_config as cfgs
 from spark_jobs.transform.row_changes import Rows, fields_of, struct_like
@@ -103,7 +104,7 @@ def current(rows: Rows) -> pa.Array:
             image, names = rows.key_from
             rows.keys = _projected(image, names)
         else:
-            rows.keys = decoded(rows.column("key"), rows.key_converter)
+            rows.keys = decoded(json_bytes(rows.table, "key"), rows.key_converter)  # a registry's: transcoded
     if rows.keyless is not None and pc.any(rows.keyless).as_py():  # a Drop of the key: no key
         rows.keys = _nulled(rows.keys, rows.keyless)
     return rows.keys

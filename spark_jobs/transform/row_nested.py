@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 
 from connectors import images
 from connectors.debezium.envelope import Decoder
+from connectors.registry.decode import json_bytes
 from spark_jobs.transform import transform_config as cfgs
 from spark_jobs.transform.row_changes import Rows, fields_of, struct_like
 
@@ -94,7 +95,7 @@ def _tombstones(rows: Rows, at: np.ndarray) -> None:
     if not len(at):
         return
     decoder = Decoder("kafka_offset")
-    keys = [decoder.key_image(k) for k in rows.column("key").take(pa.array(at)).to_pylist()]
+    keys = [decoder.key_image(k) for k in json_bytes(rows.table, "key").take(pa.array(at)).to_pylist()]
     n = rows.table.num_rows
     order = np.arange(n)
     order[at] = n + np.arange(len(at))

@@ -40,6 +40,7 @@ import pyarrow.compute as pc
 
 from connectors import images
 from connectors.debezium.envelope import Decoder
+from connectors.registry.decode import json_bytes
 from connectors.mysql.evolution import joined
 from spark_jobs.transform.row_chains import key_after, key_type, nested
 
@@ -115,7 +116,7 @@ def describe(rows: pa.Table, chain: Any) -> str | None:
 def kafka_key(rows: pa.Table) -> list[str]:
     """The fields of the first Kafka key among these records that is a JSON object."""
     decoder = Decoder("kafka_offset")  # a key read as the decode reads a tombstone's
-    for key in rows.column("key").to_pylist():
+    for key in json_bytes(rows, "key").to_pylist():
         fields = decoder.key_image(key)
         if fields:
             return list(fields)

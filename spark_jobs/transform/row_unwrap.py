@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 from connectors.changes import VERSION_SHIFT, bigint, text
 from connectors.debezium.arrow_read import Unsupported, parsed
 from connectors.debezium.columns import payloads
+from connectors.registry.decode import json_bytes
 from spark_jobs.transform import transform_config as cfgs
 from spark_jobs.transform.row_changes import Rows
 
@@ -145,7 +146,7 @@ def extract_new_record_state(rows: Rows, cfg: cfgs.ExtractNewRecordState, versio
     # the values read again: every change's for the fields the decode does not keep, else the delete events'
     wanted = pc.and_(rows.live, pc.invert(tombstone) if read else delete_event)
     at = np.flatnonzero(pc.fill_null(wanted, False).to_numpy(zero_copy_only=False))
-    values = rows.column("value").take(pa.array(at, pa.int64()))
+    values = json_bytes(rows.table, "value").take(pa.array(at, pa.int64()))  # a registry's: transcoded
     added: dict[str, pa.Array] = {}
     if cfg.delete_handling == "rewrite":
         added["__deleted"] = _rewrite(rows, delete_event, at, values)

@@ -40,6 +40,8 @@ import pyarrow.compute as pc
 
 from connectors import images
 from connectors.errors import ConfigError
+from connectors.registry.config import REGISTRY_CONVERTERS
+from connectors.registry.decode import json_bytes
 from spark_jobs.project import targets as project
 from spark_jobs.transform import row_transforms
 from spark_jobs.transform import transform_config as cfgs
@@ -110,9 +112,9 @@ def _only(image: pa.Array, where: pa.Array) -> pa.Array:
 
 def key_values(raw: pa.Array, converter: str) -> pa.Array:
     """The Kafka keys as the frame's ``key``: a JSON key's payload (a struct where the keys agree),
-    else its text."""
+    else its text. A registry converter's keys come transcoded (the JsonConverter's, with a schema)."""
     texts = [None if b is None else b.decode("utf-8", "replace") for b in raw.to_pylist()]
-    if converter not in ("json", "json_schema"):
+    if converter not in ("json", "json_schema", *REGISTRY_CONVERTERS):
         return pa.array(texts, pa.string())
     values = []
     for text in texts:
@@ -120,7 +122,7 @@ def key_values(raw: pa.Array, converter: str) -> pa.Array:
             value = None if text is None else _KEY_DECODER.decode(text)
         except msgspec.DecodeError:
             return pa.array(texts, pa.string())
-        if converter == "json_schema" and isinstance(value, dict) and "payload" in value:
+        if converter != "json" and isinstance(value, dict) and "payload" in value:  # {schema, payload}
             value = value["payload"]
         values.append(value)
     try:
@@ -134,7 +136,7 @@ def to_frame(changes: pa.Table, key_converter: str) -> pa.Table:
     op = pc.fill_null(changes.column("change_op"), "")
     image = changes.column("image").combine_chunks()
     shown = {name: changes.column(source) for name, source in _FROM.items()}
-    shown["key"] = key_values(changes.column("key").combine_chunks(), key_converter)
+    shown["key"] = key_values(json_bytes(changes, "key"), key_converter)
     shown["value"] = _only(image, pc.equal(op, "upsert"))
     carried = {"_deleted": _only(image, pc.equal(op, "delete"))}
     for name in changes.column_names:
@@ -374,12 +376,13 @@ def python_transform(frame: DataFrame, cfg: cfgs.PythonTransform) -> DataFrame:
 
 def run(spark: SparkSession, job: WindowJob, staged_frame: DataFrame, tasks: int, checkpoint: Any) -> DataFrame:
     """The window's Spark stages over the read tasks' packed output (``staged_frame``): the last
-    stage's packed rows per target, with every tally (the read tasks' too)."""
+    stage's packed rows per target, with every tally and dead letter (the read tasks' too: no Spark
+    step sees those)."""
     from pyspark.sql import functions as F  # noqa: PLC0415
     from pyspark.sql.pandas.types import from_arrow_schema  # noqa: PLC0415
 
     _head, segments = cut(job.transforms)
-    current, tallies = staged_frame, staged_frame.where(F.col("kind") == TALLY)
+    current, tallies = staged_frame, staged_frame.where(F.col("kind").isin(TALLY, BAD))
     for n, segment in enumerate(segments):
         last = n == len(segments) - 1
         texts = [json.loads(r.info).get("frame") for r in current.where(F.col("kind") == TALLY).select("info").collect()]

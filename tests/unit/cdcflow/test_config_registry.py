@@ -31,9 +31,15 @@ def _load(tmp_path: Path, source: str, extra: str = "") -> object:
 @pytest.mark.parametrize("converters", [
     "  key_converter: avro\n  value_converter: avro", "  value_converter: protobuf",
     "  key_converter: json\n  value_converter: json_schema_registry"])
-def test_registry_converters_are_read_on_the_default_path(tmp_path: Path, converters: str) -> None:
-    cfg = _load(tmp_path, converters + "\n  schema_registry: {conn_id: cdcflow_registry}")
+@pytest.mark.parametrize("transforms", [
+    "", "transforms: [{type: ExtractNewRecordState}, {type: Cast, spec: {id: int64}}]\n",
+    "versioning: kafka_offset\ntransforms: [{type: Flatten}]\n"], ids=["none", "unwrap", "record-model"])
+def test_registry_converters_are_read_with_and_without_transforms(tmp_path: Path, converters: str,
+                                                                  transforms: str) -> None:
+    """The registry's records are transcoded into the JsonConverter's with schemas, which every chain reads."""
+    cfg = _load(tmp_path, converters + "\n  schema_registry: {conn_id: cdcflow_registry}", transforms)
     assert cfg.source.schema_registry.conn_id == "cdcflow_registry"  # type: ignore[attr-defined]
+    assert len(cfg.transforms) == transforms.count("type:")  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(("source", "extra", "line", "said"), [
@@ -49,10 +55,9 @@ def test_registry_converters_are_read_on_the_default_path(tmp_path: Path, conver
      "timestamp source_ts_ms reads source.ts_ms from JSON values; with value_converter avro use timestamp: kafka"),
     ("  value_converter: avro\n  format: canal\n  schema_registry: {conn_id: reg}", "", "line 2, source",
      "value_converter avro: the registry converters read Debezium records (format debezium)"),
-    ("  value_converter: avro\n  schema_registry: {conn_id: reg}",
+    ("  key_converter: bytes\n  value_converter: avro\n  schema_registry: {conn_id: reg}",
      "transforms: [{type: ExtractNewRecordState}]\n", "line 1, (top level)",
-     "value_converter avro with transforms is not supported yet: the registry converters are read on the default "
-     "path (Debezium envelopes, no transforms)"),
+     "transforms: the chain is applied to records read with the json, json_schema and registry converters"),
     ("  value_converter: avro\n  schema_registry: {url: 'http://sr:8081'}", "", "line 5, source.schema_registry.url",
      "expected no such field (unknown keys are rejected; check the spelling); got 'http://sr:8081'"),
     ("  value_converter: avrò", "", "line 4, source.value_converter",

@@ -334,15 +334,18 @@ def test_which_chains_the_partition_path_serves() -> None:
         "transforms.1 (ValueToKey): the key it makes does not cross the Spark step transforms.2": [
             job(MYSQL, transforms=chain({"type": "ValueToKey", "fields": ["id"]},
                                         {"type": "Filter", "predicate": {"type": "Sql", "condition": "true"}}))],
-        "the chain is applied to records read with the json, json_schema, string and bytes converters only": [
-            job(MYSQL, transforms=ok, key_converter="avro")],
-        "ExtractNewRecordState reads Debezium's envelope: value_converter json or json_schema": [
+        "the chain is applied to records read with the json, json_schema, string, bytes and registry converters "
+        "(avro, protobuf, json_schema_registry) only": [
+            job(MYSQL, transforms=ok, key_converter="xml")],
+        "ExtractNewRecordState reads Debezium's envelope: value_converter json, json_schema or a registry converter": [
             job(MYSQL, transforms=ok, value_converter="string")],  # cdcflow/config.py refuses it
     }
     for reason, jobs in cases.items():
         for j in jobs:
             assert rt.unserved(j) == reason
     assert rt.unserved(job(dynamic, transforms=ok, value_converter="json_schema")) is None
+    for registry in ("avro", "protobuf", "json_schema_registry"):  # transcoded into json_schema's bytes first
+        assert rt.unserved(job(dynamic, transforms=ok, key_converter=registry, value_converter=registry)) is None
     sparked = chain({"type": "SqlExpression", "fields": {"x": "1"}},
                     {"type": "Drop", "predicate": {"type": "Sql", "condition": "value.id > 1"}})
     assert rt.unserved(job(MYSQL, es, transforms=sparked)) is None  # spark_jobs/transform/spark_stage.py
@@ -363,7 +366,7 @@ def test_which_chains_the_partition_path_serves() -> None:
     rows = CHAIN.validate_python([{"type": "Cast", "spec": {"id": "int64"}}])
     assert rt.record_model(rows) and not rt.record_model(ok)
     assert rt.unserved(replace(job(MYSQL, transforms=rows, source_format="maxwell"), versioning="kafka_offset")) is None
-    for converter in ("string", "bytes"):  # a value that is not a row: a HoistField makes it one (row_nested.py)
+    for converter in ("string", "bytes", "avro"):  # not a row (a HoistField makes one), or a transcoded one
         assert rt.unserved(replace(job(MYSQL, transforms=rows, key_converter=converter, value_converter=converter),
                                    versioning="kafka_offset")) is None
 

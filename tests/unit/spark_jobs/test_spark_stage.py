@@ -71,3 +71,5 @@ def test_a_json_key_that_is_not_an_object_everywhere_is_kept_as_its_text() -> No
     assert ss.key_values(keys, "json").to_pylist() == ['{"id": 1}', '"plain"', None]
     assert ss.key_values(pa.array([b'{"schema": {}, "payload": {"id": 7}}']), "json_schema").to_pylist() == [
         {"id": 7}]
+    for registry in ("avro", "protobuf", "json_schema_registry"):  # a registry key, transcoded: as json_schema's
+        assert ss.key_values(pa.array([b'{"schema": {}, "payload": {"id": 7}}']), registry).to_pylist() == [{"id": 7}]

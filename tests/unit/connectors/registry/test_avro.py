@@ -19,7 +19,7 @@ from connectors.debezium.envelope import Decoder
 from connectors.registry import avro, wire
 from connectors.registry.client import RegistrySettings, forget
 from connectors.registry.connect import UnsupportedSchema
-from connectors.registry.decode import RegistryDecoder, Transcoders
+from connectors.registry.decode import RegistryDecoder, Transcoders, json_bytes
 from tests.fixtures.debezium import avro as fa
 from tests.fixtures.debezium import mysql_all_types as fx
 from tests.registry_standin import RegistryStandIn
@@ -84,6 +84,25 @@ def test_avro_records_decode_into_the_changes_of_their_json_twins(registry: Regi
     assert got == expected
     described = [json.loads(s) for s in decoded.column("row_schema").to_pylist() if s]
     assert described and described[0]["key"] == ["id"]  # the primary key from the Avro key's schema
+
+
+def test_for_a_chain_the_transcoded_bytes_ride_beside_the_originals(registry: RegistryStandIn) -> None:
+    """``keep_json``: a chain reads the JsonConverter's bytes (json_bytes), the DLQ the original ones; a
+    record that cannot be transcoded has none."""
+    json_events = fx.events()[:3]  # JSON keys, Avro values
+    records = [(k, v) for (k, _j), (_a, v) in zip(json_events, fa.events(registry.url)[:3], strict=True)]
+    records.append((json_events[0][0], b'{"schema":null}'))
+    decoder = RegistryDecoder(Decoder("source_ts_ms"), RegistrySettings(registry.url), "json", "avro", keep_json=True)
+    decoded = decoder.decode_batch(raw_batch(records, fx.TOPIC))
+    assert decoded.column("key").to_pylist() == [k for k, _v in records]
+    assert decoded.column("value").to_pylist() == [v for _k, v in records]  # the DLQ's bytes
+    assert json_bytes(decoded, "key").to_pylist() == [k for k, _v in records[:3]] + [None]
+    transcoded = json_bytes(decoded, "value").to_pylist()
+    assert [json.loads(v) for v in transcoded[:3]] == [
+        {**doc, "schema": fa._adjust_names(doc["schema"])} for doc in (json.loads(v) for _k, v in json_events)]
+    assert transcoded[3] == b""  # not read: an error row (stage converter)
+    plain = RegistryDecoder(Decoder("source_ts_ms"), RegistrySettings(registry.url), "json", "avro")
+    assert json_bytes(plain.decode_batch(raw_batch(records, fx.TOPIC)), "value").to_pylist() == [v for _k, v in records]
 
 
 def test_each_schema_id_is_fetched_once_and_bad_records_get_their_reason(registry: RegistryStandIn) -> None:
