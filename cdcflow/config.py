@@ -97,8 +97,10 @@ class PipelineConfig(StrictModel):
         description="Where a change's version comes from; sinks refuse to go back to an older one.",
     )
     transforms: list[TransformConfig] = Field(
-        default_factory=list, description="Single-message transforms, in order (Debezium records only). Without "
-        "transforms the values are decoded directly, as source.format says.")
+        default_factory=list, description="Single-message transforms, in order: on Debezium's records (Kafka "
+        "Connect's record model, or the rows after an ExtractNewRecordState), and on the rows the decoder of "
+        "source.format goldengate, canal or maxwell reads from each message. Without transforms the values are "
+        "decoded directly, as source.format says.")
     sinks: list[SinkConfig] = Field(min_length=1)
     truncate: Literal["ignore", "dlq", "apply"] = Field(
         default="ignore", description="A TRUNCATE of a source table (Debezium op t, GoldenGate T, Canal TRUNCATE): "
@@ -177,7 +179,7 @@ class PipelineConfig(StrictModel):
         if self.truncate == "apply":
             _truncate_apply_checks(self)
         problems = composed_problems(self.sinks, self.offset_store.sink, self.truncate) + chain_problems(
-            self.transforms, self.source.value_converter)
+            self.transforms, self.source.value_converter, self.source.format)
         if problems:
             raise field_errors("PipelineConfig", problems)
         if self.offset_store.sink is not None:
@@ -194,9 +196,6 @@ class PipelineConfig(StrictModel):
         if self.errors.dlq_topic and self.source.covers(self.errors.dlq_topic):
             raise ValueError("errors.dlq_topic must differ from the source topics" +
                              (" (source.topics_regex matches it)" if self.source.topics_regex else ""))
-        if self.source.format != "debezium" and self.transforms:
-            raise ValueError(f"source.format {self.source.format}: transforms work on Debezium records; "
-                             f"{FORMAT_NAMES[self.source.format]} are decoded directly, without transforms")
         if self.source.format in ("goldengate", "maxwell"):
             bare = [s.name for s in self.sinks if s.type == "mysql" and not s.columns]
             if bare:
@@ -214,7 +213,8 @@ class PipelineConfig(StrictModel):
                 raise ValueError(f"mysql sinks {bare} need columns, or create_table: true to create each table from "
                                  "the schema of its records (Debezium's JsonConverter with schemas.enable=true, "
                                  "Canal's mysqlType, or the types of schemaless values)")
-        elif self.versioning == "source_ts_ms" and not any(t.type == "ExtractNewRecordState" for t in self.transforms):
+        elif self.versioning == "source_ts_ms" and self.source.format == "debezium" and not any(
+                t.type == "ExtractNewRecordState" for t in self.transforms):  # the other formats' rows keep their time
             raise ValueError("versioning source_ts_ms needs an ExtractNewRecordState transform (Debezium topics); "
                              "for other records set versioning: kafka_offset")
         else:

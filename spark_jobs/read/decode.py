@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-
 from connectors.changes import RecordError
 from connectors.debezium.envelope import Decoder as DebeziumDecoder
 from connectors.debezium.envelope import hints_from_columns
@@ -18,8 +17,8 @@ from connectors.formats import decoder as format_decoder
 from connectors.mysql.config import MySqlSinkConfig
 from connectors.registry.config import REGISTRY_CONVERTERS
 from connectors.registry.decode import registry_decoder
-from spark_jobs.transform import row_transforms
 from spark_jobs.job import WindowJob
+from spark_jobs.transform import row_chains, row_transforms
 
 
 def change_decoder(job: WindowJob) -> Any:
@@ -29,18 +28,22 @@ def change_decoder(job: WindowJob) -> Any:
              if isinstance(tg.config, MySqlSinkConfig) for c in tg.config.columns)  # after the chain's renames
     hints = hints_from_columns((name, kind, encoding) for name, kind, encoding in named if name is not None)
     key_fields = frozenset(f for tg in job.sinks for f in _key_fields(tg.config))
-    if row_transforms.record_model(job.transforms):  # the value is the row, whatever the source format
+    if row_chains.format_rows(job):  # GoldenGate, Canal, Maxwell: the chain applies to the rows each message holds
+        before = (row_transforms.names_before(job.transforms, f, retyped=True) for f in key_fields)  # as read
+        decoder = format_decoder(job.source_format, job.versioning, hints, need_json,
+                                 frozenset(f for f in before if f is not None), _used_fields(job))
+    elif row_transforms.record_model(job.transforms):  # Debezium's topics: the value is the row
         # a registry converter's values are transcoded into the JsonConverter's with schemas first
         rows = "json_schema" if job.value_converter in REGISTRY_CONVERTERS else job.value_converter
         decoder = DebeziumDecoder(job.versioning, hints, need_json, rows=rows)
-    elif job.key_converter in ("string", "bytes") and job.source_format == "debezium":
+    elif job.key_converter in ("string", "bytes"):
         decoder = TextKeyDecoder(job.versioning, hints, need_json, _used_fields(job))
         decoder.converter, decoder.field = job.key_converter, _one_key_field(job, key_fields)
     else:
-        decoder = format_decoder(job.source_format, job.versioning, hints, need_json, key_fields, _used_fields(job))
+        decoder = format_decoder("debezium", job.versioning, hints, need_json, key_fields, _used_fields(job))
     if row_transforms.nested(job.transforms) and hasattr(decoder, "nested"):
         decoder.nested = True  # structs and arrays whole, for the steps that take them apart
-    # a chain reads the keys and values again (spark_jobs/transform/row_unwrap.py, row_keys.py): the transcoded ones kept
+    # a chain reads the keys and values again (transform/row_unwrap.py, row_keys.py): the transcoded ones kept
     decoder = registry_decoder(decoder, job.registry, job.key_converter, job.value_converter,
                                keep_json=bool(job.transforms))
     if job.column_wise_min is not None and hasattr(decoder, "column_wise_min"):

@@ -40,12 +40,20 @@ def nested(chain: Any) -> bool:
 
 # -- which chains this path serves ------------------------------------------------------------------
 def record_model(chain: Any) -> bool:
-    """A chain without ExtractNewRecordState reads Kafka Connect's record model: each record's value
-    is the row (connectors/debezium/envelope.Decoder ``rows``), whatever the source format. With one,
-    anywhere in the chain, the decode unwraps Debezium's envelopes (the steps before it act on the
-    record, spark_jobs/transform/row_unwrap.py)."""
+    """A chain without ExtractNewRecordState on Debezium's topics reads Kafka Connect's record model:
+    each record's value is the row (connectors/debezium/envelope.Decoder ``rows``). With one, anywhere
+    in the chain, the decode unwraps Debezium's envelopes (the steps before it act on the record,
+    spark_jobs/transform/row_unwrap.py). The other source formats' decoders read each message into
+    rows (:func:`format_rows`); their chains have no ExtractNewRecordState (transform_config.format_problems)."""
     chain = list(chain)
     return bool(chain) and all(cfg.type != "ExtractNewRecordState" for cfg in chain)
+
+
+def format_rows(job: Any) -> bool:
+    """The chain applies to the rows the decoder of the pipeline's ``source_format`` reads (GoldenGate,
+    Canal, Maxwell: connectors/formats.py), as it applies to Debezium's rows after an
+    ExtractNewRecordState."""
+    return job.source_format != "debezium"
 
 
 def unserved(job: Any) -> str | None:
@@ -59,8 +67,9 @@ def unserved(job: Any) -> str | None:
     if not record_model(chain) and job.value_converter not in ("json", *schema_converters):  # config.py refuses it
         return ("ExtractNewRecordState reads Debezium's envelope: value_converter json, json_schema or a registry "
                 "converter")
-    if not record_model(chain) and job.source_format != "debezium":
-        return "ExtractNewRecordState unwraps Debezium's envelopes (source.format debezium)"
+    if not record_model(chain) and format_rows(job):  # cdcflow/config.py refuses it
+        return (f"source.format {job.source_format}: the format's messages are already decoded into rows, and "
+                "ExtractNewRecordState unwraps Debezium's envelopes: remove it")
     unwrapped = record_model(chain)  # the steps before an ExtractNewRecordState see the envelope
     for i, cfg in enumerate(chain):
         reason = _unserved_step(cfg, unwrapped)
@@ -99,9 +108,10 @@ def _unserved_step(cfg: Any, unwrapped: bool) -> str | None:
     return None  # its Java patterns, regexes and replacements: every one the config validators let through
 
 
-def names_before(chain: Any, name: str) -> str | None:
+def names_before(chain: Any, name: str, retyped: bool = False) -> str | None:
     """The field of the record a field after the chain comes from (renames undone), or None where a
-    transform makes it (InsertField) or changes its type (Cast, TimestampConverter): the decode's
+    transform makes it (InsertField) or changes its type (Cast, TimestampConverter; ``retyped``: its
+    record's field all the same, as a key's values identify a row whatever their type): the decode's
     type hints and key fields are named after the chain."""
     for cfg in reversed(list(chain)):
         if isinstance(cfg, cfgs.ReplaceField):
@@ -110,7 +120,7 @@ def names_before(chain: Any, name: str) -> str | None:
                 name = back[name]
             elif name in cfg.renames:  # renamed away: the field of this name after the step is another's
                 return None
-        elif name in _made_or_retyped(cfg):
+        elif name in _made_or_retyped(cfg) and not (retyped and not isinstance(cfg, cfgs.InsertField)):
             return None
     return name
 

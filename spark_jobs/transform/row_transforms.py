@@ -15,8 +15,11 @@ transform/java_regex.py), Filter and TombstoneHandler, the steps on the whole re
 (transform/row_steps.py: Drop, ExtractTopic, SetSchemaMetadata, TimestampRouter, ValueToKey),
 Flatten, ExtractField and HoistField (transform/row_nested.py, on values the decode keeps whole),
 and every step with ``target: key`` on the key (transform/row_keys.py). A chain without
-ExtractNewRecordState reads Kafka Connect's record model (row_chains.record_model): each value,
-json or json_schema, is the row, or the string converter's text, or the bytes converter's bytes.
+ExtractNewRecordState on Debezium's topics reads Kafka Connect's record model (row_chains.record_model):
+each value, json or json_schema, is the row, or the string converter's text, or the bytes converter's
+bytes. On GoldenGate's, Canal's and Maxwell's topics the format's decoder reads the rows
+(row_chains.format_rows), which the steps see as after an ExtractNewRecordState (``Rows.enveloped``
+is false from the start).
 What a chain makes of a table from the record schema: row_chains.described (transform/row_schemas.py
 for records without a schema); of an Elasticsearch document: transform/row_documents.py. The one
 semantics where an earlier second path differed is in docs/transforms.md ("One semantics").

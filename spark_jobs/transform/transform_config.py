@@ -315,11 +315,15 @@ def envelope_problem(cfg: Any) -> str | None:
             "only the envelope's 'after': put it after the ExtractNewRecordState")
 
 
-def chain_problems(chain: list[Any], value_converter: str = "json") -> list[tuple[tuple[str | int, ...], str, Any]]:
+def chain_problems(chain: list[Any], value_converter: str = "json",
+                   source_format: str = "debezium") -> list[tuple[tuple[str | int, ...], str, Any]]:
     """The steps of a chain in an order that cannot work: a step on the value's fields before the
     ExtractNewRecordState (:func:`envelope_problem`), a second ExtractNewRecordState (the first
     unwrapped the envelope); an ExtractNewRecordState over values that are not Debezium's envelope
-    (the ``string`` and ``bytes`` converters' texts)."""
+    (the ``string`` and ``bytes`` converters' texts; the messages of another ``source_format``, which
+    its decoder reads into rows: :func:`format_problems`)."""
+    if source_format != "debezium":
+        return format_problems(chain, value_converter, source_format)
     unwraps = [i for i, cfg in enumerate(chain) if cfg.type == "ExtractNewRecordState"]
     problems: list[tuple[tuple[str | int, ...], str, Any]] = [
         (("transforms", i, "type"), "a second ExtractNewRecordState: the first one already unwrapped the envelope",
@@ -334,3 +338,20 @@ def chain_problems(chain: list[Any], value_converter: str = "json") -> list[tupl
         if problem is not None:
             problems.append((("transforms", i, "type"), problem, cfg.type))
     return sorted(problems, key=lambda p: p[0])
+
+
+def format_problems(chain: list[Any], value_converter: str,
+                    source_format: str) -> list[tuple[tuple[str | int, ...], str, Any]]:
+    """A chain on GoldenGate's, Canal's or Maxwell's messages: the format's decoder reads each message
+    (JSON) into rows, which every step sees as it sees Debezium's rows after an ExtractNewRecordState;
+    there is no envelope to unwrap."""
+    problems: list[tuple[tuple[str | int, ...], str, Any]] = [
+        (("transforms", i, "type"), (
+            f"source.format {source_format}: the format's messages are already decoded into rows, and "
+            "ExtractNewRecordState unwraps Debezium's envelopes: remove it (the steps apply to the rows)"),
+         "ExtractNewRecordState") for i, cfg in enumerate(chain) if cfg.type == "ExtractNewRecordState"]
+    if chain and value_converter != "json":
+        problems.append((("source", "value_converter"), (
+            f"source.format {source_format} decodes each message, a JSON object, before the transforms: use "
+            "value_converter json"), value_converter))
+    return problems

@@ -96,10 +96,30 @@ def test_source_format_is_checked_with_the_pipeline() -> None:
     with pytest.raises(ConfigError, match="source.format: expected input should be 'debezium', 'goldengate', "
                                           "'canal' or 'maxwell'; got 'ogg'"):
         parse_pipeline(BASE % ("ogg", COLUMNS))
-    with pytest.raises(ConfigError, match="transforms work on Debezium records; Maxwell rows are decoded directly"):
-        parse_pipeline(BASE % ("maxwell", COLUMNS) + "transforms: [{type: ExtractNewRecordState}]\n")
+    with_chain = parse_pipeline(BASE % ("maxwell", COLUMNS) + "transforms: [{type: Cast, spec: {id: int64}}]\n")
+    assert with_chain.versioning == "source_ts_ms"  # Maxwell's ts versions its rows, with transforms too
     with pytest.raises(ConfigError, match="timestamp source_ts_ms reads Debezium's source.ts_ms"):
         parse_pipeline((BASE % ("canal", "")).replace("format: canal", "format: canal, timestamp: source_ts_ms"))
+
+
+def test_extract_new_record_state_on_a_canal_topic_is_refused_saying_why() -> None:
+    """Canal's flat messages are read into rows by their decoder, which the chain's steps then apply to:
+    there is no Debezium envelope to unwrap."""
+    text = BASE % ("canal", "") + ("transforms:\n  - {type: ReplaceField, renames: {id: order_id}}\n"
+                                   "  - {type: ExtractNewRecordState}\n")
+    with pytest.raises(ConfigError) as exc:
+        parse_pipeline(text, "p.yaml")
+    message = str(exc.value)
+    assert ("transforms.1.type: source.format canal: the format's messages are already decoded into rows, and "
+            "ExtractNewRecordState unwraps Debezium's envelopes: remove it (the steps apply to the rows); got "
+            "'ExtractNewRecordState'") in message, message
+    assert "transforms.0" not in message  # a step on the value's fields is no envelope problem here
+    served = parse_pipeline(text.replace("  - {type: ExtractNewRecordState}\n", ""))
+    assert served.versioning == "source_ts_ms" and [t.type for t in served.transforms] == ["ReplaceField"]
+    with pytest.raises(ConfigError, match="source.value_converter: source.format canal decodes each message, a JSON "
+                                          "object, before the transforms: use value_converter json"):
+        parse_pipeline(text.replace("  - {type: ExtractNewRecordState}\n", "").replace(
+            "format: canal", "format: canal, value_converter: string"))
 
 
 def test_a_debezium_truncate_event_is_a_truncate_change_of_its_table() -> None:

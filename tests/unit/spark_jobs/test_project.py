@@ -169,7 +169,8 @@ def test_a_chain_the_window_cannot_apply_fails_it_naming_why() -> None:
                job(MYSQL.model_copy(update={"pk_mode": "kafka", "columns": [], "primary_key": []}))):
         prepare.refuse_unserved(ok)
     # cdcflow/config.py refuses this when the config is loaded; a job built otherwise fails its window
-    with pytest.raises(ConfigError, match=r"^transforms: ExtractNewRecordState unwraps Debezium's envelopes"):
+    with pytest.raises(ConfigError, match=r"^transforms: source.format maxwell: the format's messages are already "
+                                        "decoded into rows, and ExtractNewRecordState unwraps Debezium's envelopes"):
         prepare.refuse_unserved(job(MYSQL, transforms=tuple(served), source_format="maxwell"))
     # exactly-once into a table from the record schema: a dynamic sink, written last with the offsets
     made = MySqlSinkConfig(type="mysql", name="eo", table="orders", primary_key=["id"], create_table=True)

@@ -325,8 +325,8 @@ def test_which_chains_the_partition_path_serves() -> None:
     es = ElasticsearchSinkConfig(type="elasticsearch", name="docs", index="i", id_fields=["id"])
     dynamic = MySqlSinkConfig(type="mysql", name="t", table="{topic}", create_table=True)
     cases = {
-        "ExtractNewRecordState unwraps Debezium's envelopes (source.format debezium)": [
-            job(MYSQL, transforms=ok, source_format="maxwell")],
+        "source.format maxwell: the format's messages are already decoded into rows, and ExtractNewRecordState "
+        "unwraps Debezium's envelopes: remove it": [job(MYSQL, transforms=ok, source_format="maxwell")],
         "transforms.0 (Python): before ExtractNewRecordState a Spark step would see Debezium's envelope, which "
         "this path unwraps as it decodes": [
             job(MYSQL, transforms=CHAIN.validate_python([{"type": "Python", "function": "shop.steps.enrich"},
@@ -346,6 +346,8 @@ def test_which_chains_the_partition_path_serves() -> None:
     assert rt.unserved(job(dynamic, transforms=ok, value_converter="json_schema")) is None
     for registry in ("avro", "protobuf", "json_schema_registry"):  # transcoded into json_schema's bytes first
         assert rt.unserved(job(dynamic, transforms=ok, key_converter=registry, value_converter=registry)) is None
+    for source_format in ("goldengate", "canal", "maxwell"):  # the format's rows, as after an ExtractNewRecordState
+        assert rt.unserved(job(MYSQL, transforms=ok[1:], source_format=source_format)) is None
     sparked = chain({"type": "SqlExpression", "fields": {"x": "1"}},
                     {"type": "Drop", "predicate": {"type": "Sql", "condition": "value.id > 1"}})
     assert rt.unserved(job(MYSQL, es, transforms=sparked)) is None  # spark_jobs/transform/spark_stage.py
@@ -362,10 +364,10 @@ def test_which_chains_the_partition_path_serves() -> None:
                    job(dynamic, transforms=chain({"type": "ValueToKey", "fields": ["id"]}))):
         assert rt.unserved(served) is None
     assert rt.unserved(job(es, transforms=ok)) is None  # an index, mapped or not (spark_jobs/transform/row_documents.py)
-    # Kafka Connect's record model: the value is the row, of any source format
+    # Kafka Connect's record model on Debezium's topics: the value is the row (Maxwell's rows: its decoder's, above)
     rows = CHAIN.validate_python([{"type": "Cast", "spec": {"id": "int64"}}])
     assert rt.record_model(rows) and not rt.record_model(ok)
-    assert rt.unserved(replace(job(MYSQL, transforms=rows, source_format="maxwell"), versioning="kafka_offset")) is None
+    assert rt.unserved(replace(job(MYSQL, transforms=rows), versioning="kafka_offset")) is None
     for converter in ("string", "bytes", "avro"):  # not a row (a HoistField makes one), or a transcoded one
         assert rt.unserved(replace(job(MYSQL, transforms=rows, key_converter=converter, value_converter=converter),
                                    versioning="kafka_offset")) is None
