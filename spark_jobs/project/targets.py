@@ -1,7 +1,7 @@
 """A read task's decoded changes split by sink target: projected, reduced, packed.
 
 Per target whose columns are known before the window (declared MySQL columns, Elasticsearch) the
-changes are projected (spark_jobs/project/tables.py, :func:`project_documents`) and reduced to the last change
+changes are projected (spark_jobs/project/tables.py, project/documents.py) and reduced to the last change
 per key; a sink whose tables come from the records gets its changes tagged with their table. What
 cannot be processed becomes a dead-letter row; the tally counts what was read.
 """
@@ -24,7 +24,9 @@ from spark_jobs.transform import row_schemas, row_transforms
 from spark_jobs.blobs import BAD, CHANGES, DELETES, ROWS, TALLY, bucketed, pack, packed
 from spark_jobs.write.dead_letters import first_per_record, send_first
 from spark_jobs.job import MAX_EXAMPLES, TRUNCATE_TO_DLQ, Pieces, WindowJob
+from spark_jobs.project.documents import project_documents
 from spark_jobs.project.partial import fill_kept
+from spark_jobs.project.routes import bad_route, index_names, join_texts, routes_checked, table_names
 from spark_jobs.write.prepare import is_history, is_static, mapped_by_records
 from spark_jobs.read.ranges import reader
 from spark_jobs.write.sinks import SinkTarget, by_content, is_routed
@@ -34,97 +36,7 @@ from spark_jobs.write.tasks import row_keys, write_now
 BAD_COLUMNS = [*RAW_COLUMNS, "error_stage", "error_message", "component"]
 
 
-_ROUTE = r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,248}$"  # a name a Kafka topic could have (in RE2)
-
-
-_RESERVED = r"^(?i)cdcflow[_-]"
 LATER = "later"  # an early index's rows of schemas it was not made for: handed on as ROWS (sort_out)
-
-
-def _join(parts: list[pa.Array], sep: str, nulls: str) -> pa.Array:
-    """``sep``-joined; nulls "skip" (Spark's concat_ws: nulls left out, "" when all are) or "emit_null".
-    pyarrow's own skip mode drops the rows whose every part is null (pyarrow 21), so it is not used."""
-    if nulls == "emit_null":
-        return pc.binary_join_element_wise(*parts, sep)
-    joined = parts[0]
-    for part in parts[1:]:
-        joined = pc.coalesce(pc.binary_join_element_wise(joined, part, sep), joined, part)
-    return pc.fill_null(joined, "")
-
-
-def _messages(errors: list[pa.Array], n: int) -> pa.Array:
-    """The rows' error texts "; "-joined (nulls skipped), null where there is none."""
-    message = pa.nulls(n, pa.string())
-    for error in errors:
-        message = pc.coalesce(pc.binary_join_element_wise(message, error, "; "), message, error)
-    return message
-
-
-def project_documents(rows: pa.Table, sink: ElasticsearchSinkConfig) -> pa.Table:
-    """Valid changes -> RAW_COLUMNS + route, change_op, version, row_index, c_0 (index), c_1 (document
-    id), c_2 (the document as JSON) and error_message: the rules of the Spark projection
-    (``debezium.project_for_elasticsearch``)."""
-    tombstone = pc.is_null(rows.column("value"))
-    if sink.behavior_on_null_values == "ignore" or sink.key_ignore:
-        rows = rows.filter(pc.invert(tombstone))
-    if sink.key_ignore:  # no stable id: every change is its own document, deletes have no target
-        rows = rows.filter(pc.equal(rows.column("change_op"), "upsert"))
-    n = rows.num_rows
-    tombstone = pc.is_null(rows.column("value"))
-    errors: list[pa.Array] = []
-    if sink.key_ignore:
-        doc_id = _join([rows.column("topic"), pc.cast(rows.column("partition"), pa.string()),
-                        pc.cast(rows.column("offset"), pa.string())], "+", "skip")
-    else:
-        image = images.Fields(rows.column("image"))  # its layout worked out once for every id field
-        parts = [image.texts(f) for f in sink.id_fields]
-        if "key_image" in rows.column_names and pa.types.is_map(rows.schema.field("key_image").type):
-            # the key a step on it left (spark_jobs/row_keys.finished): its fields first
-            keys = images.Fields(rows.column("key_image"))
-            parts = [pc.coalesce(keys.texts(f), p) for f, p in zip(sink.id_fields, parts, strict=True)]
-        doc_id = _join(parts, "+", "skip")
-        errors += [pc.if_else(pc.is_null(p), f"document id field '{f}' is missing or null", None)
-                   for p, f in zip(parts, sink.id_fields, strict=True)]
-    index = _index_names(rows, sink.index)
-    if sink.behavior_on_null_values == "fail":
-        errors.append(pc.if_else(tombstone, "null value (tombstone) with behavior_on_null_values: fail", None))
-    base = [*RAW_COLUMNS, "route", "change_op", "version", "row_index"]
-    return pa.table([*[rows.column(c) for c in base], index, doc_id, rows.column("image_json"), _messages(errors, n)],
-                    names=[*base, "c_0", "c_1", "c_2", "error_message"])
-
-
-def _index_names(rows: pa.Table, template: str) -> Any:
-    """The index of each change: the template with {topic} filled by its route, lower-cased."""
-    pieces = template.split("{topic}")
-    index: Any = pa.array([pieces[0]] * rows.num_rows, pa.string())
-    for piece in pieces[1:]:
-        index = pc.binary_join_element_wise(index, pc.utf8_lower(rows.column("route")), piece, "")
-    return index
-
-
-def _table_names(rows: pa.Table, template: str) -> pa.Array:
-    """The table of each change: the template with {topic}, {source.table}, {source.db} filled (null
-    where the change lacks one): ``sinks.table_name``."""
-    import re  # noqa: PLC0415
-
-    columns = {"{topic}": "route", "{source.table}": "source_table", "{source.db}": "source_db"}
-    parts = [p for p in re.split(r"(\{[^}]*\})", template) if p]
-    arrays = [rows.column(columns[p]) if p in columns else pa.array([p] * rows.num_rows, pa.string()) for p in parts]
-    return arrays[0] if len(arrays) == 1 else _join(arrays, "", "emit_null")
-
-
-def _bad_route(names: pa.Array, template: str) -> pa.Array:
-    """Why a change cannot go to a table (a name no topic could have, or cdcflow's own), or null."""
-    shown = pc.utf8_slice_codeunits(names, 0, 80)
-    no_field = f"the change has no source field for table {template!r} (source.table / source.db)"
-    invalid = pc.binary_join_element_wise("the routed topic '", shown, "' cannot name a table or an index: expected "
-                                          "1-249 of A-Z a-z 0-9 . _ -, not starting with '.'", "")
-    reserved = pc.binary_join_element_wise("the routed topic '", shown, "' is reserved: names starting with cdcflow_ "
-                                           "or cdcflow- are cdcflow's own tables and indices", "")
-    ok_name = pc.fill_null(pc.match_substring_regex(names, _ROUTE), False)
-    is_reserved = pc.fill_null(pc.match_substring_regex(names, _RESERVED), False)
-    return pc.if_else(pc.is_null(names), no_field,
-                      pc.if_else(pc.invert(ok_name), invalid, pc.if_else(is_reserved, reserved, None)))
 
 
 def _schemas(rows: pa.Table, group: pa.Array, known: dict[str, str]) -> list[list[Any]]:
@@ -180,17 +92,6 @@ def tally_of(decoded: pa.Table, bad: pa.Table) -> dict[str, Any]:
     return {"counted": out}
 
 
-def routes_checked(decoded: pa.Table) -> pa.Table:
-    """After a chain: a change routed (RegexRouter) to a topic that could not name a table or is
-    cdcflow's own fails (:func:`_bad_route`)."""
-    if not decoded.num_rows or pc.all(pc.equal(decoded.column("route"), decoded.column("topic"))).as_py():
-        return decoded
-    rows = row_transforms.Rows(decoded)
-    reason = _bad_route(decoded.column("route"), "{topic}")
-    rows.fail(pc.is_valid(reason), reason)
-    return rows.table
-
-
 def truncate_policy(job: WindowJob, decoded: pa.Table) -> pa.Table:
     """truncate: dlq: a TRUNCATE becomes a bad record with its table."""
     if job.truncate != "dlq" or not decoded.num_rows:
@@ -200,7 +101,7 @@ def truncate_policy(job: WindowJob, decoded: pa.Table) -> pa.Table:
     if not pc.any(is_truncate).as_py():
         return decoded
     table = pc.if_else(pc.is_null(decoded.column("source_table")), decoded.column("topic"),
-                       _join([decoded.column("source_db"), decoded.column("source_table")], ".", "skip"))
+                       join_texts([decoded.column("source_db"), decoded.column("source_table")], ".", "skip"))
     before, after = TRUNCATE_TO_DLQ.split("{table}")
     message = pc.if_else(is_truncate, pc.binary_join_element_wise(before, table, after, ""),
                          decoded.column("error_message"))
@@ -342,7 +243,7 @@ def sort_out(job: WindowJob, decoded: pa.Table, early: dict[str, SinkTarget] | N
     examples = [f"{t}[{p}]@{o} ({s}): {m}" for t, p, o, s, m in zip(
         *[bad.column(c).slice(0, MAX_EXAMPLES).to_pylist() for c in
           ("topic", "partition", "offset", "error_stage", "error_message")], strict=True)]
-    seeds = compose.seeds_of(job.documents, valid, _table_names)  # the changed rows of composed indices' tables
+    seeds = compose.seeds_of(job.documents, valid, table_names)  # the changed rows of composed indices' tables
     return Sorted(rows, bad, {**tally_of(decoded, bad), "schemas": schemas, "examples": examples,
                               "truncates": truncates, **({"seeds": seeds} if seeds else {})})
 
@@ -403,8 +304,8 @@ def _tagged_changes(target: SinkTarget, valid: pa.Table, schemas: dict[str, list
     without one: spark_jobs/transform/row_schemas.py)."""
     cfg = target.config
     assert isinstance(cfg, MySqlSinkConfig)
-    names = _table_names(valid, cfg.table) if is_routed(cfg) else pa.array([cfg.table] * valid.num_rows, pa.string())
-    reason = _bad_route(names, cfg.table) if is_routed(cfg) else pa.nulls(valid.num_rows, pa.string())
+    names = table_names(valid, cfg.table) if is_routed(cfg) else pa.array([cfg.table] * valid.num_rows, pa.string())
+    reason = bad_route(names, cfg.table) if is_routed(cfg) else pa.nulls(valid.num_rows, pa.string())
     unroutable = pc.is_valid(reason)
     routed = valid
     if pc.any(unroutable).as_py():
@@ -436,10 +337,10 @@ def truncates_of(job: WindowJob, rows: pa.Table) -> dict[str, dict[str, int]]:
     for target in job.sinks:
         cfg = target.config
         if isinstance(cfg, ElasticsearchSinkConfig):
-            names = _index_names(rows, cfg.index)
+            names = index_names(rows, cfg.index)
         elif is_routed(cfg):
-            names = _table_names(rows, cfg.table)
-            names = pc.if_else(pc.is_valid(_bad_route(names, cfg.table)), None, names)
+            names = table_names(rows, cfg.table)
+            names = pc.if_else(pc.is_valid(bad_route(names, cfg.table)), None, names)
         else:
             names = pa.array([cfg.table] * rows.num_rows, pa.string())
         t = pa.table({"table": names, "version": rows.column("version")}).filter(pc.is_valid(names))

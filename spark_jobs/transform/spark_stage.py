@@ -43,6 +43,7 @@ from connectors.errors import ConfigError
 from connectors.registry.config import REGISTRY_CONVERTERS
 from connectors.registry.decode import json_bytes
 from spark_jobs.project import targets as project
+from spark_jobs.project.routes import routes_checked
 from spark_jobs.transform import row_transforms
 from spark_jobs.transform import transform_config as cfgs
 from spark_jobs.blobs import BAD, PACKED_SCHEMA, TALLY, bucketed, pack, packed
@@ -300,7 +301,7 @@ def _after(job: WindowJob, segment: Segment, last: bool,
 def finished(job: WindowJob, task: int, changes: pa.Table, writers: int) -> Iterator[pa.RecordBatch]:
     """After the chain: as spark_jobs/project.split, but for the records read, which the read tasks
     counted."""
-    out = project.sort_out(job, project.routes_checked(changes))
+    out = project.sort_out(job, routes_checked(changes))
     out.info["counted"] = [c for c in out.info["counted"] if c[0] is not None]
     for name, kind, table, columns in out.rows:
         yield from bucketed(task, kind, name, table, columns, writers)

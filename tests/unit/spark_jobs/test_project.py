@@ -19,6 +19,7 @@ from spark_jobs.project import targets as project
 from spark_jobs.write import prepare
 from spark_jobs.job import WindowJob
 from spark_jobs.write.sinks import SinkTarget
+from spark_jobs.project.documents import project_documents
 from spark_jobs.project.tables import latest_rows
 from spark_jobs.transform.transform_config import TransformConfig
 from tests.unit.connectors.debezium.test_envelope import raw_batch
@@ -110,12 +111,12 @@ def test_documents_follow_behavior_on_null_values_and_name_a_missing_id() -> Non
     records = [(K1, envelope("c", None, {"name": "x"}, 10)), (K1, None)]
     decoded = pa.Table.from_batches([Decoder("source_ts_ms").decode_batch(raw_batch(records))])
     failing = ES.model_copy(update={"behavior_on_null_values": "fail"})
-    docs = project.project_documents(decoded, failing).to_pylist()
+    docs = project_documents(decoded, failing).to_pylist()
     assert docs[0]["error_message"] == "document id field 'id' is missing or null"
     assert docs[1]["c_1"] == "1"  # a tombstone's id comes from its key
     assert docs[1]["error_message"] == "null value (tombstone) with behavior_on_null_values: fail"
     ignoring = ES.model_copy(update={"behavior_on_null_values": "ignore"})
-    assert len(project.project_documents(decoded, ignoring)) == 1
+    assert len(project_documents(decoded, ignoring)) == 1
 
 
 @pytest.mark.parametrize("column_wise", [True, False])

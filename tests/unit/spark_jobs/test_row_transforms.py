@@ -20,6 +20,7 @@ from connectors.debezium.envelope import Decoder
 from connectors.errors import ConfigError
 from connectors.memory import MemorySource, Record
 from spark_jobs.project import targets as project
+from spark_jobs.project.routes import routes_checked
 from spark_jobs.transform import row_transforms as rt
 from spark_jobs.transform import transform_config as cfgs
 from spark_jobs.job import WindowJob
@@ -300,7 +301,7 @@ def test_every_java_pattern_regex_and_replacement_kafka_connect_accepts_is_serve
 
 def test_a_route_that_cannot_name_a_table_fails_its_change_as_on_the_older_path() -> None:
     steps = chain({"type": "RegexRouter", "regex": r"mysql-server-1\.(.*)", "replacement": "cdcflow_$1"})
-    out = rows(project.routes_checked(rt.apply(decoded(fx.events()[:1]), steps, "source_ts_ms")))
+    out = rows(routes_checked(rt.apply(decoded(fx.events()[:1]), steps, "source_ts_ms")))
     assert out[0]["error_message"] == ("the routed topic 'cdcflow_inventory.orders' is reserved: names starting "
                                        "with cdcflow_ or cdcflow- are cdcflow's own tables and indices")
 
