@@ -4,51 +4,39 @@ These three are Spark by nature (a Spark SQL expression, a function ``DataFrame 
 chain that has one runs them in Spark, between the per-partition steps of spark_jobs/transform/row_transforms.py:
 
 1. The read task applies the steps before the first of them (:func:`cut`: the ``head``) and hands
-   on its changes as the **record frame** (:func:`to_frame`), packed as ``staged`` blobs, with its
-   tally (what it read) and the frame's Arrow schema.
-2. The driver makes one Spark frame of them, typed (the schemas of every task merged:
-   :func:`merged`; Arrow into Spark, no JSON inference), and applies the segment's Spark steps
-   (:func:`apply_spark`). A ``Sql`` predicate is evaluated there into ``_when``, which the row step
-   it belongs to reads.
-3. A task per Spark partition takes the frame back into changes (:func:`from_frame`) and applies the
-   row steps up to the next Spark step; the last segment's task then does what the read task does
+   on its changes as the **record frame** (spark_jobs/transform/record_frame.py), packed as ``staged`` blobs,
+   with its tally (what it read) and the frame's Arrow schema.
+2. The driver makes one Spark frame of them, typed (the schemas of every task merged; Arrow into
+   Spark, no JSON inference), and applies the segment's Spark steps (:func:`apply_spark`). A ``Sql``
+   predicate is evaluated there into ``_when``, which the row step it belongs to reads.
+3. A task per Spark partition takes the frame back into changes and applies the row steps up to
+   the next Spark step; the last segment's task then does what the read task does
    without a Spark stage (spark_jobs/project.split): the rows per target, the dead letters, the tally.
    A chain with Spark steps after row steps after Spark steps makes a stage of each.
 
-The record frame is what a Kafka Connect SMT sees, as the older path's frame was: ``topic`` (the
-route so far), ``partition``, ``offset``, ``timestamp``, ``headers``, ``key`` (the JSON key's
-payload as a struct, or its text) and ``value`` (the row, typed: a Decimal is a decimal, a DATETIME
-a timestamp; null for a delete). The columns whose names start with ``_`` carry what the window needs
-afterwards (the record as read, its version, the delete's row): a ``Python`` function must keep them,
-and may add, change or drop value fields and drop records. A change to ``key`` is not read back (use
-ValueToKey before the stage); a ``value`` made null deletes the record's key.
+The record frame is what a Kafka Connect SMT sees (its columns: spark_jobs/transform/record_frame.py).
 """
 
 from __future__ import annotations
 
-import base64
 import importlib
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import msgspec
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectors import images
 from connectors.errors import ConfigError
-from connectors.registry.config import REGISTRY_CONVERTERS
-from connectors.registry.decode import json_bytes
+from spark_jobs.blobs import BAD, PACKED_SCHEMA, TALLY, bucketed, pack, packed
 from spark_jobs.project import targets as project
 from spark_jobs.project.routes import routes_checked
-from spark_jobs.transform import row_transforms
-from spark_jobs.transform import transform_config as cfgs
-from spark_jobs.blobs import BAD, PACKED_SCHEMA, TALLY, bucketed, pack, packed
 from spark_jobs.read.ranges import reader
-from spark_jobs.transform.row_chains import SPARK_STEPS, sparked, staged
+from spark_jobs.transform import record_frame, row_transforms
+from spark_jobs.transform import transform_config as cfgs
+from spark_jobs.transform.row_chains import SPARK_STEPS, sparked
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -56,10 +44,7 @@ if TYPE_CHECKING:
     from spark_jobs.job import Pieces, WindowJob
 
 STAGED = "staged"  # a packed kind: a task's changes as the record frame, for the Spark stage
-_SHOWN = ("topic", "partition", "offset", "timestamp", "headers", "key", "value")
-_FROM = {"topic": "route", "partition": "partition", "offset": "offset", "timestamp": "timestamp",
-         "headers": "headers"}  # frame column <- change column
-_KEY_DECODER = msgspec.json.Decoder()
+_READS_VALUES = ("ExtractNewRecordState",)  # row steps that read the values as read (spark_jobs/row_unwrap.py)
 
 
 @dataclass(frozen=True)
@@ -98,148 +83,21 @@ def cut(chain: Any) -> tuple[tuple[Any, ...], list[Segment]]:
     return head, segments
 
 
-# -- the record frame, in Arrow --------------------------------------------------------------------------
-def _only(image: pa.Array, where: pa.Array) -> pa.Array:
-    """The rows' images where ``where`` holds as one struct (:func:`images.as_struct`), null elsewhere."""
-    where = pc.fill_null(where, False)
-    if not pc.any(where).as_py():
-        return pa.nulls(len(where), pa.struct([]))
-    picked = images.as_struct(images.compact(image).filter(where))
-    index = np.full(len(where), -1, np.int64)
-    mask = np.asarray(where.to_numpy(zero_copy_only=False), bool)
-    index[mask] = np.arange(int(mask.sum()))
-    return picked.take(pa.array(index, mask=~mask))
-
-
-def key_values(raw: pa.Array, converter: str) -> pa.Array:
-    """The Kafka keys as the frame's ``key``: a JSON key's payload (a struct where the keys agree),
-    else its text. A registry converter's keys come transcoded (the JsonConverter's, with a schema)."""
-    texts = [None if b is None else b.decode("utf-8", "replace") for b in raw.to_pylist()]
-    if converter not in ("json", "json_schema", *REGISTRY_CONVERTERS):
-        return pa.array(texts, pa.string())
-    values = []
-    for text in texts:
-        try:
-            value = None if text is None else _KEY_DECODER.decode(text)
-        except msgspec.DecodeError:
-            return pa.array(texts, pa.string())
-        if converter != "json" and isinstance(value, dict) and "payload" in value:  # {schema, payload}
-            value = value["payload"]
-        values.append(value)
-    try:
-        return pa.array(values)
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        return pa.array(texts, pa.string())
-
-
-def to_frame(changes: pa.Table, key_converter: str) -> pa.Table:
-    """A task's changes as the record frame (the module's docstring)."""
-    op = pc.fill_null(changes.column("change_op"), "")
-    image = changes.column("image").combine_chunks()
-    shown = {name: changes.column(source) for name, source in _FROM.items()}
-    shown["key"] = key_values(json_bytes(changes, "key"), key_converter)
-    shown["value"] = _only(image, pc.equal(op, "upsert"))
-    carried = {"_deleted": _only(image, pc.equal(op, "delete"))}
-    for name in changes.column_names:
-        if name == "image" or name in _FROM.values():
-            continue
-        values = changes.column(name).combine_chunks()
-        if pa.types.is_union(values.type):
-            values = images.as_struct(values)
-        elif pa.types.is_null(values.type):
-            values = pa.nulls(len(values), pa.string())
-        carried[f"_{name}"] = values
-    return pa.table({**shown, **carried})
-
-
-def from_frame(frame: pa.Table) -> pa.Table:
-    """The record frame back as changes: ``image`` from ``value`` (an upsert) or ``_deleted`` (a
-    delete); an upsert whose value a Spark step made null deletes its key's row. The record's Connect
-    schema is dropped (a Spark step may have changed any field): an index mapped from the records
-    maps the documents as they are."""
-    names = [n for n in frame.column_names if n.startswith("_") and n not in ("_when", "_deleted")]
-    changes = {n[1:]: frame.column(n).combine_chunks() for n in names}
-    for name, source in _FROM.items():
-        changes[source] = frame.column(name).combine_chunks()
-    value = frame.column("value").combine_chunks()
-    op = pc.fill_null(changes["change_op"], "")
-    nulled = pc.and_(pc.equal(op, "upsert"), pc.is_null(value))
-    if pc.any(nulled).as_py():
-        changes["change_op"] = pc.if_else(nulled, "delete", changes["change_op"])
-    deleting = pc.fill_null(pc.equal(changes["change_op"], "delete"), False)
-    changes["image"] = _image(value, frame.column("_deleted").combine_chunks(), deleting,
-                              frame.column("key").combine_chunks(), nulled)
-    if "key_image" in changes and pa.types.is_struct(changes["key_image"].type):
-        changes["key_image"] = images.from_struct(changes["key_image"])
-    for name in ("row_schema", "schema_id"):  # the Connect schema no longer describes the value
-        changes[name] = pa.nulls(frame.num_rows, pa.string())
-    return pa.table(changes)
-
-
-def _image(value: pa.Array, deleted: pa.Array, deleting: pa.Array, key: pa.Array, nulled: pa.Array) -> pa.Array:
-    """Each change's row image: its value, a delete's row, or (an upsert made null) its key's fields."""
-    parts = [value, deleted]
-    if pc.any(nulled).as_py() and pa.types.is_struct(key.type):
-        parts.append(key)
-    codes = np.where(np.asarray(deleting.to_numpy(zero_copy_only=False), bool), 1, 0).astype(np.int8)
-    if len(parts) == 3:
-        codes[np.asarray(pc.fill_null(nulled, False).to_numpy(zero_copy_only=False), bool)] = 2
-    offsets = np.zeros(len(codes), np.int32)
-    children = []
-    for code, part in enumerate(parts):
-        rows = np.flatnonzero(codes == code)
-        offsets[rows] = np.arange(len(rows), dtype=np.int32)
-        children.append(part.take(pa.array(rows)))
-    return images.union(codes, offsets, children)
-
-
-def schema_text(schema: pa.Schema) -> str:
-    return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
-
-
-def merged(texts: list[str]) -> pa.Schema:
-    """The frame's schema over every task's: a field's type where they agree, a number's widest, else
-    text (:func:`images.as_struct`'s rule, applied again between tasks)."""
-    schemas = [pa.ipc.read_schema(pa.py_buffer(base64.b64decode(t))) for t in texts]
-    return pa.schema([pa.field(f.name, _merged_type([s.field(f.name).type for s in schemas if f.name in s.names]))
-                      for f in schemas[0]])
-
-
-def _merged_type(kinds: list[pa.DataType]) -> pa.DataType:
-    structs = [k for k in kinds if pa.types.is_struct(k)]
-    if structs and len(structs) == len([k for k in kinds if not pa.types.is_null(k)]):
-        names = list(dict.fromkeys(f.name for k in structs for f in k))
-        return pa.struct([pa.field(n, _merged_type([k.field(n).type for k in structs if k.get_field_index(n) >= 0]))
-                          for n in names])
-    return images.common_type(kinds)
-
-
-def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """A task's frame in the merged schema: fields it lacks null, types widened or made texts."""
-    return pa.table([_conformed(table.column(f.name).combine_chunks(), f.type) if f.name in table.column_names
-                     else pa.nulls(table.num_rows, f.type) for f in schema], schema=schema)
-
-
-def _conformed(values: pa.Array, kind: pa.DataType) -> pa.Array:
-    if values.type == kind:
-        return values
-    if pa.types.is_struct(kind) and pa.types.is_struct(values.type):
-        fields = [_conformed(values.field(f.name), f.type) if values.type.get_field_index(f.name) >= 0
-                  else pa.nulls(len(values), f.type) for f in kind]
-        mask = values.is_null() if values.null_count else None
-        if not fields:
-            return pa.array([None if mask is not None and mask[i].as_py() else {} for i in range(len(values))], kind)
-        return pa.StructArray.from_arrays(fields, fields=list(kind), mask=mask)
-    return images.as_type(values, kind)
-
-
 # -- the tasks around the Spark steps ---------------------------------------------------------------------
-def staged_blobs(task: int, changes: pa.Table, key_converter: str,
+def reads_values(chain: Any) -> bool:
+    """A row step after the chain's first Spark step reads the values as read."""
+    _head, segments = cut(chain)
+    return any(step.type in _READS_VALUES for segment in segments for step in segment.rows)
+
+
+def staged_blobs(task: int, changes: pa.Table, job: WindowJob,
                  info: dict[str, Any] | None = None) -> Iterator[pa.RecordBatch]:
     """A task's changes packed as the record frame, then its tally (``info``) with the frame's schema."""
-    frame = to_frame(changes, key_converter)
+    frame = record_frame.to_frame(changes, job.key_converter, raw=reads_values(job.transforms),
+                                  key=record_frame.reads_key(job.transforms))
     yield from (packed(task, STAGED, "", blob, bucket=task) for blob in pack(frame))
-    yield packed(task, TALLY, "", info={"counted": [], **(info or {}), "frame": schema_text(frame.schema)})
+    yield packed(task, TALLY, "", info={"counted": [], **(info or {}),
+                                        "frame": record_frame.schema_text(frame.schema)})
 
 
 def read_task(job: WindowJob, pieces: Pieces) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -264,7 +122,7 @@ def read_task(job: WindowJob, pieces: Pieces) -> Callable[[Iterator[pa.RecordBat
         rest = project.sort_out(job, decoded.filter(pc.invert(live)))  # dead letters; truncate: apply's TRUNCATEs
         if rest.bad.num_rows:
             yield from (packed(task, BAD, "", blob) for blob in pack(rest.bad))
-        yield from staged_blobs(task, decoded.filter(live), job.key_converter,
+        yield from staged_blobs(task, decoded.filter(live), job,
                                 {**rest.info, **project.tally_of(decoded, rest.bad)})
     return run
 
@@ -273,7 +131,7 @@ def _unstage(schema: pa.Schema) -> Callable[[Iterator[pa.RecordBatch]], Iterator
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for blob in batch.column("blob").to_pylist():
-                yield from conform(pa.ipc.open_stream(blob).read_all(), schema).to_batches()
+                yield from record_frame.conform(pa.ipc.open_stream(blob).read_all(), schema).to_batches()
     return run
 
 
@@ -291,10 +149,10 @@ def _after(job: WindowJob, segment: Segment, last: bool,
             return
         frame = pa.concat_tables(tables)
         when = frame.column("_when").combine_chunks() if "_when" in frame.column_names else None
-        changes = row_transforms.apply(from_frame(frame), segment.rows, job.versioning, finish=last,
+        changes = row_transforms.apply(record_frame.from_frame(frame), segment.rows, job.versioning, finish=last,
                                        first=segment.first + len(segment.spark), when=when,
                                        documents="all" if last else "kept")
-        yield from finished(job, task, changes, tasks) if last else staged_blobs(task, changes, job.key_converter)
+        yield from finished(job, task, changes, tasks) if last else staged_blobs(task, changes, job)
     return run
 
 
@@ -390,7 +248,7 @@ def run(spark: SparkSession, job: WindowJob, staged_frame: DataFrame, tasks: int
         texts = [t for t in texts if t]
         if not texts:  # nothing was read
             return tallies
-        schema = merged(texts)
+        schema = record_frame.merged(texts)
         frame = current.where(F.col("kind") == STAGED).mapInArrow(_unstage(schema), from_arrow_schema(schema))
         frame = apply_spark(frame, segment)
         out = checkpoint(frame.mapInArrow(_after(job, segment, last, tasks), PACKED_SCHEMA))

@@ -18,6 +18,7 @@ from connectors.errors import DeadLettersExceeded, ToleranceExceeded
 from connectors.kafka.dlq import DeadLetterReporter
 from spark_jobs.blobs import unpack
 from spark_jobs.job import Tally, WindowJob, WindowResult
+from spark_jobs.write.raw_values import restored
 
 
 def failed_from_row(row: dict[str, Any], stage: str, component: str, message: str) -> FailedRecord:
@@ -40,8 +41,10 @@ def reporter(job: WindowJob, rows: Callable[[pa.RecordBatch], Iterable[dict[str,
     def report(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         dlq = _producer(job)
         for batch in batches:
-            for row in rows(batch):
-                dlq.report(failed_from_row(row, row["error_stage"], row["component"], row["error_message"]))
+            failed = [failed_from_row(row, row["error_stage"], row["component"], row["error_message"])
+                      for row in rows(batch)]
+            for rec in restored(job, failed):  # the values a Spark stage left out, read again
+                dlq.report(rec)
         faults.checkpoint("before_dlq_flush", job.faults)
         yield pa.RecordBatch.from_pydict({"reported": [dlq.flush()]})
     return report

@@ -28,6 +28,7 @@ from spark_jobs.write.dead_letters import dead_letter_reporter, failed_from_row
 from spark_jobs.job import CHANGED_KEY, DLQ_CLASS_KEY, SECONDS_KEY, SINK_OFFSETS_KEY, UNFIT_KEY, WindowJob
 from spark_jobs.project.partial import fill_kept
 from spark_jobs.write.prepare import Targets, is_history
+from spark_jobs.write.raw_values import restored
 from spark_jobs.write.sinks import SINK_TYPES, SinkTarget, TableGroup
 from spark_jobs.project.tables import by_table, key_columns, latest_rows, project_rows
 
@@ -134,7 +135,7 @@ def write_target(job: WindowJob, target: SinkTarget, batches: Iterator[pa.Record
     unfit = 0
 
     def handle(failed: list[FailedRecord]) -> None:
-        for rec in failed:
+        for rec in restored(job, failed) if dlq is not None else failed:  # values a Spark stage left out
             if dlq is None:
                 raise ToleranceExceeded(
                     f"errors.tolerance is 'none' and sink {cfg.name!r} rejected {rec.topic}[{rec.partition}]"

@@ -8,6 +8,7 @@ with schemas, per the pages that module names).
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,10 @@ from cdcflow import cdcgen, runner
 from cdcflow.config import load_pipeline
 from cdcflow.state import StateStore
 from connectors.errors import ConfigError
+from connectors.kafka.dlq import DeadLetter
 from tests.fixtures import orders as o
 from tests.fixtures.debezium import orders as fx
-from tests.helpers import bootstrap, es_docs, mysql_engine, unique, write_pipeline
+from tests.helpers import bootstrap, es_docs, mysql_engine, read_topic, unique, write_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.services("kafka", "mysql", "elasticsearch", "spark")]
 
@@ -57,7 +59,7 @@ def _want(row: o.Row) -> dict[str, Any]:
 
 
 def test_sql_expressions_a_sql_predicate_and_a_python_function_give_the_sources_rows_and_documents(
-        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        config_dir: Path, store: StateStore, spark: Any) -> None:
     tag = unique("sstage")
     topic = f"{tag}.inventory.orders"
     cdcgen.produce(bootstrap(), topic, [cdcgen.Event(k, v) for k, v in fx.events()], partitions=2)
@@ -79,7 +81,7 @@ def test_sql_expressions_a_sql_predicate_and_a_python_function_give_the_sources_
 
 
 def test_a_python_function_that_drops_records_and_a_filter_by_sql_change_only_the_others(
-        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        config_dir: Path, store: StateStore, spark: Any) -> None:
     """A Filter under a Sql predicate drops the paid rows' changes (their deletes too: a delete's value is
     null, so the predicate is not true for it and the delete stays)."""
     tag = unique("sfilter")
@@ -116,7 +118,7 @@ def test_a_step_spark_refuses_fails_the_window_naming_it_and_moves_no_offset(
 
 
 def test_a_table_from_the_record_schema_behind_a_spark_step_gets_the_columns_spark_left(
-        config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        config_dir: Path, store: StateStore, spark: Any) -> None:
     """Behind a Spark step the Connect schema no longer describes the value: the table is described
     from the typed values after the chain (spark_jobs/transform/row_schemas.py), the fields Spark added included."""
     tag = unique("sschema")
@@ -138,3 +140,42 @@ def test_a_table_from_the_record_schema_behind_a_spark_step_gets_the_columns_spa
                    for _id, r in sorted(o.FINAL.items())]
     assert (kinds["doubled"], kinds["buyer"], kinds["created"]) == ("decimal", "longtext", "datetime")
     assert stats["records"] == len(fx.events()) and stats["dead_lettered"] == 0
+
+
+def test_dead_letters_behind_a_spark_step_carry_the_records_as_read(
+        config_dir: Path, store: StateStore, spark: Any) -> None:
+    """The record frame leaves each value as read out (spark_jobs/write/raw_values.py): a record that fails after
+    the Spark stage (a value that does not fit its column) or that MySQL refuses in a write task (Data too
+    long) reaches the DLQ with its key and value as read from Kafka, byte for byte."""
+    tag = unique("sdlq")
+    topic = f"{tag}.inventory.orders"
+    events = fx.events()
+    cdcgen.produce(bootstrap(), topic, [cdcgen.Event(k, v) for k, v in events])
+    chain = [UNWRAP, {"type": "SqlExpression", "fields": {
+        "buyer": "concat(upper(value.customer), '!')",
+        "doubled": "CASE WHEN value.id = 2 THEN 'n/a' ELSE CAST(value.amount * 2 AS STRING) END"}}]
+    cfg = load_pipeline(write_pipeline(
+        config_dir, tag, topic, tag, transforms=chain,
+        source={"key_converter": "json_schema", "value_converter": "json_schema"},
+        sinks=[{"type": "mysql", "name": "m", "conn_id": "cdcflow_mysql", "table": tag, "create_table": True,
+                "primary_key": ["id"], "columns": [{"name": "id", "type": "INT"},
+                                                   {"name": "buyer", "type": "VARCHAR(5)"},
+                                                   {"name": "doubled", "type": "DECIMAL(14,2)"}]}]))
+    stats = runner.run_window(cfg, "w1", store=store, spark=spark)
+
+    with mysql_engine().connect() as conn:
+        got = [tuple(r) for r in conn.exec_driver_sql(f"SELECT id, buyer, doubled FROM `{tag}` ORDER BY id")]
+    assert got == [(3, "X Y!", o.ROW_2B["amount"] * 2)]  # id 1 deleted, id 4's buyer too long
+    assert cfg.errors.dlq_topic is not None
+    dead = [DeadLetter(m.partition(), m.offset(), None, m.key(), m.value(), tuple(m.headers() or ()))
+            for m in read_topic(cfg.errors.dlq_topic)]
+    source = {(m.partition(), m.offset()): (m.key(), m.value()) for m in read_topic(topic)}
+    # the bytes as read, each from the record its headers name (the topic's 3 partitions)
+    assert [(d.key, d.value) for d in dead] == [source[(d.original_partition, d.original_offset)] for d in dead]
+    which = sorted((json.loads(d.value or b"")["payload"]["after"]["id"], json.loads(d.value or b"")["payload"]["op"],
+                    d.stage, d.message) for d in dead)
+    too_long = f"MySQL rejected the row for table '{tag}' (key ['4']): Data too long for column 'buyer' at row 1"
+    assert which == [(2, "c", "transform", "field 'doubled' = 'n/a' is not a valid DECIMAL(14,2)"),
+                     (2, "u", "transform", "field 'doubled' = 'n/a' is not a valid DECIMAL(14,2)"),
+                     (4, "c", "sink", too_long)]  # id 2's insert and update; id 4's insert, its key's last change
+    assert stats["dead_lettered"] == 3

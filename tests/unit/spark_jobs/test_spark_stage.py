@@ -8,9 +8,11 @@ from decimal import Decimal
 import pyarrow as pa
 from pydantic import TypeAdapter
 
+from spark_jobs.transform import record_frame as rf
 from spark_jobs.transform import row_transforms as rt
 from spark_jobs.transform import spark_stage as ss
 from spark_jobs.transform import transform_config as cfgs
+from spark_jobs.write import raw_values
 from tests.fixtures import orders as o
 from tests.fixtures.debezium import orders as fx
 from tests.unit.spark_jobs.test_row_transforms import chain, decoded, rows
@@ -33,15 +35,21 @@ def test_a_chain_is_cut_at_its_spark_steps_and_a_sql_predicate_goes_with_the_sta
 
 def test_the_record_frame_holds_typed_values_a_null_value_for_a_delete_and_comes_back_as_the_changes() -> None:
     changes = rt.apply(decoded(fx.events()), chain(), "source_ts_ms", finish=False)
-    frame = ss.to_frame(changes, "json_schema")
+    frame = rf.to_frame(changes, "json_schema")
     first = frame.slice(0, 1).to_pylist()[0]
     assert first["key"] == {"id": 1} and first["topic"] == fx.TOPIC
     assert first["value"] == {k: (v if k != "qty" else -1) for k, v in o.ROW_1.items()}  # bigint.unsigned long: -1
     assert isinstance(first["value"]["amount"], Decimal)
     ops = frame.column("_change_op").to_pylist()
     assert all((v is None) == (op == "delete") for v, op in zip(frame.column("value").to_pylist(), ops, strict=True))
+    # the values as read stay behind (a dead letter reads them again), a tombstone's null kept
+    assert frame.column("_value").to_pylist() == [
+        None if v is None else raw_values.OMITTED for v in changes.column("value").to_pylist()]
+    assert "_row_schema" not in frame.column_names and "_schema_id" not in frame.column_names
+    raw = rf.to_frame(changes, "json_schema", raw=True).column("_value")
+    assert raw.to_pylist() == changes.column("value").to_pylist()
     # back: row for row the same ops, routes and each field's text (a field a row lacked reads as null)
-    for got, want in zip(rows(ss.from_frame(frame)), rows(changes), strict=True):
+    for got, want in zip(rows(rf.from_frame(frame)), rows(changes), strict=True):
         assert (got["offset"], got["change_op"], got["route"]) == (want["offset"], want["change_op"], want["route"])
         assert {k: v for k, v in got["image"].items() if v is not None} == {
             k: v for k, v in want["image"].items() if v is not None}
@@ -49,27 +57,39 @@ def test_the_record_frame_holds_typed_values_a_null_value_for_a_delete_and_comes
 
 def test_a_value_a_spark_step_made_null_deletes_the_records_key() -> None:
     changes = rt.apply(decoded(fx.events()[:1]), chain(), "source_ts_ms", finish=False)
-    frame = ss.to_frame(changes, "json_schema")
+    frame = rf.to_frame(changes, "json_schema")
     frame = frame.set_column(frame.schema.get_field_index("value"), "value",
                              pa.nulls(1, frame.schema.field("value").type))
-    back = rows(ss.from_frame(frame))
+    back = rows(rf.from_frame(frame))
     assert back[0]["change_op"] == "delete" and back[0]["image"] == {"id": "1"}
 
 
 def test_the_frames_of_two_tasks_merge_into_one_schema_numbers_widened_and_mixed_fields_as_texts() -> None:
     one = pa.table({"value": pa.array([{"a": 1, "b": 1, "c": 1}])})
     two = pa.table({"value": pa.array([{"a": 2.5, "b": "x", "d": True}])})
-    schema = ss.merged([ss.schema_text(one.schema), ss.schema_text(two.schema)])
+    schema = rf.merged([rf.schema_text(one.schema), rf.schema_text(two.schema)])
     assert schema.field("value").type == pa.struct([("a", pa.float64()), ("b", pa.string()), ("c", pa.int64()),
                                                     ("d", pa.bool_())])
-    assert ss.conform(one, schema).column("value").to_pylist() == [{"a": 1.0, "b": "1", "c": 1, "d": None}]
-    assert ss.conform(two, schema).column("value").to_pylist() == [{"a": 2.5, "b": "x", "c": None, "d": True}]
+    assert rf.conform(one, schema).column("value").to_pylist() == [{"a": 1.0, "b": "1", "c": 1, "d": None}]
+    assert rf.conform(two, schema).column("value").to_pylist() == [{"a": 2.5, "b": "x", "c": None, "d": True}]
 
 
 def test_a_json_key_that_is_not_an_object_everywhere_is_kept_as_its_text() -> None:
     keys = pa.array([b'{"id": 1}', b'"plain"', None])
-    assert ss.key_values(keys, "json").to_pylist() == ['{"id": 1}', '"plain"', None]
-    assert ss.key_values(pa.array([b'{"schema": {}, "payload": {"id": 7}}']), "json_schema").to_pylist() == [
+    assert rf.key_values(keys, "json").to_pylist() == ['{"id": 1}', '"plain"', None]
+    assert rf.key_values(pa.array([b'{"schema": {}, "payload": {"id": 7}}']), "json_schema").to_pylist() == [
         {"id": 7}]
     for registry in ("avro", "protobuf", "json_schema_registry"):  # a registry key, transcoded: as json_schema's
-        assert ss.key_values(pa.array([b'{"schema": {}, "payload": {"id": 7}}']), registry).to_pylist() == [{"id": 7}]
+        assert rf.key_values(pa.array([b'{"schema": {}, "payload": {"id": 7}}']), registry).to_pylist() == [{"id": 7}]
+
+
+def test_the_key_is_parsed_only_for_a_spark_step_that_may_read_it() -> None:
+    sql = chain({"type": "SqlExpression", "fields": {"t": "value.qty * 2"}})
+    assert not rf.reads_key(sql)
+    assert rf.reads_key(chain({"type": "SqlExpression", "fields": {"t": "KEY.id + 1"}}))
+    assert rf.reads_key(chain({"type": "Filter", "predicate": {"type": "Sql", "condition": "key.id > 1"}}))
+    assert rf.reads_key(chain({"type": "Python", "function": "a.b"}))
+    changes = rt.apply(decoded(fx.events()[:1]), chain(), "source_ts_ms", finish=False)
+    frame = rf.to_frame(changes, "json_schema", key=False)
+    assert frame.column("key").to_pylist() == [fx.events()[0][0].decode()]  # its text, as read
+    assert rf.from_frame(frame).column("key").to_pylist() == [fx.events()[0][0]]

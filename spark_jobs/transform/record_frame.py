@@ -1,0 +1,219 @@
+"""The record frame of the Spark stage (spark_jobs/transform/spark_stage.py), in Arrow: a task's changes as the
+frame and back, and the frames of several tasks in one schema.
+
+The record frame is what a Kafka Connect SMT sees: ``topic`` (the
+route so far), ``partition``, ``offset``, ``timestamp``, ``headers``, ``key`` (the JSON key's
+payload as a struct, or its text where no Spark step reads it) and ``value`` (the row, typed: a
+Decimal is a decimal, a DATETIME a timestamp; null for a delete). The columns whose names start with
+``_`` carry what the window needs afterwards (the record's coordinates and key as read, its version,
+the delete's row): a ``Python`` function must keep them, and may add, change or drop value fields
+and drop records. A change to ``key`` is not read back (use ValueToKey before the stage); a
+``value`` made null deletes the record's key. The value as read is not carried (``_value`` holds
+``raw_values.OMITTED``, or null for a tombstone): it is most of a record, and only a dead letter
+needs it, which reads it again (spark_jobs/write/raw_values.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from typing import Any
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from connectors import images
+from connectors.registry.config import REGISTRY_CONVERTERS
+from connectors.registry.decode import JSON_COLUMNS, json_bytes
+from spark_jobs.transform import transform_config as cfgs
+from spark_jobs.write import raw_values
+
+_FROM = {"topic": "route", "partition": "partition", "offset": "offset", "timestamp": "timestamp",
+         "headers": "headers"}  # frame column <- change column
+_KEY_DECODER = msgspec.json.Decoder()
+# change columns the frame leaves out: the image is ``value``/``_deleted``, and the Connect schema no
+# longer describes the value after a Spark step (from_frame)
+_LEFT = ("image", "row_schema", "schema_id")
+
+
+def _only(image: pa.Array, where: pa.Array) -> pa.Array:
+    """The rows' images where ``where`` holds as one struct (:func:`images.as_struct`), null elsewhere."""
+    where = pc.fill_null(where, False)
+    if not pc.any(where).as_py():
+        return pa.nulls(len(where), pa.struct([]))
+    picked = images.as_struct(images.compact(image).filter(where))
+    index = np.full(len(where), -1, np.int64)
+    mask = np.asarray(where.to_numpy(zero_copy_only=False), bool)
+    index[mask] = np.arange(int(mask.sum()))
+    return picked.take(pa.array(index, mask=~mask))
+
+
+class _Wrapped(msgspec.Struct):
+    """A key of the JsonConverter with schemas: its payload (the schema is skipped, not built)."""
+
+    payload: Any = msgspec.UNSET
+
+
+_WRAPPED_DECODER = msgspec.json.Decoder(_Wrapped)
+
+
+def key_values(raw: pa.Array, converter: str) -> pa.Array:
+    """The Kafka keys as the frame's ``key``: a JSON key's payload (a struct where the keys agree),
+    else its text. A registry converter's keys come transcoded (the JsonConverter's, with a schema)."""
+    if converter not in ("json", "json_schema", *REGISTRY_CONVERTERS):
+        return key_texts(raw)
+    values = []
+    for key in raw.to_pylist():
+        try:
+            value = None if key is None else _payload(key) if converter != "json" else _KEY_DECODER.decode(key)
+        except msgspec.DecodeError:
+            return key_texts(raw)
+        values.append(value)
+    try:
+        return pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return key_texts(raw)
+
+
+def _payload(key: bytes) -> Any:
+    """A json_schema key's payload (the key itself when it has none)."""
+    try:
+        wrapped = _WRAPPED_DECODER.decode(key)
+    except msgspec.ValidationError:  # not an object
+        return _KEY_DECODER.decode(key)
+    return _KEY_DECODER.decode(key) if wrapped.payload is msgspec.UNSET else wrapped.payload
+
+
+def key_texts(raw: pa.Array) -> pa.Array:
+    """The Kafka keys' texts (bytes that are not UTF-8 with U+FFFD in place)."""
+    try:
+        return pc.cast(raw, pa.string())
+    except pa.ArrowInvalid:
+        return pa.array([None if b is None else b.decode("utf-8", "replace") for b in raw.to_pylist()], pa.string())
+
+
+_KEY_WORD = re.compile(r"\bkey\b", re.IGNORECASE)
+
+
+def reads_key(chain: Any) -> bool:
+    """A Spark step of the chain may read the frame's ``key`` (a Python function may read anything):
+    else the key goes as its text, not parsed."""
+    for cfg in chain:
+        texts = list(cfg.fields.values()) if isinstance(cfg, cfgs.SqlExpression) else []
+        predicate = getattr(cfg, "predicate", None)
+        texts += [predicate.condition] if isinstance(predicate, cfgs.SqlCondition) else []
+        if cfg.type == "Python" or any(_KEY_WORD.search(t) for t in texts):
+            return True
+    return False
+
+
+def to_frame(changes: pa.Table, key_converter: str, raw: bool = False, key: bool = True) -> pa.Table:
+    """A task's changes as the record frame (the module's docstring). The values as read go along
+    with ``raw`` (a later row step reads them: ``spark_stage.reads_values``), else ``raw_values.OMITTED``
+    stands for each (a dead letter reads it again); the key is parsed with ``key`` (:func:`reads_key`),
+    else it goes as its text."""
+    op = pc.fill_null(changes.column("change_op"), "")
+    image = changes.column("image").combine_chunks()
+    shown = {name: changes.column(source) for name, source in _FROM.items()}
+    keys = json_bytes(changes, "key")  # a registry converter's: transcoded
+    shown["key"] = key_values(keys, key_converter) if key else key_texts(keys)
+    shown["value"] = _only(image, pc.equal(op, "upsert"))
+    carried = {"_deleted": _only(image, pc.equal(op, "delete"))}
+    for name in changes.column_names:
+        if name in _LEFT or name in _FROM.values():
+            continue
+        if name == JSON_COLUMNS["value"] and not raw:  # a registry converter's transcoded values: not needed
+            continue
+        if name == "value" and not raw:  # not combined first: the values as read are most of the changes
+            carried["_value"] = raw_values.omitted(changes.column(name)).combine_chunks()
+            continue
+        values = changes.column(name).combine_chunks()
+        if pa.types.is_union(values.type):
+            values = images.as_struct(values)
+        elif pa.types.is_null(values.type):
+            values = pa.nulls(len(values), pa.string())
+        carried[f"_{name}"] = values
+    return pa.table({**shown, **carried})
+
+
+def from_frame(frame: pa.Table) -> pa.Table:
+    """The record frame back as changes: ``image`` from ``value`` (an upsert) or ``_deleted`` (a
+    delete); an upsert whose value a Spark step made null deletes its key's row. The record's Connect
+    schema is dropped (a Spark step may have changed any field): an index mapped from the records
+    maps the documents as they are."""
+    names = [n for n in frame.column_names if n.startswith("_") and n not in ("_when", "_deleted")]
+    changes = {n[1:]: frame.column(n).combine_chunks() for n in names}
+    for name, source in _FROM.items():
+        changes[source] = frame.column(name).combine_chunks()
+    value = frame.column("value").combine_chunks()
+    op = pc.fill_null(changes["change_op"], "")
+    nulled = pc.and_(pc.equal(op, "upsert"), pc.is_null(value))
+    if pc.any(nulled).as_py():
+        changes["change_op"] = pc.if_else(nulled, "delete", changes["change_op"])
+    deleting = pc.fill_null(pc.equal(changes["change_op"], "delete"), False)
+    changes["image"] = _image(value, frame.column("_deleted").combine_chunks(), deleting,
+                              frame.column("key").combine_chunks(), nulled)
+    if "key_image" in changes and pa.types.is_struct(changes["key_image"].type):
+        changes["key_image"] = images.from_struct(changes["key_image"])
+    for name in ("row_schema", "schema_id"):  # the Connect schema no longer describes the value
+        changes[name] = pa.nulls(frame.num_rows, pa.string())
+    return pa.table(changes)
+
+
+def _image(value: pa.Array, deleted: pa.Array, deleting: pa.Array, key: pa.Array, nulled: pa.Array) -> pa.Array:
+    """Each change's row image: its value, a delete's row, or (an upsert made null) its key's fields."""
+    parts = [value, deleted]
+    if pc.any(nulled).as_py() and pa.types.is_struct(key.type):
+        parts.append(key)
+    codes = np.where(np.asarray(deleting.to_numpy(zero_copy_only=False), bool), 1, 0).astype(np.int8)
+    if len(parts) == 3:
+        codes[np.asarray(pc.fill_null(nulled, False).to_numpy(zero_copy_only=False), bool)] = 2
+    offsets = np.zeros(len(codes), np.int32)
+    children = []
+    for code, part in enumerate(parts):
+        rows = np.flatnonzero(codes == code)
+        offsets[rows] = np.arange(len(rows), dtype=np.int32)
+        children.append(part.take(pa.array(rows)))
+    return images.union(codes, offsets, children)
+
+
+def schema_text(schema: pa.Schema) -> str:
+    return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
+
+
+def merged(texts: list[str]) -> pa.Schema:
+    """The frame's schema over every task's: a field's type where they agree, a number's widest, else
+    text (:func:`images.as_struct`'s rule, applied again between tasks)."""
+    schemas = [pa.ipc.read_schema(pa.py_buffer(base64.b64decode(t))) for t in texts]
+    return pa.schema([pa.field(f.name, _merged_type([s.field(f.name).type for s in schemas if f.name in s.names]))
+                      for f in schemas[0]])
+
+
+def _merged_type(kinds: list[pa.DataType]) -> pa.DataType:
+    structs = [k for k in kinds if pa.types.is_struct(k)]
+    if structs and len(structs) == len([k for k in kinds if not pa.types.is_null(k)]):
+        names = list(dict.fromkeys(f.name for k in structs for f in k))
+        return pa.struct([pa.field(n, _merged_type([k.field(n).type for k in structs if k.get_field_index(n) >= 0]))
+                          for n in names])
+    return images.common_type(kinds)
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """A task's frame in the merged schema: fields it lacks null, types widened or made texts."""
+    return pa.table([_conformed(table.column(f.name).combine_chunks(), f.type) if f.name in table.column_names
+                     else pa.nulls(table.num_rows, f.type) for f in schema], schema=schema)
+
+
+def _conformed(values: pa.Array, kind: pa.DataType) -> pa.Array:
+    if values.type == kind:
+        return values
+    if pa.types.is_struct(kind) and pa.types.is_struct(values.type):
+        fields = [_conformed(values.field(f.name), f.type) if values.type.get_field_index(f.name) >= 0
+                  else pa.nulls(len(values), f.type) for f in kind]
+        mask = values.is_null() if values.null_count else None
+        if not fields:
+            return pa.array([None if mask is not None and mask[i].as_py() else {} for i in range(len(values))], kind)
+        return pa.StructArray.from_arrays(fields, fields=list(kind), mask=mask)
+    return images.as_type(values, kind)
