@@ -76,16 +76,6 @@ def unserved(job: Any) -> str | None:
         unwrapped = unwrapped or cfg.type == "ExtractNewRecordState"
         if reason is not None:
             return f"transforms.{i} ({cfg.type}): {reason}"
-    return _unserved_stage(chain) if staged(chain) else None
-
-
-def _unserved_stage(chain: list[Any]) -> str | None:
-    """What a Spark stage (spark_jobs/transform/spark_stage.py) cannot carry across."""
-    last = max(i for i, cfg in enumerate(chain) if sparked(cfg))
-    for i, cfg in enumerate(chain[:last]):
-        if isinstance(cfg, cfgs.ValueToKey) or getattr(cfg, "target", "value") == "key" and cfg.type in (
-                "Drop", *KEY_FIELD_STEPS):
-            return f"transforms.{i} ({cfg.type}): the key it makes does not cross the Spark step transforms.{last}"
     return None
 
 

@@ -41,6 +41,7 @@ class Rows:
     when: pa.Array | None = None  # the first step's Sql predicate, as Spark evaluated it (spark_stage.py)
     enveloped: bool = False
     nulled: pa.Array | None = None
+    key_stepped: bool = False  # a step on the key's fields before a Spark stage made the key (row_keys.resumed)
 
     def column(self, name: str) -> Any:
         return self.table.column(name).combine_chunks()

@@ -140,8 +140,44 @@ def extract_field(rows: Rows, cfg: cfgs.ExtractField) -> None:
 def finished(rows: Rows, chain: Any) -> None:
     """After the chain: where it has a step on the key's fields, each change's ``key_image`` is the key
     it left, as exact texts (the sinks that key rows by the record key read it: the module's docstring)."""
-    if row_chains.keyed(chain):
+    if row_chains.keyed(chain) or rows.key_stepped:
         rows.set("key_image", images.as_map(current(rows)))
+
+
+# Across a Spark stage (spark_jobs/transform/spark_stage.py): the key the steps before it left rides in
+# ``key_image`` (typed, as a decoded key), flagged in this column: 1 carried, +2 dropped (a Drop of the
+# key), +4 a step on the key's fields made it (the sinks then key rows by it: :func:`finished`).
+CARRIED = "key_carried"
+
+
+def hand_on(rows: Rows, chain: Any) -> None:
+    """Before a Spark step (the chain's part ends unfinished): the key as the steps so far left it (a
+    ValueToKey's fields, a Drop, a step on its fields), for the part after the stage (:func:`resumed`)."""
+    if rows.key_from is None and rows.keyless is None and rows.keys is None and not rows.key_stepped:
+        return
+    n = rows.table.num_rows
+    dropped = pc.fill_null(rows.keyless, False) if rows.keyless is not None else pa.array(np.zeros(n, bool))
+    stepped = 4 if row_chains.keyed(chain) or rows.key_stepped else 0
+    flags = pc.cast(pc.add(pc.if_else(dropped, 3, 1), stepped), pa.int8())
+    rows.set("key_image", current(rows))
+    if CARRIED in rows.table.column_names:
+        rows.set(CARRIED, flags)
+    else:
+        rows.table = rows.table.append_column(CARRIED, flags)
+
+
+def resumed(rows: Rows) -> None:
+    """After a Spark stage: the key the part before it handed on (:func:`hand_on`), as the key so far."""
+    if CARRIED not in rows.table.column_names:
+        return
+    flags = pc.fill_null(rows.column(CARRIED), 1)
+    rows.table = rows.table.drop_columns([CARRIED])
+    if not rows.table.num_rows:
+        return
+    rows.keys = rows.column("key_image")
+    dropped = pc.not_equal(pc.bit_wise_and(flags, 2), 0)
+    rows.keyless = dropped if pc.any(dropped).as_py() else None
+    rows.key_stepped = pc.any(pc.not_equal(pc.bit_wise_and(flags, 4), 0)).as_py()
 
 
 def _projected(image: pa.Array, names: tuple[str, ...]) -> pa.Array:

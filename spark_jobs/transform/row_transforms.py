@@ -210,8 +210,10 @@ def apply(decoded: pa.Table, chain: Any, versioning: str, finish: bool = True, f
     steps on the key (spark_jobs/transform/row_keys.py)."""
     rows = Rows(decoded, when=when, enveloped=any(cfg.type == "ExtractNewRecordState" for cfg in chain),
                 key_converter=key_converter)
+    row_keys.resumed(rows)  # the key a part before a Spark stage left
+    decoded = rows.table
     if not decoded.num_rows:
-        return decoded if not (finish and keyed(chain)) else decoded.set_column(
+        return decoded if not (finish and (keyed(chain) or rows.key_stepped)) else decoded.set_column(
             decoded.schema.get_field_index("key_image"), "key_image", pa.nulls(0, images.STRING_MAP))
     schemas = rows.column("row_schema")
     if schemas.null_count < len(schemas):
@@ -230,6 +232,7 @@ def apply(decoded: pa.Table, chain: Any, versioning: str, finish: bool = True, f
             raise ConfigError(f"transforms.{i} ({cfg.type}): {exc}") from None
         rows.when = None  # the Sql predicate was the first step's
     if not finish:
+        row_keys.hand_on(rows, chain)  # the key across the Spark stage that follows
         return rows.table
     row_steps.keyless_deletes(rows)
     row_keys.finished(rows, chain)

@@ -115,7 +115,8 @@ def read_task(job: WindowJob, pieces: Pieces) -> Callable[[Iterator[pa.RecordBat
             yield packed(task, TALLY, "", info={"counted": []})
             return
         decoded = images.concat_tables([pa.table(b) for b in decoded_batches])
-        decoded = project.truncate_policy(job, row_transforms.apply(decoded, head, job.versioning, finish=False))
+        decoded = project.truncate_policy(job, row_transforms.apply(decoded, head, job.versioning, finish=False,
+                                                                     key_converter=job.key_converter))
         op = pc.fill_null(decoded.column("change_op"), "")
         live = pc.and_(pc.is_null(decoded.column("error_stage")),
                        pc.is_in(op, value_set=pa.array(["upsert", "delete"])))
@@ -151,7 +152,7 @@ def _after(job: WindowJob, segment: Segment, last: bool,
         when = frame.column("_when").combine_chunks() if "_when" in frame.column_names else None
         changes = row_transforms.apply(record_frame.from_frame(frame), segment.rows, job.versioning, finish=last,
                                        first=segment.first + len(segment.spark), when=when,
-                                       documents="all" if last else "kept")
+                                       documents="all" if last else "kept", key_converter=job.key_converter)
         yield from finished(job, task, changes, tasks) if last else staged_blobs(task, changes, job)
     return run
 

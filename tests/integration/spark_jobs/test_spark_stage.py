@@ -179,3 +179,35 @@ def test_dead_letters_behind_a_spark_step_carry_the_records_as_read(
                      (2, "u", "transform", "field 'doubled' = 'n/a' is not a valid DECIMAL(14,2)"),
                      (4, "c", "sink", too_long)]  # id 2's insert and update; id 4's insert, its key's last change
     assert stats["dead_lettered"] == 3
+
+
+def test_the_key_steps_before_a_spark_step_make_leaves_keys_the_rows_and_documents(
+        config_dir: Path, store: StateStore, spark: Any) -> None:
+    """Kafka Connect's $Key steps (ReplaceField, Cast, InsertField) before a SqlExpression: the key they
+    make, {order_key: "<id>", shop: "s1"}, crosses the Spark stage (row_keys.hand_on), so a pk_mode
+    record_key table keys its rows by it and an index its document ids; every delete (three delete
+    events, three tombstones) finds its row and document by it."""
+    tag = unique("stagekeys")
+    topic = f"{tag}.inventory.orders"
+    cdcgen.produce(bootstrap(), topic, [cdcgen.Event(k, v) for k, v in fx.events()], partitions=2)
+    steps = [UNWRAP, {"type": "ReplaceField", "target": "key", "renames": {"id": "order_key"}},
+             {"type": "Cast", "target": "key", "spec": {"order_key": "string"}},
+             {"type": "InsertField", "target": "key", "static_field": "shop", "static_value": "s1"},
+             {"type": "SqlExpression", "fields": {"buyer": "upper(value.customer)"}}]
+    cfg = load_pipeline(write_pipeline(
+        config_dir, tag, topic, tag, transforms=steps,
+        source={"key_converter": "json_schema", "value_converter": "json_schema"},
+        sinks=[{"type": "mysql", "name": "m", "conn_id": "cdcflow_mysql", "table": tag, "create_table": True,
+                "pk_mode": "record_key", "primary_key": ["order_key", "shop"],
+                "columns": [{"name": "order_key", "type": "VARCHAR(16)"}, {"name": "shop", "type": "VARCHAR(8)"},
+                            {"name": "buyer", "type": "VARCHAR(64)"}]},
+               {"type": "elasticsearch", "name": "es", "conn_id": "cdcflow_elasticsearch", "index": tag,
+                "id_fields": ["order_key"]}]))
+    stats = runner.run_window(cfg, "w", store=store, spark=spark)
+
+    with mysql_engine().connect() as conn:
+        got = [tuple(r) for r in conn.exec_driver_sql(f"SELECT order_key, shop, buyer FROM `{tag}` ORDER BY order_key")]
+    assert got == [(str(i), "s1", r["customer"].upper()) for i, r in sorted(o.FINAL.items())]
+    docs = es_docs(tag)
+    assert {k: d["buyer"] for k, d in docs.items()} == {str(i): r["customer"].upper() for i, r in o.FINAL.items()}
+    assert (stats["records"], stats["dead_lettered"]) == (len(fx.events()), 0)

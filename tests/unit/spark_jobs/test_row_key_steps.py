@@ -110,11 +110,25 @@ def test_a_table_from_the_record_schema_takes_the_keys_columns() -> None:
     assert row_chains.key_after(chain({"type": "ReplaceField", "renames": {"id": "order_id"}}), ["id"]) == ["order_id"]
 
 
-def test_a_key_step_before_a_spark_step_stays_refused() -> None:
-    steps = chain({"type": "Cast", "target": "key", "spec": {"id": "string"}},
-                  {"type": "Filter", "predicate": {"type": "Sql", "condition": "true"}})
-    assert rt.unserved(job(MYSQL, transforms=steps)) == (
-        "transforms.1 (Cast): the key it makes does not cross the Spark step transforms.2")
+def test_the_key_a_step_before_a_spark_step_makes_crosses_it() -> None:
+    """The part of the chain before the Spark stage hands its key on (row_keys.hand_on); the part after
+    it (here, across the record frame as the stage carries it, without Spark) reads it back, so the
+    sinks key the rows by it and a ValueToKey's key reaches a later step on the key."""
+    from spark_jobs.transform import record_frame  # noqa: PLC0415
+
+    for head, want in (([{"type": "ReplaceField", "target": "key", "renames": {"id": "order_id"}}], "order_id"),
+                       ([{"type": "ValueToKey", "fields": ["id", "customer"]}], "customer")):
+        steps = chain(*head, {"type": "Filter", "predicate": {"type": "Sql", "condition": "false"}},
+                      {"type": "InsertField", "target": "key", "static_field": "shop", "static_value": "s1"})
+        assert rt.unserved(job(MYSQL, transforms=steps)) is None
+        before = rt.apply(decoded(fx.events()), steps[:2], "source_ts_ms", finish=False)
+        live = pa.compute.is_null(before.column("error_stage"))
+        frame = record_frame.from_frame(record_frame.to_frame(before.filter(live), "json_schema"))
+        after = rt.apply(frame, steps[2:], "source_ts_ms", first=2, when=pa.array([False] * frame.num_rows))
+        keys = [dict(k) for k in after.column("key_image").to_pylist()]
+        assert {k["shop"] for k in keys} == {"s1"} and all(want in k for k in keys), keys
+        ids = [r["image"]["id"] for r in rows(after)]
+        assert [k.get("order_id", k.get("id")) for k in keys] == [str(i) for i in ids]
     assert CHAIN  # the chains of these tests: test_row_transforms.CHAIN
 
 

@@ -332,9 +332,6 @@ def test_which_chains_the_partition_path_serves() -> None:
         "this path unwraps as it decodes": [
             job(MYSQL, transforms=CHAIN.validate_python([{"type": "Python", "function": "shop.steps.enrich"},
                                                          {"type": "ExtractNewRecordState"}]))],
-        "transforms.1 (ValueToKey): the key it makes does not cross the Spark step transforms.2": [
-            job(MYSQL, transforms=chain({"type": "ValueToKey", "fields": ["id"]},
-                                        {"type": "Filter", "predicate": {"type": "Sql", "condition": "true"}}))],
         "the chain is applied to records read with the json, json_schema, string, bytes and registry converters "
         "(avro, protobuf, json_schema_registry) only": [
             job(MYSQL, transforms=ok, key_converter="xml")],
