@@ -23,7 +23,7 @@ from connectors import images
 from connectors.changes import JSON_ENCODE, TRUNCATE, VERSION_SHIFT
 from connectors.debezium import typed
 from connectors.debezium.arrow_read import Unsupported, read_lines
-from connectors.debezium.types import AS_TEXT, LOGICAL, STRUCT, ColumnHint, Converter, RowReader
+from connectors.debezium.types import AS_TEXT, LOGICAL, STRUCT, ColumnHint, Converter, RowReader, fields_of
 
 
 class Decoder(Protocol):
@@ -52,7 +52,8 @@ def _values(values: pa.Array, convert: Converter, documents: bool,
     its JSON in documents. With ``nested`` (a chain that takes structs apart: Flatten, ExtractField),
     a struct or a list stays one, its fields as read."""
     structured = pa.types.is_struct(values.type) or pa.types.is_list(values.type)
-    if nested and structured and (convert is STRUCT or convert in AS_TEXT):  # not a geometry's {wkb, srid}
+    if nested and structured and (convert is STRUCT or convert in AS_TEXT or fields_of(convert) is not None):
+        values = _struct_values(values, convert)  # not a geometry's {wkb, srid}: its converter reads it
         return values, typed.json_of(values) if documents else None
     if convert in AS_TEXT and not pa.types.is_struct(values.type) and not pa.types.is_list(values.type):
         if not documents:
@@ -77,6 +78,19 @@ def _values(values: pa.Array, convert: Converter, documents: bool,
         return texts, None
     return texts, pa.array([None if d is None else JSON_ENCODE.encode(d).decode("utf-8") for _t, d in converted],
                            pa.string())
+
+
+def _struct_values(values: pa.Array, convert: Converter) -> pa.Array:
+    """A struct kept whole, each of its fields read as its Connect schema says (:func:`_values`, so a
+    Decimal, a Date or a timestamp inside it is typed as at the top of a row); a struct without a
+    schema, and a list, stay as read."""
+    fields = fields_of(convert)
+    if not fields or not pa.types.is_struct(values.type):
+        return values
+    names = [f.name for f in values.type]
+    children = [values.field(i) if name not in fields else _values(values.field(i), fields[name], False, True)[0]
+                for i, name in enumerate(names)]
+    return pa.StructArray.from_arrays(children, names, mask=values.is_null() if values.null_count else None)
 
 
 class Group:

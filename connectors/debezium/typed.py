@@ -217,6 +217,10 @@ def documents(names: list[str], fragments: list[pa.Array], mask: pa.Array) -> pa
 
 def nested_json(values: pa.Array) -> pa.Array:
     """A struct's or a list's values as JSON texts (null stays null): objects and arrays of their
-    values, as the record had them (a struct field the value lacked is null)."""
+    values, as the record had them (a struct field the value lacked is null); a struct's typed fields
+    (a Decimal, a date) as :func:`json_of` writes them at the top of a row."""
+    if pa.types.is_struct(values.type) and values.type.num_fields:
+        names = [f.name for f in values.type]
+        return documents(names, [json_of(values.field(i)) for i in range(len(names))], values.is_null())
     return pa.array([None if v is None else _ENCODE.encode(v).decode("utf-8") for v in values.to_pylist()],
                     pa.string())

@@ -228,6 +228,23 @@ def _struct_read(v: Any) -> tuple[str, Any]:
 
 
 STRUCT = _with(_struct_read)  # a struct, array or map of no logical type: its JSON text (documents: as it came)
+
+
+def _struct_converter(schema: FieldSchema) -> Converter:
+    """A struct's converter: its JSON text, as :data:`STRUCT`; a column-wise decode that keeps structs
+    whole (a chain that takes them apart: connectors/debezium/group_decode._values) reads each of its
+    fields by its own converter, :func:`fields_of` (a Decimal inside ``after`` a decimal, a Date a date)."""
+    if schema.type != "struct" or not schema.fields:
+        return STRUCT
+    read = _with(_struct_read)
+    read.fields = {name: converter(s) for name, s in schema.fields}  # type: ignore[attr-defined]
+    return read
+
+
+def fields_of(convert: Converter) -> dict[str, Converter] | None:
+    """The converters of a struct's fields (:func:`_struct_converter`); None: not a struct's, or one
+    whose fields its schema does not say."""
+    return getattr(convert, "fields", None)
 _DATE_CONVERTER = _logical(_with(_date_read), Logical("date"))
 BY_NAME: dict[str, Converter] = {
     DATE: _DATE_CONVERTER, CONNECT_DATE: _DATE_CONVERTER,
@@ -249,7 +266,7 @@ def converter(schema: FieldSchema, hint: ColumnHint | None = None) -> Converter:
     if schema.name in BY_NAME:
         return BY_NAME[schema.name]
     if schema.type in ("struct", "array", "map"):
-        return STRUCT
+        return _struct_converter(schema)
     if schema.type in ("bytes", "boolean"):  # bytes: base64 in JSON, the form binary columns are given
         return _plain
     if hint is not None:

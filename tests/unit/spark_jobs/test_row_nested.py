@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
@@ -50,11 +51,32 @@ def test_extract_field_after_reads_debeziums_events_as_rows_and_their_deletes_as
         else:
             final[key] = row["image"]
     assert sorted(final) == sorted(o.FINAL)
-    for key, want in o.FINAL.items():  # the plain fields; the logical types stay as the event writes them
+    for key, want in o.FINAL.items():  # every field, a logical type inside ``after`` read by its Connect schema
         got = final[key]
         assert (got["customer"], got["note"], int(got["paid"])) == (want["customer"], want["note"], want["paid"])
-    # io.debezium.time.Date inside the struct: the days the event holds (read by the schema only at the top)
-    assert int(final[3]["ship_date"]) == (o.FINAL[3]["ship_date"] - dt.date(1970, 1, 1)).days
+        assert Decimal(got["amount"]) == want["amount"]  # org.apache.kafka.connect.data.Decimal: base64 bytes
+        assert got["ship_date"] == want["ship_date"].isoformat()  # io.debezium.time.Date: days since the epoch
+        assert dt.datetime.fromisoformat(got["created"]) == want["created"]  # MicroTimestamp
+        assert int(got["qty"]) % 2**64 == want["qty"]  # BIGINT UNSIGNED, bigint.unsigned.handling.mode long
+
+
+def test_extract_field_after_gives_documents_typed_values() -> None:
+    rows = _through(fx.events(), "json_schema", {"type": "ExtractField", "field": "after"}, documents=True)
+    last = {json.loads(r["image_json"])["id"]: json.loads(r["image_json"], parse_float=Decimal)
+            for r in rows if r["change_op"] == "upsert"}
+    want = o.FINAL[4]
+    got = last[4]
+    assert (got["amount"], got["ship_date"]) == (want["amount"], want["ship_date"].isoformat())
+    assert dt.datetime.fromisoformat(got["created"]) == want["created"]
+
+
+def test_flatten_of_the_envelope_reads_the_logical_types_inside_it() -> None:
+    rows = _through(fx.events()[:1], "json_schema", {"type": "Flatten", "delimiter": "_"})
+    image, want = rows[0]["image"], o.ROW_1
+    assert Decimal(image["after_amount"]) == want["amount"]
+    assert image["after_ship_date"] == want["ship_date"].isoformat()
+    assert dt.datetime.fromisoformat(image["after_created"]) == want["created"]
+    assert image["op"] == "c" and image["source_table"] == o.TABLE
 
 
 def test_a_bytes_value_is_a_row_once_hoisted_its_bytes_as_base64() -> None:
