@@ -12,6 +12,7 @@ raises :class:`Unsupported`, and the group's records take the per-record decode.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 import msgspec
@@ -23,7 +24,16 @@ from connectors import images
 from connectors.changes import JSON_ENCODE, TRUNCATE, VERSION_SHIFT
 from connectors.debezium import typed
 from connectors.debezium.arrow_read import Unsupported, read_lines
-from connectors.debezium.types import AS_TEXT, LOGICAL, STRUCT, ColumnHint, Converter, RowReader, fields_of
+from connectors.debezium.types import (
+    AS_TEXT,
+    LOGICAL,
+    STRUCT,
+    UNSIGNED_BIGINT,
+    ColumnHint,
+    Converter,
+    RowReader,
+    fields_of,
+)
 
 
 class Decoder(Protocol):
@@ -47,13 +57,15 @@ _CHANGE_OPS = pa.array(["upsert", "upsert", "upsert", "delete", TRUNCATE])
 
 
 def _values(values: pa.Array, convert: Converter, documents: bool,
-            nested: bool = False) -> tuple[pa.Array, pa.Array | None]:
+            nested: Mapping[str, ColumnHint] | None = None) -> tuple[pa.Array, pa.Array | None]:
     """A field's values as read -> its image values (typed: connectors/images.py) and (``documents``)
-    its JSON in documents. With ``nested`` (a chain that takes structs apart: Flatten, ExtractField),
-    a struct or a list stays one, its fields as read."""
+    its JSON in documents. With ``nested`` (a chain that takes structs apart: Flatten, ExtractField;
+    the declared columns), a struct stays one, its fields read by their schema (:func:`_struct_values`),
+    and a list stays one, as read."""
     structured = pa.types.is_struct(values.type) or pa.types.is_list(values.type)
-    if nested and structured and (convert is STRUCT or convert in AS_TEXT or fields_of(convert) is not None):
-        values = _struct_values(values, convert)  # not a geometry's {wkb, srid}: its converter reads it
+    if nested is not None and structured and (convert is STRUCT or convert in AS_TEXT
+                                              or fields_of(convert, nested) is not None):
+        values = _struct_values(values, convert, nested)  # not a geometry's {wkb, srid}: its converter reads it
         return values, typed.json_of(values) if documents else None
     if convert in AS_TEXT and not pa.types.is_struct(values.type) and not pa.types.is_list(values.type):
         if not documents:
@@ -80,17 +92,24 @@ def _values(values: pa.Array, convert: Converter, documents: bool,
                            pa.string())
 
 
-def _struct_values(values: pa.Array, convert: Converter) -> pa.Array:
+def _struct_values(values: pa.Array, convert: Converter, hints: Mapping[str, ColumnHint]) -> pa.Array:
     """A struct kept whole, each of its fields read as its Connect schema says (:func:`_values`, so a
     Decimal, a Date or a timestamp inside it is typed as at the top of a row); a struct without a
     schema, and a list, stay as read."""
-    fields = fields_of(convert)
+    fields = fields_of(convert, hints)
     if not fields or not pa.types.is_struct(values.type):
         return values
     names = [f.name for f in values.type]
-    children = [values.field(i) if name not in fields else _values(values.field(i), fields[name], False, True)[0]
-                for i, name in enumerate(names)]
+    children = [_child(values.field(i), fields.get(name), hints) for i, name in enumerate(names)]
     return pa.StructArray.from_arrays(children, names, mask=values.is_null() if values.null_count else None)
+
+
+def _child(values: pa.Array, convert: Converter | None, hints: Mapping[str, ColumnHint]) -> pa.Array:
+    if convert is None:
+        return values
+    if convert is UNSIGNED_BIGINT and pa.types.is_int64(values.type):  # Debezium's long of a BIGINT UNSIGNED
+        return values.view(pa.uint64())  # a number in documents too, as the per-value converter gives it
+    return _values(values, convert, False, hints)[0]
 
 
 class Group:
@@ -172,7 +191,7 @@ def decode_group(decoder: Decoder, batch: pa.RecordBatch, group: Group) -> list[
             values = pc.if_else(is_delete, _image_field(before, name, after), _image_field(after, name, before))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError) as exc:
             raise Unsupported(f"field {name!r} of two types: {exc}") from None
-        value, fragment = _values(values, convert, decoder.need_json, decoder.nested)
+        value, fragment = _values(values, convert, decoder.need_json, decoder.hints if decoder.nested else None)
         names.append(name)
         fields.append(value)
         fragments.append(fragment)
@@ -217,7 +236,8 @@ def _decode_rows(decoder: Decoder, batch: pa.RecordBatch, group: Group) -> list[
         converters.update({f.name: group.fallback for f in extra})  # type: ignore[misc]
     names, fields, fragments = [], [], []
     for name, convert in converters.items():
-        value, fragment = _values(table.column(name).combine_chunks(), convert, decoder.need_json, decoder.nested)
+        value, fragment = _values(table.column(name).combine_chunks(), convert, decoder.need_json,
+                                   decoder.hints if decoder.nested else None)
         names.append(name)
         fields.append(value)
         fragments.append(fragment)

@@ -237,14 +237,17 @@ def _struct_converter(schema: FieldSchema) -> Converter:
     if schema.type != "struct" or not schema.fields:
         return STRUCT
     read = _with(_struct_read)
-    read.fields = {name: converter(s) for name, s in schema.fields}  # type: ignore[attr-defined]
+    read.schema = schema  # type: ignore[attr-defined]
     return read
 
 
-def fields_of(convert: Converter) -> dict[str, Converter] | None:
-    """The converters of a struct's fields (:func:`_struct_converter`); None: not a struct's, or one
-    whose fields its schema does not say."""
-    return getattr(convert, "fields", None)
+def fields_of(convert: Converter, hints: Mapping[str, ColumnHint]) -> dict[str, Converter] | None:
+    """The converters of a struct's fields (:func:`_struct_converter`), a declared column of a field's
+    name read as at the top of a row (a BIGINT UNSIGNED column reads Debezium's long back as unsigned:
+    the struct is ``after``, which an ExtractField makes the row); None: not a struct's, or one whose
+    fields its schema does not say."""
+    schema = getattr(convert, "schema", None)
+    return None if schema is None else {name: converter(s, hints.get(name)) for name, s in schema.fields}
 _DATE_CONVERTER = _logical(_with(_date_read), Logical("date"))
 BY_NAME: dict[str, Converter] = {
     DATE: _DATE_CONVERTER, CONNECT_DATE: _DATE_CONVERTER,
