@@ -19,7 +19,7 @@ from connectors import timing
 from connectors.base import SinkStats
 from connectors.kafka.reader import ReadRange
 from connectors.mysql.offsets import OffsetCommit
-from spark_jobs.write.sinks import SinkTarget
+from spark_jobs.sink_targets import SinkTarget
 
 REPORT_SCHEMA = "reported long"
 

@@ -8,7 +8,7 @@ task comes back as the cdcflow error it was (or names what died).
 from the read to the write; the JVM holds only a few large binary values (and, for a chain with a
 Spark step, the typed record frame that step works on):
 
-1. **read tasks** (spark_jobs/project/targets.py::read_task; one per partition range, or a few ranges one
+1. **read tasks** (spark_jobs/read_task.py; one per partition range, or a few ranges one
    after another in a small window) read with confluent-kafka (spark_jobs/read/ranges.py), decode
    (spark_jobs/read/decode.py) by the pipeline's ``source.format`` (connectors/formats.py), apply
    ``truncate``, and per sink target
@@ -84,7 +84,7 @@ from spark_jobs.job import (
     read_result,
     smaller,
 )
-from spark_jobs.project.targets import read_task
+from spark_jobs.read_task import read_task
 from spark_jobs.session import Checkpoints, read_slots
 from spark_jobs.spark_failures import out_of_memory, server_lost, spark_unavailable
 from spark_jobs.write.tasks import at_once, commit_without_rows, write_static, write_task
@@ -92,7 +92,7 @@ from spark_jobs.write.tasks import at_once, commit_without_rows, write_static, w
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from spark_jobs.write.sinks import SinkTarget
+    from spark_jobs.sink_targets import SinkTarget
 
 OnRead = Callable[[dict[tuple[str, int], tuple[int, int]]], None]  # the read range into the ledger
 
@@ -125,7 +125,7 @@ def run_partition_path(spark: SparkSession, job: WindowJob, on_read: OnRead,
                        checkpoint: Checkpoints) -> WindowResult:
     """The one path (see the module's docstring), its stages in order: the targets the read tasks write
     made ready (write/prepare.py); read, decode, transform and project in the read tasks
-    (project/targets.py::read_task, read/, transform/; a chain with a Spark step: transform/spark_stage.py);
+    (read_task.py: read/, transform/, project/, write/; a chain with a Spark step: transform/spark_stage.py);
     the dead letters and the breaker (write/dead_letters.py); the other targets made ready; the write
     tasks (write/tasks.py), the exactly-once sink last."""
     from pyspark.sql import functions as F  # noqa: PLC0415

@@ -76,7 +76,7 @@ class Clients:
                      if getattr(s, "document", None) is not None)
 
     def target(self, sink: Any) -> Any:
-        from spark_jobs.write.sinks import SinkTarget  # noqa: PLC0415
+        from spark_jobs.sink_targets import SinkTarget  # noqa: PLC0415
 
         conn = self.connection(sink.conn_id)
         if sink.type == "elasticsearch":

@@ -31,7 +31,7 @@ from connectors.mysql.config import MySqlSinkConfig
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from spark_jobs.write.sinks import SinkTarget
+    from spark_jobs.sink_targets import SinkTarget
 
 STATS_SCHEMA = ("task int, upserted long, deleted long, stale long, unchanged long, failed long, errors string, "
                 "read_s double, write_s double")  # read_s: the rows read and the documents built; write_s: written
@@ -54,7 +54,7 @@ def seeds_of(jobs: tuple[DocumentJob, ...], valid: pa.Table,
     the table of each change under a sink's table template, as the sink routes it)."""
     if not jobs or not valid.num_rows:
         return {}
-    from spark_jobs.write.sinks import is_routed  # noqa: PLC0415
+    from spark_jobs.sink_targets import is_routed  # noqa: PLC0415
 
     ops = pc.fill_null(pc.is_in(valid.column("change_op"), pa.array(["upsert", "delete"])), False)
     rows = valid.filter(ops)

@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 from connectors import images
 from connectors.mysql.config import MySqlSinkConfig
 from connectors.mysql.types import parse_type
+from spark_jobs.sink_targets import SinkTarget
 
 RAW_COLUMNS = ["topic", "partition", "offset", "timestamp", "key", "value", "headers"]
 TABLE_COLUMN = "_table"  # the table a change goes to, on the frame the write job gets
@@ -255,7 +256,7 @@ def latest_rows(projected: pa.Table, key_columns: list[str], keep_unresolved: bo
     for the writer to send to the DLQ. ``keep_unresolved``: a key whose only changes here are
     tombstones keeps its last one, version null, for a later reduction that sees the changes before it
     (the rows of a key from several read tasks, spark_jobs/write/tasks.py). ``every_version``: the last
-    change per key and version instead (a history table keeps every version: prepare.is_history)."""
+    change per key and version instead (a history table keeps every version: sink_targets.is_history)."""
     n = projected.num_rows
     if n == 0:
         return projected
@@ -312,3 +313,11 @@ def latest_rows(projected: pa.Table, key_columns: list[str], keep_unresolved: bo
     out = projected.combine_chunks().take(pa.array(take))
     return out.set_column(out.schema.get_field_index("version"), "version",
                           pa.array(versions[take], pa.int64(), mask=~known[take]))
+
+
+def row_keys(target: SinkTarget) -> list[str] | None:
+    """What "the same row" means for a static target's projected rows (None: every change is its own)."""
+    cfg = target.config
+    if isinstance(cfg, MySqlSinkConfig):
+        return key_columns(cfg)
+    return None if cfg.key_ignore else ["c_0", "c_1"]

@@ -8,30 +8,25 @@ cannot be processed becomes a dead-letter row; the tally counts what was read.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from connectors import images
 from connectors.changes import TRUNCATE
 from connectors.elasticsearch.config import ElasticsearchSinkConfig
 from connectors.mysql.config import MySqlSinkConfig
 from spark_jobs.project import compose
-from spark_jobs.transform import row_schemas, row_transforms
-from spark_jobs.blobs import BAD, CHANGES, DELETES, ROWS, TALLY, bucketed, pack, packed
-from spark_jobs.write.dead_letters import first_per_record, send_first
-from spark_jobs.job import MAX_EXAMPLES, TRUNCATE_TO_DLQ, Pieces, WindowJob
+from spark_jobs.transform import row_schemas
+from spark_jobs.blobs import BAD, CHANGES, ROWS, TALLY, bucketed, pack, packed
+from spark_jobs.job import MAX_EXAMPLES, TRUNCATE_TO_DLQ, WindowJob
 from spark_jobs.project.documents import project_documents
 from spark_jobs.project.partial import fill_kept
-from spark_jobs.project.routes import bad_route, index_names, join_texts, routes_checked, table_names
-from spark_jobs.write.prepare import is_history, is_static, mapped_by_records
-from spark_jobs.read.ranges import reader
-from spark_jobs.write.sinks import SinkTarget, by_content, is_routed
-from spark_jobs.project.tables import RAW_COLUMNS, TABLE_COLUMN, latest_rows, project_rows
-from spark_jobs.write.tasks import row_keys, write_now
+from spark_jobs.project.routes import bad_route, index_names, join_texts, table_names
+from spark_jobs.sink_targets import SinkTarget, is_history, is_routed, is_static
+from spark_jobs.project.tables import RAW_COLUMNS, TABLE_COLUMN, latest_rows, project_rows, row_keys
 
 BAD_COLUMNS = [*RAW_COLUMNS, "error_stage", "error_message", "component"]
 
@@ -44,7 +39,7 @@ def _schemas(rows: pa.Table, group: pa.Array, known: dict[str, str]) -> list[lis
     row schema, and [group, None, min version] for the groups without one (``sinks.schemas_by``).
     The decoder describes a schema on its first change in the task only: the others are found by
     their schema_id (``known``: the task's schema_id -> row_schema), so a table is its route's and a
-    schema is shared by content (``sinks.by_content``)."""
+    schema is shared by content (:func:`by_content`)."""
     t = pa.table({"g": group, "i": rows.column("schema_id"), "s": rows.column("row_schema"),
                   "v": rows.column("version")})
     agg = t.group_by(["g", "i", "s"], use_threads=False).aggregate([("v", "min")])
@@ -110,52 +105,6 @@ def truncate_policy(job: WindowJob, decoded: pa.Table) -> pa.Table:
     return decoded.set_column(decoded.schema.get_field_index("error_stage"), "error_stage", stage)
 
 
-def read_task(job: WindowJob, pieces: Pieces, early: dict[str, SinkTarget] | None = None,
-              ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The default path's read task: its partition ranges read and decoded (spark_jobs/read/ranges.py),
-    ``truncate`` applied, then :func:`sort_out` by target. The ``early`` targets (prepared before the
-    read: ``prepare.early_targets``) it writes itself, after sending its dead letters (but an index
-    mapped from the records, unless they are :func:`schemaless`: ``handed`` on); the others' rows, and
-    the dead letters when no target is early, it packs for the driver. Last, its tally."""
-    decode = reader(job, pieces)
-    tasks = len(pieces)
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        batches = list(batches)
-        task = batches[0].column("idx")[0].as_py() if batches and batches[0].num_rows else -1
-        decoded_batches = list(decode(iter(batches)))
-        if not decoded_batches:
-            yield packed(task, TALLY, "", info={"counted": [], "schemas": {}})
-            return
-        decoded = images.concat_tables([pa.table(b) for b in decoded_batches])
-        if job.transforms:  # the chains the per-partition path serves (spark_jobs/prepare.eligible)
-            decoded = routes_checked(row_transforms.apply(decoded, job.transforms, job.versioning,
-                                                          key_converter=job.key_converter))
-        decoded = truncate_policy(job, decoded)
-        if not early:
-            yield from split(job, task, decoded, tasks)
-            return
-        out = sort_out(job, decoded, early)
-        reported = send_first(job, out.bad, out.info["examples"])  # before any of this task's writes
-        plain = any(mapped_by_records(t) for t in early.values()) and schemaless(decoded)
-        whole = [name for name, t in early.items() if mapped_by_records(t) and not t.schema_ids and not plain]
-        rows = {name: table for name, kind, table, _cols in out.rows
-                if name in early and name not in whole and kind == ROWS}
-        # a table from the record schema: the changes of a schema it was not made for (prepare.schema_tables)
-        handed = whole + sorted({name for name, kind, _t, _c in out.rows if name in early and kind in (CHANGES, LATER)})
-        later = {name: deletes for name, deletes in ((n, mysql_deletes(early[n], t)) for n, t in rows.items())
-                 if deletes is not None}
-        for name, deletes in later.items():
-            yield from (packed(task, DELETES, name, blob) for blob in pack(rows[name].filter(deletes)))
-            rows[name] = rows[name].filter(pc.invert(deletes))
-        written = [b.to_pylist()[0] for b in write_now(job, early, {n: t for n, t in rows.items() if t.num_rows})]
-        for name, kind, table, columns in out.rows:
-            if not (kind == ROWS and name in rows):
-                yield from bucketed(task, ROWS if kind == LATER else kind, name, table, columns, tasks)
-        yield packed(task, TALLY, "", info={**out.info, "written": written, "reported": reported, "handed": handed})
-    return run
-
-
 def mysql_deletes(target: SinkTarget, rows: pa.Table) -> pa.Array | None:
     """Which of a MySQL table's rows are deletes (None: none, or not a table), which its read task
     hands to the driver, to be written after every read task ended (spark_jobs/window.py).
@@ -178,7 +127,7 @@ def mysql_deletes(target: SinkTarget, rows: pa.Table) -> pa.Array | None:
 def schemaless(decoded: pa.Table) -> bool:
     """No record of the task carries a schema, and it has a row to index (not only deletes and
     tombstones, which a stream with schemas has too): an index mapped from the records' schemas
-    (``prepare.mapped_by_records``) takes its documents as they are, dynamically mapped."""
+    (``sink_targets.mapped_by_records``) takes its documents as they are, dynamically mapped."""
     return not pc.any(pc.is_valid(decoded.column("row_schema"))).as_py() and bool(
         pc.any(pc.equal(pc.fill_null(decoded.column("change_op"), ""), "upsert")).as_py())
 
@@ -347,3 +296,38 @@ def truncates_of(job: WindowJob, rows: pa.Table) -> dict[str, dict[str, int]]:
         agg = t.group_by("table", use_threads=False).aggregate([("version", "max")])
         out[cfg.name] = dict(zip(agg.column("table").to_pylist(), agg.column("version_max").to_pylist(), strict=True))
     return out
+
+
+def first_per_record(bad: pa.Table) -> pa.Table:
+    """One dead letter per record and component (a record of several changes may fail in several)."""
+    seen: set[tuple[Any, ...]] = set()
+    keep = []
+    for i, k in enumerate(zip(*[bad.column(c).to_pylist() for c in
+                                ("error_stage", "component", "topic", "partition", "offset")], strict=True)):
+        if k not in seen:
+            seen.add(k)
+            keep.append(i)
+    return bad.take(pa.array(keep, pa.int64()))
+
+
+def by_content(seen: list[tuple[Any, str | None, str | None, int | None]],
+               known: dict[str, str] | None = None) -> list[tuple[Any, str | None, int | None]]:
+    """(group, schema_id, row_schema, min version) of a window's changes -> (group, row_schema, min
+    version) first by version: each change's description found by its schema_id where the change
+    carries none (in ``seen`` or in ``known``, schema_id -> row_schema); (group, None, version) for
+    a group none of whose changes has one."""
+    known = dict(known or {})
+    for _g, sid, s, _v in sorted(seen, key=lambda r: (r[3] is None, r[3] or 0)):
+        if sid is not None and s is not None:
+            known.setdefault(sid, s)
+    best: dict[tuple[Any, str | None], int | None] = {}
+    for g, sid, s, v in seen:
+        k = (g, s if s is not None else known.get(sid) if sid is not None else None)
+        best[k] = v if k not in best else _smaller(best[k], v)
+    described = {g for g, s in best if s is not None}
+    kept = [(g, s, v) for (g, s), v in best.items() if s is not None or g not in described]
+    return sorted(kept, key=lambda r: (r[2] is None, r[2] or 0))
+
+
+def _smaller(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else min(a, b)

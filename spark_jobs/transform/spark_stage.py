@@ -11,7 +11,7 @@ chain that has one runs them in Spark, between the per-partition steps of spark_
    predicate is evaluated there into ``_when``, which the row step it belongs to reads.
 3. A task per Spark partition takes the frame back into changes and applies the row steps up to
    the next Spark step; the last segment's task then does what the read task does
-   without a Spark stage (spark_jobs/project.split): the rows per target, the dead letters, the tally.
+   without a Spark stage (spark_jobs/project/targets.split): the rows per target, the dead letters, the tally.
    A chain with Spark steps after row steps after Spark steps makes a stage of each.
 
 The record frame is what a Kafka Connect SMT sees (its columns: spark_jobs/transform/record_frame.py).
@@ -103,7 +103,7 @@ def staged_blobs(task: int, changes: pa.Table, job: WindowJob,
 def read_task(job: WindowJob, pieces: Pieces) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The read task of a chain with a Spark stage: its ranges read and decoded, the chain's head,
     then the live changes as the record frame; its dead letters (which no Spark step sees) and its
-    tally (every record read) from here (spark_jobs/project.read_task without a Spark stage)."""
+    tally (every record read) from here (spark_jobs/read_task.py without a Spark stage)."""
     decode = reader(job, pieces)
     head, _segments = cut(job.transforms)
 
@@ -158,7 +158,7 @@ def _after(job: WindowJob, segment: Segment, last: bool,
 
 
 def finished(job: WindowJob, task: int, changes: pa.Table, writers: int) -> Iterator[pa.RecordBatch]:
-    """After the chain: as spark_jobs/project.split, but for the records read, which the read tasks
+    """After the chain: as spark_jobs/project/targets.split, but for the records read, which the read tasks
     counted."""
     out = project.sort_out(job, routes_checked(changes))
     out.info["counted"] = [c for c in out.info["counted"] if c[0] is not None]

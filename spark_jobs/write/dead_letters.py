@@ -110,13 +110,3 @@ def _producer(job: WindowJob) -> DeadLetterReporter:
                               already_sent=job.dead_letters_sent)
 
 
-def first_per_record(bad: pa.Table) -> pa.Table:
-    """One dead letter per record and component (a record of several changes may fail in several)."""
-    seen: set[tuple[Any, ...]] = set()
-    keep = []
-    for i, k in enumerate(zip(*[bad.column(c).to_pylist() for c in
-                                ("error_stage", "component", "topic", "partition", "offset")], strict=True)):
-        if k not in seen:
-            seen.add(k)
-            keep.append(i)
-    return bad.take(pa.array(keep, pa.int64()))

@@ -20,38 +20,15 @@ from connectors.elasticsearch.sink import ElasticsearchSink
 from connectors.mysql.config import MySqlSinkConfig
 from spark_jobs.transform import row_chains, row_transforms
 from spark_jobs.job import WindowJob, WindowResult, smaller
+from spark_jobs.sink_targets import SinkTarget, is_dynamic, is_history, is_routed, is_static, mapped_by_records
 from spark_jobs.write.sinks import (
     SINK_TYPES,
-    SinkTarget,
     TableGroup,
     derive_from_connect,
     es_mappings,
-    is_routed,
     prepare_derived,
     prepare_tables,
 )
-
-
-def is_static(target: SinkTarget) -> bool:
-    """A target whose columns are known before the window: projected and reduced in the read task."""
-    cfg = target.config
-    if isinstance(cfg, ElasticsearchSinkConfig):
-        return True
-    return bool(cfg.columns) and not is_routed(cfg)  # pk_mode kafka too: its coordinates (tables.project_rows)
-
-
-def is_history(target: SinkTarget) -> bool:
-    """A history table (``mode: history``): every version of a key is kept, so the reductions keep one
-    change per key and version (spark_jobs/tables.latest_rows), and its changes are written by the
-    write tasks, where every change of a key meets in one task (connectors/mysql/history.py)."""
-    return isinstance(target.config, MySqlSinkConfig) and target.config.mode == "history"
-
-
-def is_dynamic(target: SinkTarget) -> bool:
-    """A MySQL sink whose tables or columns come from the records (spark_jobs/project/tables.py); the
-    exactly-once sink too (its one table, written last with the offsets: window._write_offsets_sink)."""
-    cfg = target.config
-    return isinstance(cfg, MySqlSinkConfig) and not is_static(target)
 
 
 def refuse_unserved(job: WindowJob) -> None:
@@ -156,12 +133,6 @@ def first_schemas(job: WindowJob, limit: int | None = None) -> list[tuple[str, s
                 text = row_transforms.described(job.transforms, text) if job.transforms else text
                 found.append((schema_id, text, version or 0))
     return found
-
-
-def mapped_by_records(target: SinkTarget) -> bool:
-    """An index whose mapping the window makes from the row schemas its records carry (on the driver,
-    after the read): a read task writes its documents only if their records carry none."""
-    return isinstance(target.config, ElasticsearchSinkConfig) and target.config.mapping is None
 
 
 @dataclass(frozen=True)

@@ -20,31 +20,11 @@ from pydantic import ValidationError
 from connectors.base import ArrowRecords, Change, Sink
 from connectors.elasticsearch.config import ElasticsearchSinkConfig
 from connectors.errors import ConfigError
-from connectors.mysql.config import HISTORY_OWN, TABLE_PLACEHOLDERS, MySqlSinkConfig
+from connectors.mysql.config import HISTORY_OWN, MySqlSinkConfig
 from connectors.mysql.sink import arrow_changes
+from spark_jobs.sink_targets import SinkTarget
 from spark_jobs.transform.row_chains import key_type
 from spark_jobs.transform.row_schemas import KAFKA_COLUMNS, by_coordinates, inferred_columns, merged
-
-@dataclass(frozen=True)
-class SinkTarget:
-    """A sink config with its resolved connection (resolved on the driver)."""
-
-    config: MySqlSinkConfig | ElasticsearchSinkConfig
-    url: str
-    auth: tuple[str, str] | None = None
-    # Elasticsearch: the mapping (JSON) of each index a routed sink creates, from the record schema
-    mappings: tuple[tuple[str, str], ...] = ()
-    # Elasticsearch: per index, the new fields schema_changes left out of its mapping (ignore, or a
-    # rejected change): the documents are written without them
-    left_out: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    # MySQL, a table from the record schema prepared before the read (``prepare.schema_tables``): the
-    # record schemas (schema_id) it was prepared for; the read tasks write only their changes
-    schema_ids: tuple[str, ...] = ()
-
-    @property
-    def component(self) -> str:
-        return f"{self.config.type}:{self.config.name}"
-
 
 def _columns(batch: pa.RecordBatch, names: list[str]) -> list[list[Any]]:
     return [batch.column(n).to_pylist() for n in names]
@@ -82,33 +62,6 @@ def _es_open(target: SinkTarget) -> Sink:
     return ElasticsearchSink(target.config, target.url, target.auth,
                              {index: json.loads(mapping) for index, mapping in target.mappings},
                              {index: frozenset(fields) for index, fields in target.left_out})
-
-
-def is_routed(cfg: MySqlSinkConfig) -> bool:
-    return any(p in cfg.table for p in TABLE_PLACEHOLDERS)
-
-
-def by_content(seen: list[tuple[Any, str | None, str | None, int | None]],
-               known: dict[str, str] | None = None) -> list[tuple[Any, str | None, int | None]]:
-    """(group, schema_id, row_schema, min version) of a window's changes -> (group, row_schema, min
-    version) first by version: each change's description found by its schema_id where the change
-    carries none (in ``seen`` or in ``known``, schema_id -> row_schema); (group, None, version) for
-    a group none of whose changes has one."""
-    known = dict(known or {})
-    for _g, sid, s, _v in sorted(seen, key=lambda r: (r[3] is None, r[3] or 0)):
-        if sid is not None and s is not None:
-            known.setdefault(sid, s)
-    best: dict[tuple[Any, str | None], int | None] = {}
-    for g, sid, s, v in seen:
-        k = (g, s if s is not None else known.get(sid) if sid is not None else None)
-        best[k] = v if k not in best else _smaller(best[k], v)
-    described = {g for g, s in best if s is not None}
-    kept = [(g, s, v) for (g, s), v in best.items() if s is not None or g not in described]
-    return sorted(kept, key=lambda r: (r[2] is None, r[2] or 0))
-
-
-def _smaller(a: int | None, b: int | None) -> int | None:
-    return b if a is None else a if b is None else min(a, b)
 
 
 def derive_from_connect(target: SinkTarget, table: str, descriptions: list[str], latest: bool = False) -> MySqlSinkConfig:

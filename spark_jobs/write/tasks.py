@@ -27,10 +27,11 @@ from spark_jobs.blobs import unpack
 from spark_jobs.write.dead_letters import dead_letter_reporter, failed_from_row
 from spark_jobs.job import CHANGED_KEY, DLQ_CLASS_KEY, SECONDS_KEY, SINK_OFFSETS_KEY, UNFIT_KEY, WindowJob
 from spark_jobs.project.partial import fill_kept
-from spark_jobs.write.prepare import Targets, is_history
+from spark_jobs.sink_targets import SinkTarget, is_history
+from spark_jobs.write.prepare import Targets
 from spark_jobs.write.raw_values import restored
-from spark_jobs.write.sinks import SINK_TYPES, SinkTarget, TableGroup
-from spark_jobs.project.tables import by_table, key_columns, latest_rows, project_rows
+from spark_jobs.write.sinks import SINK_TYPES, TableGroup
+from spark_jobs.project.tables import by_table, key_columns, latest_rows, project_rows, row_keys
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -196,14 +197,6 @@ def commit_without_rows(job: WindowJob, target: SinkTarget, commit: OffsetCommit
         return Row(**row.to_pylist()[0])
     rows = list(writer(job, target, commit)(iter(())))[0].to_pylist()[0]
     return Row(**rows)
-
-
-def row_keys(target: SinkTarget) -> list[str] | None:
-    """What "the same row" means for a static target's projected rows (None: every change is its own)."""
-    cfg = target.config
-    if isinstance(cfg, MySqlSinkConfig):
-        return key_columns(cfg)
-    return None if cfg.key_ignore else ["c_0", "c_1"]
 
 
 def write_task(job: WindowJob, targets: Targets,

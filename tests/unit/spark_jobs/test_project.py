@@ -14,11 +14,11 @@ from pydantic import TypeAdapter
 from cdcflow.config import ElasticsearchSinkConfig, MySqlSinkConfig
 from connectors.errors import ConfigError
 from connectors.debezium.envelope import Decoder
-from spark_jobs import blobs
+from spark_jobs import blobs, sink_targets
 from spark_jobs.project import targets as project
 from spark_jobs.write import prepare
 from spark_jobs.job import WindowJob
-from spark_jobs.write.sinks import SinkTarget
+from spark_jobs.sink_targets import SinkTarget
 from spark_jobs.project.documents import project_documents
 from spark_jobs.project.tables import latest_rows
 from spark_jobs.transform.transform_config import TransformConfig
@@ -144,7 +144,7 @@ def test_tables_whose_records_share_one_schema_each_get_its_description(column_w
 
 
 def test_by_content_finds_a_description_by_its_schema_id() -> None:
-    from spark_jobs.write.sinks import by_content
+    from spark_jobs.project.targets import by_content
 
     seen = [("a", "s1", "D1", 10), ("b", "s1", None, 5), ("b", None, None, 1), ("c", None, None, 2),
             ("a", "s2", None, 30)]
@@ -262,7 +262,7 @@ def test_which_targets_the_read_tasks_write_themselves(monkeypatch: pytest.Monke
 
     assert early(MYSQL, ES, mapped, ROUTED, dynamic) == ["docs", "mapped", "rows"]  # not routed, not from the records
     assert prepared == ["rows"]
-    assert [prepare.mapped_by_records(SinkTarget(s, "url")) for s in (MYSQL, ES, mapped)] == [False, True, False]
+    assert [sink_targets.mapped_by_records(SinkTarget(s, "url")) for s in (MYSQL, ES, mapped)] == [False, True, False]
     assert early(MYSQL, offsets_sink="rows") == []  # exactly-once: its transaction commits the offsets, last
     assert early(MYSQL, ranges=two) == []  # two topics: a key's changes may sit in two tasks
     assert early(MYSQL, truncate="apply") == []

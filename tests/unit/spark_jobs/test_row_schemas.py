@@ -21,7 +21,8 @@ from spark_jobs.transform import row_transforms as rt
 from spark_jobs.transform import transform_config as cfgs
 from spark_jobs.read.decode import change_decoder
 from spark_jobs.job import WindowJob
-from spark_jobs.write.sinks import SinkTarget, derive_from_connect
+from spark_jobs.sink_targets import SinkTarget
+from spark_jobs.write.sinks import derive_from_connect
 
 CHAIN = TypeAdapter(list[cfgs.TransformConfig])
 TABLE = MySqlSinkConfig(type="mysql", name="t", table="{topic}", create_table=True)

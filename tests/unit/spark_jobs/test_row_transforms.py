@@ -24,7 +24,7 @@ from spark_jobs.project.routes import routes_checked
 from spark_jobs.transform import row_transforms as rt
 from spark_jobs.transform import transform_config as cfgs
 from spark_jobs.job import WindowJob
-from spark_jobs.write.sinks import SinkTarget
+from spark_jobs.sink_targets import SinkTarget
 from tests.fixtures import orders as o
 from tests.fixtures.debezium import orders as fx
 
