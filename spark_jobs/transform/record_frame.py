@@ -4,11 +4,12 @@ frame and back, and the frames of several tasks in one schema.
 The record frame is what a Kafka Connect SMT sees: ``topic`` (the
 route so far), ``partition``, ``offset``, ``timestamp``, ``headers``, ``key`` (the JSON key's
 payload as a struct, or its text where no Spark step reads it) and ``value`` (the row, typed: a
-Decimal is a decimal, a DATETIME a timestamp; null for a delete). The columns whose names start with
-``_`` carry what the window needs afterwards (the record's coordinates and key as read, its version,
-the delete's row): a ``Python`` function must keep them, and may add, change or drop value fields
-and drop records. A change to ``key`` is not read back (use ValueToKey before the stage); a
-``value`` made null deletes the record's key. The value as read is not carried (``_value`` holds
+Decimal is a decimal, a DATETIME a timestamp; null for a delete; before the chain's
+ExtractNewRecordState, Debezium's envelope: spark_jobs/transform/envelope_frame.py). The columns
+whose names start with ``_`` carry what the window needs afterwards (the record's coordinates and
+key as read, its version, the delete's row): a ``Python`` function must keep them, and may add,
+change or drop value fields and drop records. A change to ``key`` is not read back (use ValueToKey
+before the stage); a ``value`` made null deletes the record's key (before the unwrap: is a tombstone). The value as read is not carried (``_value`` holds
 ``raw_values.OMITTED``, or null for a tombstone): it is most of a record, and only a dead letter
 needs it, which reads it again (spark_jobs/write/raw_values.py).
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import re
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -36,6 +38,9 @@ _KEY_DECODER = msgspec.json.Decoder()
 # change columns the frame leaves out: the image is ``value``/``_deleted``, and the Connect schema no
 # longer describes the value after a Spark step (from_frame)
 _LEFT = ("image", "row_schema", "schema_id")
+# a change column while the chain is before its ExtractNewRecordState: each value as Debezium's
+# envelope (spark_jobs/transform/envelope_frame.py), the frame's ``value`` then
+ENVELOPE = "envelope"
 
 
 def _only(image: pa.Array, where: pa.Array) -> pa.Array:
@@ -121,8 +126,11 @@ def to_frame(changes: pa.Table, key_converter: str, raw: bool = False, key: bool
     shown["key"] = key_values(keys, key_converter) if key else key_texts(keys)
     shown["value"] = _only(image, pc.equal(op, "upsert"))
     carried = {"_deleted": _only(image, pc.equal(op, "delete"))}
+    if ENVELOPE in changes.column_names:  # the envelope, and every change's row as the decode read it
+        shown["value"] = changes.column(ENVELOPE).combine_chunks()
+        carried["_deleted"] = images.as_struct(image)
     for name in changes.column_names:
-        if name in _LEFT or name in _FROM.values():
+        if name in _LEFT or name in _FROM.values() or name == ENVELOPE:
             continue
         if name == JSON_COLUMNS["value"] and not raw:  # a registry converter's transcoded values: not needed
             continue
@@ -138,16 +146,31 @@ def to_frame(changes: pa.Table, key_converter: str, raw: bool = False, key: bool
     return pa.table({**shown, **carried})
 
 
-def from_frame(frame: pa.Table) -> pa.Table:
+def from_frame(frame: pa.Table, unwrap: Callable[[dict[str, pa.Array], pa.Array, pa.Array], None] | None = None,
+               ) -> pa.Table:
     """The record frame back as changes: ``image`` from ``value`` (an upsert) or ``_deleted`` (a
     delete); an upsert whose value a Spark step made null deletes its key's row. The record's Connect
     schema is dropped (a Spark step may have changed any field): an index mapped from the records
-    maps the documents as they are."""
+    maps the documents as they are. A frame of envelopes is read by ``unwrap(changes, value,
+    _deleted)`` instead (spark_jobs/transform/envelope_frame.py)."""
     names = [n for n in frame.column_names if n.startswith("_") and n not in ("_when", "_deleted")]
     changes = {n[1:]: frame.column(n).combine_chunks() for n in names}
     for name, source in _FROM.items():
         changes[source] = frame.column(name).combine_chunks()
     value = frame.column("value").combine_chunks()
+    if unwrap is not None:
+        unwrap(changes, value, frame.column("_deleted").combine_chunks())
+    else:
+        _rows(changes, value, frame)
+    if "key_image" in changes and pa.types.is_struct(changes["key_image"].type):
+        changes["key_image"] = images.from_struct(changes["key_image"])
+    for name in ("row_schema", "schema_id"):  # the Connect schema no longer describes the value
+        changes[name] = pa.nulls(frame.num_rows, pa.string())
+    return pa.table(changes)
+
+
+def _rows(changes: dict[str, pa.Array], value: pa.Array, frame: pa.Table) -> None:
+    """Each change's ``image``: its value, a delete's row; an upsert made null a delete of its key."""
     op = pc.fill_null(changes["change_op"], "")
     nulled = pc.and_(pc.equal(op, "upsert"), pc.is_null(value))
     if pc.any(nulled).as_py():
@@ -155,11 +178,6 @@ def from_frame(frame: pa.Table) -> pa.Table:
     deleting = pc.fill_null(pc.equal(changes["change_op"], "delete"), False)
     changes["image"] = _image(value, frame.column("_deleted").combine_chunks(), deleting,
                               frame.column("key").combine_chunks(), nulled)
-    if "key_image" in changes and pa.types.is_struct(changes["key_image"].type):
-        changes["key_image"] = images.from_struct(changes["key_image"])
-    for name in ("row_schema", "schema_id"):  # the Connect schema no longer describes the value
-        changes[name] = pa.nulls(frame.num_rows, pa.string())
-    return pa.table(changes)
 
 
 def _image(value: pa.Array, deleted: pa.Array, deleting: pa.Array, key: pa.Array, nulled: pa.Array) -> pa.Array:
@@ -187,30 +205,33 @@ def merged(texts: list[str]) -> pa.Schema:
     """The frame's schema over every task's: a field's type where they agree, a number's widest, else
     text (:func:`images.as_struct`'s rule, applied again between tasks)."""
     schemas = [pa.ipc.read_schema(pa.py_buffer(base64.b64decode(t))) for t in texts]
-    return pa.schema([pa.field(f.name, _merged_type([s.field(f.name).type for s in schemas if f.name in s.names]))
+    return pa.schema([pa.field(f.name, merged_type([s.field(f.name).type for s in schemas if f.name in s.names]))
                       for f in schemas[0]])
 
 
-def _merged_type(kinds: list[pa.DataType]) -> pa.DataType:
+def merged_type(kinds: list[pa.DataType]) -> pa.DataType:
+    """The type of values of ``kinds`` in one column: structs merged field by field, else
+    :func:`images.common_type`."""
     structs = [k for k in kinds if pa.types.is_struct(k)]
     if structs and len(structs) == len([k for k in kinds if not pa.types.is_null(k)]):
         names = list(dict.fromkeys(f.name for k in structs for f in k))
-        return pa.struct([pa.field(n, _merged_type([k.field(n).type for k in structs if k.get_field_index(n) >= 0]))
+        return pa.struct([pa.field(n, merged_type([k.field(n).type for k in structs if k.get_field_index(n) >= 0]))
                           for n in names])
     return images.common_type(kinds)
 
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """A task's frame in the merged schema: fields it lacks null, types widened or made texts."""
-    return pa.table([_conformed(table.column(f.name).combine_chunks(), f.type) if f.name in table.column_names
+    return pa.table([conformed(table.column(f.name).combine_chunks(), f.type) if f.name in table.column_names
                      else pa.nulls(table.num_rows, f.type) for f in schema], schema=schema)
 
 
-def _conformed(values: pa.Array, kind: pa.DataType) -> pa.Array:
+def conformed(values: pa.Array, kind: pa.DataType) -> pa.Array:
+    """``values`` as ``kind`` (:func:`merged_type`'s): a struct's missing fields null, types widened or texts."""
     if values.type == kind:
         return values
     if pa.types.is_struct(kind) and pa.types.is_struct(values.type):
-        fields = [_conformed(values.field(f.name), f.type) if values.type.get_field_index(f.name) >= 0
+        fields = [conformed(values.field(f.name), f.type) if values.type.get_field_index(f.name) >= 0
                   else pa.nulls(len(values), f.type) for f in kind]
         mask = values.is_null() if values.null_count else None
         if not fields:

@@ -88,11 +88,10 @@ def _unserved_step(cfg: Any, unwrapped: bool) -> str | None:
     kind = cfg.type
     if kind == "ExtractNewRecordState":
         return "a second one: the first already unwrapped the envelope" if unwrapped else None
-    if sparked(cfg):  # spark_jobs/transform/spark_stage.py: its frame holds the row, as after the unwrap
-        return None if unwrapped else ("before ExtractNewRecordState a Spark step would see Debezium's envelope, "
-                                       "which this path unwraps as it decodes")
     if not unwrapped and cfgs.envelope_problem(cfg) is not None:  # cdcflow/config.py refuses it
         return cfgs.envelope_problem(cfg)
+    if sparked(cfg):  # spark_jobs/transform/spark_stage.py: its frame holds the row, or before the unwrap the
+        return None   # envelope (spark_jobs/transform/envelope_frame.py)
     if kind not in SERVED_STEPS:
         return "not among the transforms of this path"
     return None  # its Java patterns, regexes and replacements: every one the config validators let through

@@ -8,8 +8,9 @@ between these steps).
 :func:`apply` runs the chain's steps in order. With an ExtractNewRecordState, anywhere in the chain
 (transform/row_unwrap.py: every ``delete_handling`` and ``add_fields``), the steps before it act on
 the record with its envelope (RegexRouter, TimestampRouter, Filter, TombstoneHandler,
-SetSchemaMetadata, Drop, ExtractTopic on the key; a step on the value's fields there is a config
-error, transform_config.envelope_problem), and after it on the row: Cast, ReplaceField,
+SetSchemaMetadata, Drop, ExtractTopic on the key; a Sql predicate and Python in Spark, over the
+envelope: transform/envelope_frame.py; a step on the value's fields there, SqlExpression too, is a
+config error, transform_config.envelope_problem), and after it on the row: Cast, ReplaceField,
 TimestampConverter, MaskField, InsertField (here), RegexRouter (Java's regexes and replacements,
 transform/java_regex.py), Filter and TombstoneHandler, the steps on the whole record
 (transform/row_steps.py: Drop, ExtractTopic, SetSchemaMetadata, TimestampRouter, ValueToKey),
@@ -44,6 +45,7 @@ import pyarrow.compute as pc
 
 from connectors import images
 from connectors.errors import ConfigError
+from connectors.registry.decode import JSON_COLUMNS
 from spark_jobs.transform import java_regex, row_documents, row_keys, row_nested, row_steps, row_unwrap
 from spark_jobs.transform import transform_config as cfgs
 from spark_jobs.transform.row_changes import Rows, applies, fields_of, first_error, per_topic, struct_like
@@ -198,7 +200,8 @@ assert set(STEPS) == SERVED_STEPS, "row_chains.SERVED_STEPS names the steps this
 
 
 def apply(decoded: pa.Table, chain: Any, versioning: str, finish: bool = True, first: int = 0,
-          when: pa.Array | None = None, documents: str = "kept", key_converter: str = "json") -> pa.Table:
+          when: pa.Array | None = None, documents: str = "kept", key_converter: str = "json",
+          enveloped: bool | None = None) -> pa.Table:
     """A read task's decoded changes through the chain (:func:`unserved` said it is served); the row
     schemas (the tables created from them) rewritten to match (:func:`described`).
 
@@ -207,9 +210,12 @@ def apply(decoded: pa.Table, chain: Any, versioning: str, finish: bool = True, f
     and only the last part ``finish``es the changes (the key a Drop nulled, values that are not
     rows, the documents: ``documents`` "all" writes each from its typed values, as nothing of the
     decode's JSON is known to hold after a Spark step). ``key_converter`` reads the Kafka key for the
-    steps on the key (spark_jobs/transform/row_keys.py)."""
-    rows = Rows(decoded, when=when, enveloped=any(cfg.type == "ExtractNewRecordState" for cfg in chain),
-                key_converter=key_converter)
+    steps on the key (spark_jobs/transform/row_keys.py). ``enveloped``: the part comes before the chain's
+    ExtractNewRecordState (None: it has one), so its steps see the envelope; a value a Drop there set to
+    null is handed on to the Spark stage as null (a tombstone, as the unwrap after it reads one)."""
+    if enveloped is None:
+        enveloped = any(cfg.type == "ExtractNewRecordState" for cfg in chain)
+    rows = Rows(decoded, when=when, enveloped=enveloped, key_converter=key_converter)
     row_keys.resumed(rows)  # the key a part before a Spark stage left
     decoded = rows.table
     if not decoded.num_rows:
@@ -233,6 +239,8 @@ def apply(decoded: pa.Table, chain: Any, versioning: str, finish: bool = True, f
         rows.when = None  # the Sql predicate was the first step's
     if not finish:
         row_keys.hand_on(rows, chain)  # the key across the Spark stage that follows
+        if rows.enveloped and rows.nulled is not None:
+            _nulled_values(rows)
         return rows.table
     row_steps.keyless_deletes(rows)
     row_keys.finished(rows, chain)
@@ -240,3 +248,13 @@ def apply(decoded: pa.Table, chain: Any, versioning: str, finish: bool = True, f
     if documents == "all":
         return row_documents.rewritten(decoded, rows.table, None)
     return row_documents.rewritten(decoded, rows.table, chain)  # an index's documents, from the rewritten images
+
+
+def _nulled_values(rows: Rows) -> None:
+    """The values a Drop before the unwrap set to null (``Rows.nulled``), null in the changes: the
+    Spark stage and the unwrap after it see a tombstone (spark_jobs/transform/envelope_frame.py)."""
+    nulled = pc.fill_null(rows.nulled, False)
+    for name in ("value", JSON_COLUMNS["value"]):
+        if name in rows.table.column_names:
+            values = rows.column(name)
+            rows.set(name, pc.if_else(nulled, pa.scalar(None, values.type), values))

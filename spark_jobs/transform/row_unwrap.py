@@ -20,7 +20,9 @@ step applies the options:
 The steps before it see the record with its envelope (``Rows.enveloped``): a RecordIsTombstone
 predicate or a TombstoneHandler there sees the Kafka tombstones only, as in Kafka Connect, where a
 delete event's value is its envelope; a value Drop there makes a tombstone, which this step drops
-with ``drop_tombstones``.
+with ``drop_tombstones``. A Sql predicate or a Python step there runs in Spark over the envelope,
+typed, and this step then reads the row from the ``after`` (``before``) it left
+(spark_jobs/transform/envelope_frame.py).
 """
 
 from __future__ import annotations

@@ -14,7 +14,9 @@ chain that has one runs them in Spark, between the per-partition steps of spark_
    without a Spark stage (spark_jobs/project/targets.split): the rows per target, the dead letters, the tally.
    A chain with Spark steps after row steps after Spark steps makes a stage of each.
 
-The record frame is what a Kafka Connect SMT sees (its columns: spark_jobs/transform/record_frame.py).
+The record frame is what a Kafka Connect SMT sees (its columns: spark_jobs/transform/record_frame.py);
+before the chain's ExtractNewRecordState its value is Debezium's envelope, read a second time in the
+read task, and the rows come back from it (spark_jobs/transform/envelope_frame.py).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from spark_jobs.blobs import BAD, PACKED_SCHEMA, TALLY, bucketed, pack, packed
 from spark_jobs.project import targets as project
 from spark_jobs.project.routes import routes_checked
 from spark_jobs.read.ranges import reader
-from spark_jobs.transform import record_frame, row_transforms
+from spark_jobs.transform import envelope_frame, record_frame, row_transforms
 from spark_jobs.transform import transform_config as cfgs
 from spark_jobs.transform.row_chains import SPARK_STEPS, sparked
 
@@ -105,7 +107,8 @@ def read_task(job: WindowJob, pieces: Pieces) -> Callable[[Iterator[pa.RecordBat
     then the live changes as the record frame; its dead letters (which no Spark step sees) and its
     tally (every record read) from here (spark_jobs/read_task.py without a Spark stage)."""
     decode = reader(job, pieces)
-    head, _segments = cut(job.transforms)
+    head, segments = cut(job.transforms)
+    enveloped = bool(segments) and envelope_frame.before_unwrap(job.transforms, segments[0].first)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         batches = list(batches)
@@ -115,17 +118,24 @@ def read_task(job: WindowJob, pieces: Pieces) -> Callable[[Iterator[pa.RecordBat
             yield packed(task, TALLY, "", info={"counted": []})
             return
         decoded = images.concat_tables([pa.table(b) for b in decoded_batches])
-        decoded = project.truncate_policy(job, row_transforms.apply(decoded, head, job.versioning, finish=False,
-                                                                     key_converter=job.key_converter))
+        decoded = project.truncate_policy(job, row_transforms.apply(
+            decoded, head, job.versioning, finish=False, key_converter=job.key_converter,
+            enveloped=envelope_frame.before_unwrap(job.transforms, 0)))
+        if enveloped:  # a Spark step before the unwrap sees Debezium's envelope: each value read as one
+            decoded = envelope_frame.attach(decoded, job.value_converter)
         op = pc.fill_null(decoded.column("change_op"), "")
         live = pc.and_(pc.is_null(decoded.column("error_stage")),
                        pc.is_in(op, value_set=pa.array(["upsert", "delete"])))
-        rest = project.sort_out(job, decoded.filter(pc.invert(live)))  # dead letters; truncate: apply's TRUNCATEs
+        rest = project.sort_out(job, _without_envelope(decoded.filter(pc.invert(live))))  # dead letters; TRUNCATEs
         if rest.bad.num_rows:
             yield from (packed(task, BAD, "", blob) for blob in pack(rest.bad))
         yield from staged_blobs(task, decoded.filter(live), job,
                                 {**rest.info, **project.tally_of(decoded, rest.bad)})
     return run
+
+
+def _without_envelope(changes: pa.Table) -> pa.Table:
+    return changes.drop_columns([record_frame.ENVELOPE]) if record_frame.ENVELOPE in changes.column_names else changes
 
 
 def _unstage(schema: pa.Schema) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -136,10 +146,15 @@ def _unstage(schema: pa.Schema) -> Callable[[Iterator[pa.RecordBatch]], Iterator
     return run
 
 
-def _after(job: WindowJob, segment: Segment, last: bool,
-           tasks: int) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The task after a segment's Spark steps: its row steps, then the next stage's frame or (last)
-    :func:`finished`."""
+def _after(job: WindowJob, segment: Segment, last: bool, tasks: int,
+           following: Segment | None = None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The task after a segment's Spark steps: its row steps, then the next stage's frame (of the
+    segment ``following``) or (last) :func:`finished`. Before the unwrap the frame held the
+    envelopes, which the rows are read from (spark_jobs/transform/envelope_frame.py)."""
+    enveloped = envelope_frame.before_unwrap(job.transforms, segment.first)
+    keep = following is not None and envelope_frame.before_unwrap(job.transforms, following.first)
+    rows_first = segment.first + len(segment.spark)  # the chain index of the segment's first row step
+
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext  # noqa: PLC0415
 
@@ -150,9 +165,11 @@ def _after(job: WindowJob, segment: Segment, last: bool,
             return
         frame = pa.concat_tables(tables)
         when = frame.column("_when").combine_chunks() if "_when" in frame.column_names else None
-        changes = row_transforms.apply(record_frame.from_frame(frame), segment.rows, job.versioning, finish=last,
-                                       first=segment.first + len(segment.spark), when=when,
-                                       documents="all" if last else "kept", key_converter=job.key_converter)
+        back = envelope_frame.from_frame(frame, keep) if enveloped else record_frame.from_frame(frame)
+        changes = row_transforms.apply(back, segment.rows, job.versioning, finish=last,
+                                       first=rows_first, when=when,
+                                       documents="all" if last else "kept", key_converter=job.key_converter,
+                                       enveloped=envelope_frame.before_unwrap(job.transforms, rows_first))
         yield from finished(job, task, changes, tasks) if last else staged_blobs(task, changes, job)
     return run
 
@@ -252,7 +269,8 @@ def run(spark: SparkSession, job: WindowJob, staged_frame: DataFrame, tasks: int
         schema = record_frame.merged(texts)
         frame = current.where(F.col("kind") == STAGED).mapInArrow(_unstage(schema), from_arrow_schema(schema))
         frame = apply_spark(frame, segment)
-        out = checkpoint(frame.mapInArrow(_after(job, segment, last, tasks), PACKED_SCHEMA))
+        following = None if last else segments[n + 1]
+        out = checkpoint(frame.mapInArrow(_after(job, segment, last, tasks, following), PACKED_SCHEMA))
         if not last:
             current = out
             continue

@@ -293,7 +293,8 @@ TransformConfig = Annotated[
 # -- a chain's order -------------------------------------------------------------------------------
 # the steps on the value's fields: before an ExtractNewRecordState they would act on Debezium's envelope
 _VALUE_FIELD_STEPS = frozenset({"Cast", "ReplaceField", "TimestampConverter", "MaskField", "InsertField",
-                                "ExtractTopic", "ValueToKey", "Flatten", "ExtractField", "HoistField"})
+                                "ExtractTopic", "ValueToKey", "Flatten", "ExtractField", "HoistField",
+                                "SqlExpression"})
 
 
 def envelope_problem(cfg: Any) -> str | None:
@@ -301,11 +302,14 @@ def envelope_problem(cfg: Any) -> str | None:
     the record (routers, Filter, TombstoneHandler, SetSchemaMetadata, Drop) and on the key see what
     they would after it; a step on the value's fields would act on the envelope (op, before, after,
     source, ts_ms), whose fields the unwrap then drops but ``after``: a field set, cast or renamed
-    there never reaches a sink, and one taken apart leaves the unwrap no ``after``."""
+    there never reaches a sink, and one taken apart leaves the unwrap no ``after``. A SqlExpression
+    sets value fields, so it is such a step; a Sql predicate and a Python step may come before it
+    (spark_jobs/transform/envelope_frame.py: they see the envelope, typed)."""
     if cfg.type not in _VALUE_FIELD_STEPS or getattr(cfg, "target", "value") != "value":
         return None
     named = {"Cast": lambda: list(cfg.spec), "ReplaceField": lambda: [*cfg.include, *cfg.exclude, *cfg.renames],
              "MaskField": lambda: cfg.fields, "ValueToKey": lambda: cfg.fields,
+             "SqlExpression": lambda: list(cfg.fields),
              "InsertField": lambda: [f for f in (cfg.topic_field, cfg.partition_field, cfg.offset_field,
                                                  cfg.timestamp_field, cfg.static_field) if f]}
     fields = named[cfg.type]() if cfg.type in named else [cfg.field] if hasattr(cfg, "field") else None

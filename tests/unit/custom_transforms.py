@@ -21,3 +21,14 @@ def exhaust_heap(df: DataFrame) -> DataFrame:
 def drops_a_column(df: DataFrame) -> DataFrame:
     """A function that loses a column the window needs (the Spark stage names it)."""
     return df.drop("_version")
+
+
+def before_the_unwrap(df: DataFrame, drop_id: int, field: str) -> DataFrame:
+    """A function before ExtractNewRecordState, whose frame's value is Debezium's envelope: it drops the
+    records whose ``after`` has id ``drop_id``, upper-cases ``after.<field>``, and sets ``op`` and
+    ``source.table`` (which the unwrap does not read back: the connector's stay)."""
+    after = F.col("value.after")
+    kept = df.where(~F.coalesce(F.col("value.after.id") == drop_id, F.lit(False)))
+    value = (F.col("value").withField("after", after.withField(field, F.upper(after[field])))
+             .withField("op", F.lit("x")).withField("source.table", F.lit("nope")))
+    return kept.withColumn("value", value)  # a null value (a tombstone) stays null

@@ -328,9 +328,12 @@ def test_which_chains_the_partition_path_serves() -> None:
     cases = {
         "source.format maxwell: the format's messages are already decoded into rows, and ExtractNewRecordState "
         "unwraps Debezium's envelopes: remove it": [job(MYSQL, transforms=ok, source_format="maxwell")],
-        "transforms.0 (Python): before ExtractNewRecordState a Spark step would see Debezium's envelope, which "
-        "this path unwraps as it decodes": [
-            job(MYSQL, transforms=CHAIN.validate_python([{"type": "Python", "function": "shop.steps.enrich"},
+        # a Python step or a Sql predicate before it sees the envelope (spark_jobs/transform/envelope_frame.py); a
+        # SqlExpression there sets the envelope's fields, as a Cast there would (cdcflow/config.py refuses it)
+        "transforms.0 (SqlExpression): before ExtractNewRecordState the value is Debezium's envelope (op, before, "
+        "after, source, ts_ms), so SqlExpression would act on the field 'total' of the envelope, not of the row, and "
+        "ExtractNewRecordState keeps only the envelope's 'after': put it after the ExtractNewRecordState": [
+            job(MYSQL, transforms=CHAIN.validate_python([{"type": "SqlExpression", "fields": {"total": "1"}},
                                                          {"type": "ExtractNewRecordState"}]))],
         "the chain is applied to records read with the json, json_schema, string, bytes and registry converters "
         "(avro, protobuf, json_schema_registry) only": [
@@ -349,6 +352,8 @@ def test_which_chains_the_partition_path_serves() -> None:
     sparked = chain({"type": "SqlExpression", "fields": {"x": "1"}},
                     {"type": "Drop", "predicate": {"type": "Sql", "condition": "value.id > 1"}})
     assert rt.unserved(job(MYSQL, es, transforms=sparked)) is None  # spark_jobs/transform/spark_stage.py
+    python_first = [{"type": "Python", "function": "shop.steps.enrich"}, {"type": "ExtractNewRecordState"}]
+    assert rt.unserved(job(MYSQL, transforms=CHAIN.validate_python(python_first))) is None  # envelope_frame.py
     # the key's fields (spark_jobs/transform/row_keys.py); Debezium's envelopes under a text key (spark_jobs/read/decode.py)
     assert rt.unserved(job(MYSQL, transforms=chain({"type": "Cast", "target": "key", "spec": {"id": "int64"}}))) is None
     for converter in ("string", "bytes"):
