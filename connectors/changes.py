@@ -30,8 +30,9 @@ from typing import Any, Protocol
 import msgspec
 import pyarrow as pa
 
-from connectors import images
+from connectors import images, row_types
 from connectors.debezium.types import ColumnHint
+from connectors.mysql.types import parse_type
 from connectors.mysql.values import hinted_readers, read_row
 
 VERSION_SHIFT = 1 << 20  # source_ts_ms versions: ts_ms * 2^20 + (offset mod 2^20), see docs/semantics.md
@@ -78,6 +79,7 @@ class Change:
     row_schema: str | None = None
     row_index: int = 0
     source_op: str | None = None
+    types: Mapping[str, pa.DataType | None] | None = None  # the image's Arrow types, under a chain (row_types.py)
 
 
 class ChangeDecoder(Protocol):
@@ -125,7 +127,10 @@ class RowDecoder(RecordDecoder):
     ``versioning``, the sinks' declared columns (``hints``: how to read values that come without
     types), whether documents are needed, and the sinks' declared key fields (an update that changes
     them moves the row: :func:`row_changes`). Values are read by the declared columns unless the
-    format carries its own types."""
+    format carries its own types. ``typed`` (set where a chain applies: spark_jobs/read/decode.py):
+    each change also says its fields' Arrow types (:meth:`types_of`, connectors/row_types.py)."""
+
+    typed = False
 
     def __init__(self, versioning: str, hints: Mapping[str, ColumnHint] | None = None, need_json: bool = True,
                  key_fields: frozenset[str] = frozenset()) -> None:
@@ -133,16 +138,26 @@ class RowDecoder(RecordDecoder):
         self.need_json = need_json
         self.key_fields = key_fields
         self.readers = hinted_readers(hints or {}, binary="base64")
+        self.hint_types = {f: row_types.of_column(parse_type(h.type)) for f, h in (hints or {}).items()}
 
     def read(self, row: Mapping[str, Any]) -> tuple[dict[str, str | None], dict[str, Any]]:
         return read_row(self.readers, row)
+
+    def types_of(self, row: Mapping[str, Any]) -> dict[str, pa.DataType | None]:
+        """A row's fields' types: a declared column's, else its JSON value's (Maxwell, GoldenGate)."""
+        hinted = self.hint_types
+        return {k: hinted[k] if k in hinted else row_types.of_json(v) for k, v in row.items()}
+
+    def typing(self) -> RowTypes | None:
+        return self.types_of if self.typed else None
 
 
 def change_arrays(changes: list[Change], routes: pa.Array) -> list[pa.Array]:
     """The change columns of ``DECODED_FIELDS``, in order (``route``: the record's topic)."""
     return [
         pa.array([c.change_op for c in changes], pa.string()),
-        images.from_texts([c.image for c in changes]),
+        images.from_texts([c.image for c in changes],
+                          [c.types for c in changes] if any(c.types is not None for c in changes) else None),
         pa.array([c.image_json for c in changes], pa.string()),
         pa.array([c.version for c in changes], pa.int64()),
         pa.array([c.error_stage for c in changes], pa.string()),
@@ -229,14 +244,15 @@ def row_changes(op: str, before: Mapping[str, Any] | None, after: Mapping[str, A
 
 
 RowRead = Callable[[Mapping[str, Any]], tuple[dict[str, str | None], dict[str, Any]]]
+RowTypes = Callable[[Mapping[str, Any]], Mapping[str, pa.DataType | None]]
 
 
 def operation_changes(op: str, before: Mapping[str, Any] | None, after: Mapping[str, Any] | None,
                       key_fields: frozenset[str], read: RowRead, need_json: bool, version: int,
-                      **origin: str | None) -> list[Change]:
+                      typing: RowTypes | None = None, **origin: str | None) -> list[Change]:
     """The changes of one row operation (insert, update or delete: :func:`row_changes`), each image
     read by ``read`` (a value it cannot read raises ValueError, which names the field: the record
-    goes to the DLQ)."""
+    goes to the DLQ) and typed by ``typing`` where a chain reads it (None: texts)."""
     out = []
     for change_op, row in row_changes(op, before, after, key_fields):
         try:
@@ -244,4 +260,6 @@ def operation_changes(op: str, before: Mapping[str, Any] | None, after: Mapping[
         except ValueError as exc:
             raise RecordError("converter", str(exc)) from None
         out.append(image_change(change_op, texts, docs if need_json else None, version, **origin))
+        if typing is not None:
+            out[-1].types = typing(row)
     return out

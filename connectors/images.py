@@ -7,11 +7,13 @@ An image column is a dense union of structs, one child per row shape:
   ``timestamp[us]``, ``duration[us]`` …: connectors/debezium/typed.py);
 * the rows of the per-record decoders (every format's rows, Debezium's odd records): their exact
   texts, as strings, a child per set of fields; a schemaless Debezium field's JSON numbers and
-  booleans (no declared column reads them) keep their type, as the column-wise decode reads them.
+  booleans (no declared column reads them) keep their type, as the column-wise decode reads them;
+  GoldenGate's, Canal's and Maxwell's rows under a chain are typed as their producer says
+  (connectors/row_types.py: ``Change.types``), their texts read in those types.
 
 A null image (a TRUNCATE; a record that changes nothing) is a null struct, and a field a row does not
 have reads as null. A window holds few shapes; past :data:`MAX_CHILDREN` (a union holds 128) the
-image falls back to one child of texts.
+image falls back to one child of every field.
 
 The sinks read one field of every row at once: :func:`texts` gives each value's exact MySQL text
 (the projection checks it against its column: spark_jobs/project/tables.py). :func:`as_map` gives
@@ -28,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from connectors import row_types
 from connectors.debezium import typed
 from connectors.debezium.logical import plain_text
 
@@ -78,9 +81,30 @@ def values_array(values: Sequence[Any]) -> pa.Array:
     return pa.array([None if v is None else plain_text(v) for v in values], pa.string())
 
 
-def from_texts(images: Sequence[Mapping[str, Any] | None]) -> pa.Array:
+def _field(members: Sequence[Mapping[str, Any] | None], name: str,
+           types: Sequence[Mapping[str, Any] | None] | Mapping[str, Any] | None) -> pa.Array:
+    """One field of a child's images: typed by ``types`` (each member's, or one for all: a format's
+    rows under a chain, connectors/row_types.py), else :func:`values_array`."""
+    values = [None if m is None else m.get(name) for m in members]
+    if types is None:
+        return values_array(values)
+    if isinstance(types, Mapping):
+        return row_types.typed_texts(values, types.get(name))
+    kinds = [t.get(name) if t is not None else None for t, v in zip(types, values, strict=True) if v is not None]
+    return row_types.typed_texts(values, row_types.common(kinds))
+
+
+def _shared(types: list[Mapping[str, Any] | None]) -> list[Mapping[str, Any] | None] | Mapping[str, Any]:
+    """The members' types, or the one mapping they all share (Canal's rows of one ``mysqlType``)."""
+    first = types[0] if types else None
+    return first if first is not None and all(t is first for t in types) else types
+
+
+def from_texts(images: Sequence[Mapping[str, Any] | None],
+               types: Sequence[Mapping[str, pa.DataType] | None] | None = None) -> pa.Array:
     """The per-record decoders' images ({field: exact text, or a schemaless JSON number or boolean},
-    None for none): a child per field set (:func:`values_array`)."""
+    None for none): a child per field set (:func:`values_array`). ``types``: each image's fields'
+    Arrow types (a format's rows a chain reads: connectors/row_types.py), their texts read in them."""
     shapes: dict[tuple[str, ...], int] = {}
     shape_of = np.zeros(len(images), np.int32)
     for i, image in enumerate(images):
@@ -90,15 +114,16 @@ def from_texts(images: Sequence[Mapping[str, Any] | None]) -> pa.Array:
         rows = np.flatnonzero(shape_of == code)
         offsets[rows] = np.arange(len(rows))
         members = [images[i] for i in rows]
-        arrays = [values_array([m[name] for m in members]) for name in shape]  # type: ignore[index]
+        kinds = None if types is None else _shared([types[i] for i in rows])
+        arrays = [_field(members, name, kinds) for name in shape]  # type: ignore[arg-type]
         null = pa.array([m is None for m in members], pa.bool_())
         children.append(_struct(shape, arrays, null, len(rows)))
     if not children:
         return from_columns([], [], pa.array([], pa.bool_()))
     if len(children) > MAX_CHILDREN:  # one child of every field name
         names = list(dict.fromkeys(name for image in images if image is not None for name in image))
-        return from_columns(names, [values_array([None if i is None else i.get(name) for i in images])
-                                    for name in names], pa.array([i is None for i in images], pa.bool_()))
+        return from_columns(names, [_field(images, name, types) for name in names],
+                            pa.array([i is None for i in images], pa.bool_()))
     return union(shape_of, offsets, children)
 
 

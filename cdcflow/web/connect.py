@@ -17,6 +17,7 @@ from cdcflow.config_errors import expected, user_path
 from cdcflow.control import Pipeline, Status
 from cdcflow.errors import BadRequest
 from cdcflow.state import TopicPartition
+from connectors.kafka.config import Converter
 from spark_jobs.transform.transform_config import Predicate, TransformConfig
 
 CONNECTOR_CLASS = "cdcflow.Pipeline"
@@ -118,7 +119,7 @@ def plugins(connectors_only: bool) -> list[dict[str, str]]:
     out += [{"class": n, "type": "transformation", "version": __version__} for n in _union_names(TransformConfig)]
     out += [{"class": n, "type": "predicate", "version": __version__} for n in _union_names(Predicate)]
     out += [{"class": f"cdcflow.converter.{n}", "type": "converter", "version": __version__}
-            for n in ("json", "json_schema", "string", "bytes")]
+            for n in typing.get_args(Converter)]  # every converter source.key_converter/value_converter accepts
     return out
 
 

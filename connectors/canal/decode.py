@@ -12,7 +12,9 @@ A message of N rows becomes N changes, in the message's order. Canal writes ever
 each is read by its column's ``mysqlType`` (connectors/mysql/values.py): ``decimal(10,2)`` keeps its
 digits and scale, ``datetime(6)`` its microseconds, ``bit(10)`` is its number, an ENUM's index and a
 SET's bit mask (what the binlog holds, and Canal writes) become their members, binary values (bytes
-as ISO-8859-1 characters) become base64. The ``mysqlType`` and ``pkNames`` also describe the table,
+as ISO-8859-1 characters) become base64; a chain reads them typed by ``mysqlType`` (else ``sqlType``,
+the JDBC type codes): integers int64, FLOAT and DOUBLE float64, DECIMAL(p,s) a decimal of scale s, the
+rest (dates too) their text (connectors/row_types.py). The ``mysqlType`` and ``pkNames`` also describe the table,
 so a MySQL sink without declared columns can create it (``row_schema``), and an index gets a mapping.
 
 Versions (``source_ts_ms``) come from ``es``; ``es`` has the binlog's second resolution, so the
@@ -25,6 +27,9 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
+import pyarrow as pa
+
+from connectors import row_types
 from connectors.changes import (
     JSON_ENCODE,
     TRUNCATE,
@@ -49,15 +54,18 @@ MAX_SCHEMAS = 256  # compiled column readers kept per task
 class _Table:
     """The readers of one ``mysqlType`` (and ``pkNames``), and the table they describe."""
 
-    def __init__(self, mysql_types: Mapping[str, Any], pk_names: list[str]) -> None:
+    def __init__(self, mysql_types: Mapping[str, Any], pk_names: list[str], sql_types: Mapping[str, Any]) -> None:
         types: list[tuple[str, ColumnType]] = []
         self.readers: dict[str, Converter] = {}
+        self.arrow: dict[str, pa.DataType | None] = {}  # the values' types a chain reads (connectors/row_types.py)
+        self.sql_types = {n: sql_types.get(n) for n in mysql_types}
         for name, declared in mysql_types.items():
             try:
                 column = parse_type(str(declared))
             except TypeSyntaxError:
-                continue  # read as text; no table can be described from it
+                continue  # read as text, typed by its sqlType; no table can be described from it
             types.append((name, column))
+            self.arrow[name] = row_types.of_column(column)
             self.readers[name] = column_reader(column, binary="latin1", indexed=True)
         self.schema_id: str | None = None
         self.row_schema: str | None = None
@@ -67,6 +75,13 @@ class _Table:
 
     def read(self, row: Mapping[str, Any]) -> tuple[dict[str, str | None], dict[str, Any]]:
         return read_row(self.readers, row)
+
+    def types_of(self, row: Mapping[str, Any]) -> dict[str, pa.DataType | None]:
+        """A row's fields' types: by ``mysqlType``, else by ``sqlType`` (a JDBC type code)."""
+        arrow = self.arrow
+        if len(arrow) == len(self.sql_types) and all(k in arrow for k in row):
+            return arrow  # one mapping for the rows of this mysqlType (images.from_texts reads it once)
+        return {k: arrow[k] if k in arrow else row_types.of_sql_type(self.sql_types.get(k), v) for k, v in row.items()}
 
 
 class CanalDecoder(RowDecoder):
@@ -78,13 +93,14 @@ class CanalDecoder(RowDecoder):
         self._tables: dict[str, _Table] = {}
         self._described: set[str] = set()
 
-    def _table(self, mysql_types: dict[str, Any], pk_names: list[str]) -> _Table:
-        cache_key = JSON_ENCODE.encode([mysql_types, pk_names]).decode("utf-8")
+    def _table(self, mysql_types: dict[str, Any], pk_names: list[str], sql_types: Any) -> _Table:
+        sql_types = sql_types if isinstance(sql_types, dict) else {}
+        cache_key = JSON_ENCODE.encode([mysql_types, pk_names, sql_types]).decode("utf-8")
         table = self._tables.get(cache_key)
         if table is None:
             if len(self._tables) >= MAX_SCHEMAS:
                 self._tables.clear()
-            table = self._tables[cache_key] = _Table(mysql_types, pk_names)
+            table = self._tables[cache_key] = _Table(mysql_types, pk_names, sql_types)
         return table
 
     def decode_record(self, offset: int, key: bytes | None, value: bytes | None, topic: str) -> list[Change]:
@@ -123,13 +139,14 @@ class CanalDecoder(RowDecoder):
         version = version_of(self.versioning, offset, bigint(msg.get("es")),
                              "no 'es' (the binlog event's time, ms) to version the change by (versioning: "
                              "source_ts_ms)")
-        reader = self._table(mysql_types, pk_names)
+        reader = self._table(mysql_types, pk_names, msg.get("sqlType"))
         keys = self.key_fields | frozenset(pk_names)
         changes: list[Change] = []
         for i, row in enumerate(data):
             before = ({**row, **old[i]} if op == "update" else row) if op != "insert" else None
             changes += operation_changes(op, before, row if op != "delete" else None, keys, reader.read,
-                                         self.need_json, version, source_db=database, source_table=table)
+                                         self.need_json, version, reader.types_of if self.typed else None,
+                                         source_db=database, source_table=table)
         if reader.schema_id is not None:
             for change in changes:
                 change.schema_id = reader.schema_id

@@ -32,7 +32,9 @@ the key does not select rows in the target). ``abend`` (the default) stops the R
 The table's schema is ``source_db`` and its name ``source_table`` (``{source.db}`` /
 ``{source.table}`` routing). Values come as JSON numbers and strings without their types: they are
 read by the sink's declared columns (connectors/mysql/values.py: a DATETIME accepts the trail's
-``YYYY-MM-DD:HH:MI:SS.FFFFFF`` too), and as written where none is declared. A column flagged
+``YYYY-MM-DD:HH:MI:SS.FFFFFF`` too), and as written where none is declared; a chain reads them
+typed (connectors/row_types.py): by a declared column's type, else as the JSON says (a JSON number a
+number, a string a text, whatever the formatter's options made of the column). A column flagged
 ``<column>_isMissing: true`` (the formatter's missing-column flags) is not part of the image.
 
 A table's JSON schema (JSON Schema draft-04: ``$schema``, ``title`` the qualified table name,
@@ -112,7 +114,7 @@ class GoldenGateDecoder(RowDecoder):
         keys = msg.get("primary_keys")
         own = frozenset(k for k in keys if isinstance(k, str)) if isinstance(keys, list) else frozenset()
         return operation_changes(op, before, after, self.key_fields | own, self.read, self.need_json, version,
-                                 source_db=parts[-2], source_table=parts[-1])
+                                 self.typing(), source_db=parts[-2], source_table=parts[-1])
 
 
 def _qualified(name: Any) -> list[str] | None:

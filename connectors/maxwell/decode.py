@@ -11,7 +11,9 @@ bootstrap-start and a bootstrap-complete that carry no row; DDL types such as ta
 
 Maxwell writes JSON types (numbers, strings; base64 for binary columns; an array for a SET; the
 document itself for a JSON column), but no column types: values are read by the sink's declared
-columns (connectors/mysql/values.py), and as written where none is declared.
+columns (connectors/mysql/values.py), and as written where none is declared. A chain reads them
+typed (connectors/row_types.py): by a declared column's type, else as the JSON has them (integers
+int64, a number with a fraction a decimal of its written scale; dates and datetimes are strings).
 
 Versions (``source_ts_ms``) come from ``ts`` in ms; ``ts`` has second resolution, so the changes of
 one second keep their log order (Maxwell writes in binlog order, ``xid`` then ``xoffset``) by
@@ -69,7 +71,7 @@ class MaxwellDecoder(RowDecoder):
         keys = self.key_fields | own | _key_fields(key)
         before = {**data, **old} if op == "update" else data if op == "delete" else None
         changes = operation_changes(op, before, data if op != "delete" else None, keys, self.read, self.need_json,
-                                    version, source_db=database, source_table=table)
+                                    version, self.typing(), source_db=database, source_table=table)
         if kind == "bootstrap-insert":  # a snapshot read of the row, as Debezium's op r
             for change in changes:
                 change.source_op = "r"

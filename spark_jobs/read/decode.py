@@ -32,6 +32,9 @@ def change_decoder(job: WindowJob) -> Any:
         before = (row_transforms.names_before(job.transforms, f, retyped=True) for f in key_fields)  # as read
         decoder = format_decoder(job.source_format, job.versioning, hints, need_json,
                                  frozenset(f for f in before if f is not None), _used_fields(job))
+        # a chain reads the rows typed as the producer says (connectors/row_types.py); without one the sinks
+        # read the texts only, which typing would not change: left as they are
+        decoder.typed = bool(job.transforms)
     elif row_transforms.record_model(job.transforms):  # Debezium's topics: the value is the row
         # a registry converter's values are transcoded into the JsonConverter's with schemas first
         rows = "json_schema" if job.value_converter in REGISTRY_CONVERTERS else job.value_converter

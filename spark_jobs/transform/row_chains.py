@@ -52,7 +52,7 @@ def record_model(chain: Any) -> bool:
 def format_rows(job: Any) -> bool:
     """The chain applies to the rows the decoder of the pipeline's ``source_format`` reads (GoldenGate,
     Canal, Maxwell: connectors/formats.py), as it applies to Debezium's rows after an
-    ExtractNewRecordState."""
+    ExtractNewRecordState; the rows typed as the producer says (connectors/row_types.py)."""
     return job.source_format != "debezium"
 
 

@@ -27,7 +27,8 @@ semantics where an earlier second path differed is in docs/transforms.md ("One s
 
 The chain sees typed images (read/decode.py decodes every batch column-wise when there is a chain):
 a record the column-wise decode cannot read is decoded alone with a few neighbours, whose fields
-are then texts.
+are then texts. GoldenGate's, Canal's and Maxwell's rows are typed as their producer says
+(connectors/row_types.py).
 
 A record a transform cannot process gets stage ``transform`` and goes to the DLQ with the transform's
 message; later transforms leave it as it is.
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -140,7 +142,9 @@ def _mask_value(kind: pa.DataType, replacement: str | None) -> pa.Scalar:
         return pa.scalar("", kind)
     if pa.types.is_boolean(kind):
         return pa.scalar(False)
-    if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind):
+    if pa.types.is_decimal(kind):  # a cast of int64's 0 needs 19 digits of precision
+        return pa.scalar(Decimal(0), kind)
+    if pa.types.is_integer(kind) or pa.types.is_floating(kind):
         return pc.cast(pa.scalar(0), kind)
     return pa.scalar(None, kind)
 

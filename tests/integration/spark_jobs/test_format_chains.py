@@ -117,3 +117,29 @@ def test_a_canal_table_made_from_mysql_type_gets_the_columns_the_chain_leaves(co
         "order_id": "bigint(20)", "buyer": "varchar(64)", "amount": "decimal(10,2)", "qty": "bigint(20) unsigned",
         "created": "datetime(6)", "ship_date": "date", "paid": "tinyint(1)", "note": "text", "src": "longtext"}
     assert key == ["order_id"]
+
+
+def test_a_chain_reads_maxwells_values_typed(config_dir: Path, store: StateStore, spark: Any) -> None:
+    """Maxwell's rows reach the chain typed (connectors/row_types.py: by the declared columns here): the
+    MaskField masks the BIGINT UNSIGNED qty to 0 and the flag, cast to a boolean, to false; the Sql
+    predicate compares the DECIMAL amount as a number, without a CAST (as the texts the rows were before,
+    Spark's ANSI mode casts the string to a BIGINT and fails the window on '1234567.89')."""
+    table = unique("orders_maxwell_typed")
+    steps = [*chain(str)[:3],
+             {"type": "MaskField", "fields": ["qty", "paid"]},
+             {"type": "Filter", "predicate": {"type": "Sql", "condition": "value.amount < 0"}}]
+    cfg = make_pipeline(config_dir, source={"format": "maxwell"}, transforms=steps,
+                        sinks=[{"type": "mysql", "name": "rows", "conn_id": "cdcflow_mysql", "table": table,
+                                "create_table": True, "primary_key": ["order_id"], "columns": columns(str)}])
+    records = [cdcgen.Event(k, v) for k, v in maxwell.events()]
+
+    def masked(rows: dict[int, o.Row]) -> list[tuple[Any, ...]]:
+        return expected({k: {**r, "qty": 0, "paid": 0} for k, r in rows.items()})
+
+    cdcgen.produce(bootstrap(), cfg.source.topics[0], records[:5], partitions=1)
+    stats = runner.run_window(cfg, unique("run"), store=store, spark=spark)
+    assert read(table) == masked({1: o.ROW_1, 2: o.ROW_2B}), stats  # rows 3 and 1's update (-0.01) filtered
+    cdcgen.produce(bootstrap(), cfg.source.topics[0], records[5:], partitions=1)
+    stats = runner.run_window(cfg, unique("run"), store=store, spark=spark)
+    assert read(table) == masked({3: {**o.ROW_2B, "id": 3}}), stats
+    assert stats["dead_lettered"] == 0

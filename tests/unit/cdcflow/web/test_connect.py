@@ -83,6 +83,9 @@ def test_plugins_list_every_sink_transform_predicate_and_converter() -> None:
     assert by_type["sink"] == {"cdcflow.Pipeline", "cdcflow.sink.mysql", "cdcflow.sink.elasticsearch"}
     assert len(by_type["transformation"]) >= 17 and "RegexRouter" in by_type["transformation"]
     assert by_type["predicate"] == {"TopicNameMatches", "HasHeaderKey", "RecordIsTombstone", "Sql"}
+    # every converter the config accepts, the Schema Registry's too
+    assert by_type["converter"] == {f"cdcflow.converter.{n}" for n in (
+        "json", "json_schema", "string", "bytes", "avro", "protobuf", "json_schema_registry")}
     assert connect.plugins(connectors_only=True) == [everything[0]]
 
 
