@@ -51,22 +51,32 @@ def read_task(job: WindowJob, pieces: Pieces, early: dict[str, SinkTarget] | Non
         if not early:
             yield from project.split(job, task, decoded, tasks)
             return
-        out = project.sort_out(job, decoded, early)
-        reported = send_first(job, out.bad, out.info["examples"])  # before any of this task's writes
-        plain = any(mapped_by_records(t) for t in early.values()) and project.schemaless(decoded)
-        whole = [name for name, t in early.items() if mapped_by_records(t) and not t.schema_ids and not plain]
-        rows = {name: table for name, kind, table, _cols in out.rows
-                if name in early and name not in whole and kind == ROWS}
-        # a table from the record schema: the changes of a schema it was not made for (prepare.schema_tables)
-        handed = whole + sorted({name for name, kind, _t, _c in out.rows if name in early and kind in (CHANGES, LATER)})
-        later = {name: deletes for name, deletes in ((n, project.mysql_deletes(early[n], t)) for n, t in rows.items())
-                 if deletes is not None}
-        for name, deletes in later.items():
-            yield from (packed(task, DELETES, name, blob) for blob in pack(rows[name].filter(deletes)))
-            rows[name] = rows[name].filter(pc.invert(deletes))
-        written = [b.to_pylist()[0] for b in write_now(job, early, {n: t for n, t in rows.items() if t.num_rows})]
-        for name, kind, table, columns in out.rows:
-            if not (kind == ROWS and name in rows):
-                yield from bucketed(task, ROWS if kind == LATER else kind, name, table, columns, tasks)
-        yield packed(task, TALLY, "", info={**out.info, "written": written, "reported": reported, "handed": handed})
+        yield from written_early(job, task, decoded, early, tasks)
     return run
+
+
+def written_early(job: WindowJob, task: int, decoded: pa.Table, early: dict[str, SinkTarget], tasks: int,
+                  counted: bool = True) -> Iterator[pa.RecordBatch]:
+    """A task's changes, its ``early`` targets written by itself, after sending its dead letters; the
+    other targets' rows and the deletes packed, then its tally (:func:`read_task`; the task after a Spark
+    stage, whose records the read tasks ``counted``: transform/spark_stage.finished)."""
+    out = project.sort_out(job, decoded, early)
+    if not counted:
+        out.info["counted"] = [c for c in out.info["counted"] if c[0] is not None]
+    reported = send_first(job, out.bad, out.info["examples"])  # before any of this task's writes
+    plain = any(mapped_by_records(t) for t in early.values()) and project.schemaless(decoded)
+    whole = [name for name, t in early.items() if mapped_by_records(t) and not t.schema_ids and not plain]
+    rows = {name: table for name, kind, table, _cols in out.rows
+            if name in early and name not in whole and kind == ROWS}
+    # a table from the record schema: the changes of a schema it was not made for (prepare.schema_tables)
+    handed = whole + sorted({name for name, kind, _t, _c in out.rows if name in early and kind in (CHANGES, LATER)})
+    later = {name: deletes for name, deletes in ((n, project.mysql_deletes(early[n], t)) for n, t in rows.items())
+             if deletes is not None}
+    for name, deletes in later.items():
+        yield from (packed(task, DELETES, name, blob) for blob in pack(rows[name].filter(deletes)))
+        rows[name] = rows[name].filter(pc.invert(deletes))
+    written = [b.to_pylist()[0] for b in write_now(job, early, {n: t for n, t in rows.items() if t.num_rows})]
+    for name, kind, table, columns in out.rows:
+        if not (kind == ROWS and name in rows):
+            yield from bucketed(task, ROWS if kind == LATER else kind, name, table, columns, tasks)
+    yield packed(task, TALLY, "", info={**out.info, "written": written, "reported": reported, "handed": handed})

@@ -274,12 +274,23 @@ def get_spark(cfg: SparkConfig, app_name: str = "cdcflow") -> SparkSession:
     builder = SparkSession.builder.appName(app_name)
     if not os.environ.get("CDCFLOW_SPARK_SUBMITTED"):  # under spark-submit the master comes from it
         builder = builder.master(resolve_master(cfg))
-    for key, value in {**DEFAULT_CONF, **cfg.conf}.items():
+    for key, value in {**DEFAULT_CONF, **_local_daemon(cfg), **cfg.conf}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     close_at_exit()
     spark.sparkContext.setLogLevel(os.environ.get("CDCFLOW_SPARK_LOG_LEVEL", "WARN"))
     return spark
+
+
+def _local_daemon(cfg: SparkConfig) -> dict[str, str]:
+    """A local Spark's Python workers forked from spark_jobs/daemon.py, as the long-lived server's are
+    (scripts/services.sh; ``CDCFLOW_SPARK_DAEMON_MODULE``, empty: PySpark's own): a worker started
+    mid-window (a Spark stage runs two at once per task: the frame in, the rows back) has the window's
+    modules imported already, instead of importing them in the window (~1 CPU-s each)."""
+    module = os.environ.get("CDCFLOW_SPARK_DAEMON_MODULE", "spark_jobs.daemon")
+    if not module or os.environ.get("CDCFLOW_SPARK_SUBMITTED") or not resolve_master(cfg).startswith("local"):
+        return {}
+    return {"spark.python.daemon.module": module}
 
 
 # -- a clean end -------------------------------------------------------------------------------------

@@ -42,7 +42,8 @@ Spark step, the typed record frame that step works on):
 A chain with ``SqlExpression``, a ``Sql`` predicate or ``Python`` has a Spark stage between 1 and 2
 (spark_jobs/transform/spark_stage.py): its read tasks hand on their changes as a typed record frame, Spark
 applies those steps, and a task per Spark partition applies the rest of the chain and sorts the rows
-out by target, as a read task does; no target is written early.
+out by target, as a read task does; only the MySQL tables of declared columns are written early,
+by those last tasks (the read tasks send their own dead letters first).
 
 Debezium keys records by primary key, so a key's changes usually sit in one read task; the second
 reduction is for the others (several topics into one table, a primary key that is not the Kafka
@@ -142,8 +143,8 @@ def run_partition_path(spark: SparkSession, job: WindowJob, on_read: OnRead,
         tasks = len(pieces)
         ranges = spark.range(0, tasks, 1, tasks).select(F.col("id").cast("int").alias("idx"))
         if row_chains.staged(job.transforms):  # SqlExpression, Sql predicates, Python: transform/spark_stage.py
-            packed = checkpoint(ranges.mapInArrow(spark_stage.read_task(job, pieces), PACKED_SCHEMA))
-            packed = spark_stage.run(spark, job, packed, tasks, checkpoint)
+            packed = checkpoint(ranges.mapInArrow(spark_stage.read_task(job, pieces, early), PACKED_SCHEMA))
+            packed = spark_stage.run(spark, job, packed, tasks, checkpoint, early)
         else:
             packed = checkpoint(ranges.mapInArrow(read_task(job, pieces, early), PACKED_SCHEMA))
         collected = packed.where(F.col("kind").isin(TALLY, DELETES)).select("kind", "target", "blob", "info").collect()

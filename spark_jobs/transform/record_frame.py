@@ -238,3 +238,62 @@ def conformed(values: pa.Array, kind: pa.DataType) -> pa.Array:
             return pa.array([None if mask is not None and mask[i].as_py() else {} for i in range(len(values))], kind)
         return pa.StructArray.from_arrays(fields, fields=list(kind), mask=mask)
     return images.as_type(values, kind)
+
+
+# -- the carried columns kept out of the JVM -----------------------------------------------------------------
+CARRIED = "_carried"  # an Arrow IPC stream of a blob's carried columns, on its first row (null on the others)
+_AT = ("_carried_partition", "_carried_offset")  # each carried row's own, to check the rows met theirs
+_STAR = re.compile(r"(^|[(,.])\s*\*")
+_KEPT = ("value", "partition", "offset", "_when")  # in the JVM always: what the steps set, and each row's own
+
+
+def apart(schema: pa.Schema, spark_steps: Any, condition: str | None) -> list[str]:
+    """The columns a segment of ``SqlExpression`` steps (and its row step's ``Sql`` predicate,
+    ``condition``) leaves as they are, and no expression names: all but ``value`` mostly. They skip
+    the JVM (:func:`set_apart`, :func:`put_back`), which would turn each into its rows and back for
+    nothing. A ``Python`` step may read, drop or reorder anything: its segment has every column in Spark."""
+    if any(cfg.type != "SqlExpression" for cfg in spark_steps):
+        return []
+    texts = [t for cfg in spark_steps for t in cfg.fields.values()] + ([condition] if condition else [])
+    if any(_STAR.search(t) for t in texts):  # struct(*), hash(*): every column, named or not
+        return []
+    return [n for n in schema.names if n not in _KEPT
+            and not any(re.search(rf"(?<!\w){re.escape(n)}(?!\w)", t) for t in texts)]
+
+
+def inside(schema: pa.Schema, outside: list[str]) -> pa.Schema:
+    """The frame's schema in the JVM: without the columns set apart, with :data:`CARRIED` for them."""
+    if not outside:
+        return schema
+    return pa.schema([f for f in schema if f.name not in outside] + [pa.field(CARRIED, pa.binary())])
+
+
+def set_apart(table: pa.Table, outside: list[str]) -> pa.Table:
+    """A blob's frame for the JVM: its ``outside`` columns (and each row's partition and offset) as
+    one Arrow IPC stream on its first row."""
+    if not outside:
+        return table
+    blob = np.full(table.num_rows, None, object)
+    if table.num_rows:
+        carried = table.select(outside).append_column(_AT[0], table.column("partition")).append_column(
+            _AT[1], table.column("offset"))
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, carried.schema) as writer:
+            writer.write_table(carried)
+        blob[0] = sink.getvalue().to_pybytes()
+    return table.drop_columns(outside).append_column(CARRIED, pa.array(blob, pa.binary()))
+
+
+def put_back(frame: pa.Table, names: list[str]) -> pa.Table:
+    """A task's frame after the Spark steps with the columns :func:`set_apart` kept out, by position
+    (a segment of SqlExpression steps keeps every row, in its order), in the frame's order ``names``."""
+    if CARRIED not in frame.column_names:
+        return frame
+    blobs = frame.column(CARRIED).drop_null().to_pylist()
+    carried = pa.concat_tables([pa.ipc.open_stream(b).read_all() for b in blobs]) if blobs else None
+    if carried is None or carried.num_rows != frame.num_rows or not all(
+            pc.all(pc.equal(carried.column(a), frame.column(c))).as_py() for a, c in zip(_AT, ("partition", "offset"))):
+        raise RuntimeError("the Spark stage's rows came back in another order than their carried columns")
+    columns = {n: frame.column(n) for n in frame.column_names if n != CARRIED}
+    columns.update((n, carried.column(n)) for n in carried.column_names if n not in _AT)
+    return pa.table({n: columns[n] for n in [*names, *(n for n in columns if n not in names)] if n in columns})

@@ -44,7 +44,13 @@ class Rows:
     key_stepped: bool = False  # a step on the key's fields before a Spark stage made the key (row_keys.resumed)
 
     def column(self, name: str) -> Any:
-        return self.table.column(name).combine_chunks()
+        """A column as one array; combined once (the decoded batches come as chunks), then kept so."""
+        values = self.table.column(name)
+        if values.num_chunks == 1:
+            return values.chunk(0)
+        combined = values.combine_chunks()
+        self.set(name, combined)
+        return combined
 
     def set(self, name: str, values: Any) -> None:
         i = self.table.schema.get_field_index(name)
@@ -72,7 +78,7 @@ class Rows:
 
     def value_null(self) -> pa.Array:
         """The changes whose value is null: a Kafka tombstone, or a value a Drop set to null."""
-        null = pc.is_null(self.column("value"))
+        null = self.table.column("value").is_null().combine_chunks()  # the values as read: not copied
         return null if self.nulled is None else pc.or_(null, self.nulled)
 
     def tombstone(self) -> pa.Array:
@@ -118,6 +124,8 @@ class Rows:
         for rows in order:
             offsets[rows] = np.arange(len(rows), dtype=np.int32)
         self.set("image", images.union(codes, offsets, children))
+        if all(e.null_count == len(e) for e in errors):  # no field of any row failed
+            return
         message = pa.concat_arrays(errors).take(pa.array(np.argsort(np.concatenate(order), kind="stable")))
         # a delete's image goes through the chain (its key fields renamed, cast) but never fails it: it
         # deletes by its key whatever the row held

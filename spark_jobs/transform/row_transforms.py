@@ -161,8 +161,22 @@ def insert_field(rows: Rows, cfg: cfgs.InsertField) -> None:
     if cfg.timestamp_field:
         added[cfg.timestamp_field] = pc.cast(pc.multiply(rows.column("timestamp"), 1000), pa.timestamp("us"))
     if cfg.static_field:
-        added[cfg.static_field] = pa.array([cfg.static_value] * n)
+        added[cfg.static_field] = pa.repeat(pa.array([cfg.static_value])[0], n)
     rows.insert(added, pa.array(np.ones(n, bool)))
+
+
+def undone(chain: list[Any], i: int) -> bool:
+    """Step ``i`` is an InsertField whose every field the next step, a ReplaceField, drops (both on
+    every record's value): it changes nothing, and is not made to (an insert fails no record)."""
+    if i + 1 >= len(chain) or chain[i].type != "InsertField" or chain[i + 1].type != "ReplaceField":
+        return False
+    insert, replace = chain[i], chain[i + 1]
+    if insert.target != "value" or replace.target != "value" or insert.predicate or replace.predicate:
+        return False
+    names = [insert.topic_field, insert.partition_field, insert.offset_field, insert.timestamp_field,
+             insert.static_field]
+    return all(n in replace.exclude or (replace.include and n not in replace.include)
+               for n in names if n is not None) and not set(names) & set(replace.renames)
 
 
 def regex_router(rows: Rows, cfg: cfgs.RegexRouter) -> None:
@@ -229,8 +243,11 @@ def apply(decoded: pa.Table, chain: Any, versioning: str, finish: bool = True, f
     if schemas.null_count < len(schemas):
         texts = {t: described(chain, t) for t in pc.unique(schemas).drop_null().to_pylist()}
         rows.set("row_schema", pa.array([None if t is None else texts[t] for t in schemas.to_pylist()], pa.string()))
+    chain = list(chain)
     for i, cfg in enumerate(chain, start=first):
         try:
+            if undone(chain, i - first):
+                continue
             if cfg.type == "ExtractNewRecordState":
                 row_unwrap.extract_new_record_state(rows, cfg, versioning)
             elif cfg.type in row_keys.FIELD_STEPS and cfg.target == "key":

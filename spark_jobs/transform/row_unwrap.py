@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 from connectors.changes import VERSION_SHIFT, bigint, text
 from connectors.debezium.arrow_read import Unsupported, parsed
 from connectors.debezium.columns import payloads
-from connectors.registry.decode import json_bytes
+from connectors.registry.decode import JSON_COLUMNS
 from spark_jobs.transform import transform_config as cfgs
 from spark_jobs.transform.row_changes import Rows
 
@@ -148,7 +148,7 @@ def extract_new_record_state(rows: Rows, cfg: cfgs.ExtractNewRecordState, versio
     # the values read again: every change's for the fields the decode does not keep, else the delete events'
     wanted = pc.and_(rows.live, pc.invert(tombstone) if read else delete_event)
     at = np.flatnonzero(pc.fill_null(wanted, False).to_numpy(zero_copy_only=False))
-    values = json_bytes(rows.table, "value").take(pa.array(at, pa.int64()))  # a registry's: transcoded
+    values = _values_at(rows.table, at)
     added: dict[str, pa.Array] = {}
     if cfg.delete_handling == "rewrite":
         added["__deleted"] = _rewrite(rows, delete_event, at, values)
@@ -166,6 +166,13 @@ def extract_new_record_state(rows: Rows, cfg: cfgs.ExtractNewRecordState, versio
     if added:
         rows.insert(added, pc.invert(tombstone))
     rows.enveloped = False
+
+
+def _values_at(table: pa.Table, at: np.ndarray) -> pa.Array:
+    """The values as read (a registry's: transcoded, ``json_bytes``) of the changes ``at``, taken from
+    the chunks: the other values are not copied."""
+    name = JSON_COLUMNS["value"] if JSON_COLUMNS["value"] in table.column_names else "value"
+    return table.column(name).take(pa.array(at, pa.int64())).combine_chunks()
 
 
 def _rewrite(rows: Rows, delete_event: pa.Array, at: np.ndarray, values: pa.Array) -> pa.Array:

@@ -36,14 +36,17 @@ from spark_jobs.blobs import BAD, PACKED_SCHEMA, TALLY, bucketed, pack, packed
 from spark_jobs.project import targets as project
 from spark_jobs.project.routes import routes_checked
 from spark_jobs.read.ranges import reader
+from spark_jobs.read_task import written_early
 from spark_jobs.transform import envelope_frame, record_frame, row_transforms
 from spark_jobs.transform import transform_config as cfgs
 from spark_jobs.transform.row_chains import SPARK_STEPS, sparked
+from spark_jobs.write.dead_letters import send_first
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from spark_jobs.job import Pieces, WindowJob
+    from spark_jobs.write.sinks import SinkTarget
 
 STAGED = "staged"  # a packed kind: a task's changes as the record frame, for the Spark stage
 _READS_VALUES = ("ExtractNewRecordState",)  # row steps that read the values as read (spark_jobs/row_unwrap.py)
@@ -102,10 +105,12 @@ def staged_blobs(task: int, changes: pa.Table, job: WindowJob,
                                         "frame": record_frame.schema_text(frame.schema)})
 
 
-def read_task(job: WindowJob, pieces: Pieces) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def read_task(job: WindowJob, pieces: Pieces, early: dict[str, SinkTarget] | None = None,
+              ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The read task of a chain with a Spark stage: its ranges read and decoded, the chain's head,
-    then the live changes as the record frame; its dead letters (which no Spark step sees) and its
-    tally (every record read) from here (spark_jobs/read_task.py without a Spark stage)."""
+    then the live changes as the record frame; its dead letters (which no Spark step sees; sent by
+    itself in a window with ``early`` targets, which the tasks after the stage write) and its tally
+    (every record read) from here (spark_jobs/read_task.py without a Spark stage)."""
     decode = reader(job, pieces)
     head, segments = cut(job.transforms)
     enveloped = bool(segments) and envelope_frame.before_unwrap(job.transforms, segments[0].first)
@@ -127,10 +132,11 @@ def read_task(job: WindowJob, pieces: Pieces) -> Callable[[Iterator[pa.RecordBat
         live = pc.and_(pc.is_null(decoded.column("error_stage")),
                        pc.is_in(op, value_set=pa.array(["upsert", "delete"])))
         rest = project.sort_out(job, _without_envelope(decoded.filter(pc.invert(live))))  # dead letters; TRUNCATEs
-        if rest.bad.num_rows:
+        reported = {"reported": send_first(job, rest.bad, rest.info["examples"])} if early else {}
+        if rest.bad.num_rows and not early:
             yield from (packed(task, BAD, "", blob) for blob in pack(rest.bad))
         yield from staged_blobs(task, decoded.filter(live), job,
-                                {**rest.info, **project.tally_of(decoded, rest.bad)})
+                                {**rest.info, **project.tally_of(decoded, rest.bad), **reported})
     return run
 
 
@@ -138,19 +144,24 @@ def _without_envelope(changes: pa.Table) -> pa.Table:
     return changes.drop_columns([record_frame.ENVELOPE]) if record_frame.ENVELOPE in changes.column_names else changes
 
 
-def _unstage(schema: pa.Schema) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def _unstage(schema: pa.Schema, outside: list[str]) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The read tasks' frames into Spark, but the carried columns no Spark step reads (``outside``:
+    record_frame.apart), which go as one value per blob, for the task after the steps."""
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for blob in batch.column("blob").to_pylist():
-                yield from record_frame.conform(pa.ipc.open_stream(blob).read_all(), schema).to_batches()
+                frame = record_frame.conform(pa.ipc.open_stream(blob).read_all(), schema)
+                yield from record_frame.set_apart(frame, outside).to_batches()
     return run
 
 
-def _after(job: WindowJob, segment: Segment, last: bool, tasks: int,
-           following: Segment | None = None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The task after a segment's Spark steps: its row steps, then the next stage's frame (of the
-    segment ``following``) or (last) :func:`finished`. Before the unwrap the frame held the
-    envelopes, which the rows are read from (spark_jobs/transform/envelope_frame.py)."""
+def _after(job: WindowJob, segment: Segment, last: bool, tasks: int, names: list[str],
+           early: dict[str, SinkTarget], following: Segment | None = None,
+           ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The task after a segment's Spark steps: the carried columns put back (the frame's ``names``),
+    its row steps, then the next stage's frame (of the segment ``following``) or (last)
+    :func:`finished`. Before the unwrap the frame held the envelopes, which the rows are read from
+    (spark_jobs/transform/envelope_frame.py)."""
     enveloped = envelope_frame.before_unwrap(job.transforms, segment.first)
     keep = following is not None and envelope_frame.before_unwrap(job.transforms, following.first)
     rows_first = segment.first + len(segment.spark)  # the chain index of the segment's first row step
@@ -163,20 +174,25 @@ def _after(job: WindowJob, segment: Segment, last: bool, tasks: int,
         if not tables:
             yield packed(task, TALLY, "", info={"counted": []})
             return
-        frame = pa.concat_tables(tables)
+        frame = record_frame.put_back(pa.concat_tables(tables), names)
         when = frame.column("_when").combine_chunks() if "_when" in frame.column_names else None
         back = envelope_frame.from_frame(frame, keep) if enveloped else record_frame.from_frame(frame)
         changes = row_transforms.apply(back, segment.rows, job.versioning, finish=last,
                                        first=rows_first, when=when,
                                        documents="all" if last else "kept", key_converter=job.key_converter,
                                        enveloped=envelope_frame.before_unwrap(job.transforms, rows_first))
-        yield from finished(job, task, changes, tasks) if last else staged_blobs(task, changes, job)
+        yield from finished(job, task, changes, tasks, early) if last else staged_blobs(task, changes, job)
     return run
 
 
-def finished(job: WindowJob, task: int, changes: pa.Table, writers: int) -> Iterator[pa.RecordBatch]:
-    """After the chain: as spark_jobs/project/targets.split, but for the records read, which the read tasks
-    counted."""
+def finished(job: WindowJob, task: int, changes: pa.Table, writers: int,
+             early: dict[str, SinkTarget] | None = None) -> Iterator[pa.RecordBatch]:
+    """After the chain: as spark_jobs/project/targets.split, but for the records read, which the read
+    tasks counted; the ``early`` targets written here, as a read task without a Spark stage writes them
+    (spark_jobs/read_task.written_early)."""
+    if early:
+        yield from written_early(job, task, routes_checked(changes), early, writers, counted=False)
+        return
     out = project.sort_out(job, routes_checked(changes))
     out.info["counted"] = [c for c in out.info["counted"] if c[0] is not None]
     for name, kind, table, columns in out.rows:
@@ -251,10 +267,11 @@ def python_transform(frame: DataFrame, cfg: cfgs.PythonTransform) -> DataFrame:
     return result.select(*frame.columns)
 
 
-def run(spark: SparkSession, job: WindowJob, staged_frame: DataFrame, tasks: int, checkpoint: Any) -> DataFrame:
+def run(spark: SparkSession, job: WindowJob, staged_frame: DataFrame, tasks: int, checkpoint: Any,
+        early: dict[str, SinkTarget] | None = None) -> DataFrame:
     """The window's Spark stages over the read tasks' packed output (``staged_frame``): the last
-    stage's packed rows per target, with every tally and dead letter (the read tasks' too: no Spark
-    step sees those)."""
+    stage's packed rows per target (the ``early`` targets written by its tasks), with every tally and
+    dead letter (the read tasks' too: no Spark step sees those)."""
     from pyspark.sql import functions as F  # noqa: PLC0415
     from pyspark.sql.pandas.types import from_arrow_schema  # noqa: PLC0415
 
@@ -267,10 +284,13 @@ def run(spark: SparkSession, job: WindowJob, staged_frame: DataFrame, tasks: int
         if not texts:  # nothing was read
             return tallies
         schema = record_frame.merged(texts)
-        frame = current.where(F.col("kind") == STAGED).mapInArrow(_unstage(schema), from_arrow_schema(schema))
+        outside = record_frame.apart(schema, segment.spark, segment.when.condition if segment.when else None)
+        frame = current.where(F.col("kind") == STAGED).mapInArrow(
+            _unstage(schema, outside), from_arrow_schema(record_frame.inside(schema, outside)))
         frame = apply_spark(frame, segment)
         following = None if last else segments[n + 1]
-        out = checkpoint(frame.mapInArrow(_after(job, segment, last, tasks, following), PACKED_SCHEMA))
+        out = checkpoint(frame.mapInArrow(_after(job, segment, last, tasks, schema.names, early or {}, following),
+                                          PACKED_SCHEMA))
         if not last:
             current = out
             continue

@@ -50,21 +50,26 @@ def early_targets(job: WindowJob) -> dict[str, SinkTarget]:
     breaker), no ``truncate: apply``; and of Debezium's records of one topic, the case measured and
     tested. Two tasks may still write one key (a key's changes in two partitions): their upserts
     keep the newer, and a table's deletes are written by the driver after them
-    (``project.mysql_deletes``). ``CDCFLOW_WINDOW_PATH=staged`` turns it off."""
-    if not early_window(job):
+    (``project.mysql_deletes``). ``CDCFLOW_WINDOW_PATH=staged`` turns it off. Behind a Spark stage
+    (transform/spark_stage.py) the tasks after it write the MySQL tables of declared columns (an index's
+    documents come from what Spark left, the record schema dropped: handed on)."""
+    if not early_window(job, staged_too=True):
         return {}
+    staged = row_chains.staged(job.transforms)
     early = {}
     for target in job.sinks:
-        if is_static(target) and target.config.name != job.offsets_sink and not is_history(target):
+        if is_static(target) and target.config.name != job.offsets_sink and not is_history(target) and not (
+                staged and not isinstance(target.config, MySqlSinkConfig)):
             SINK_TYPES[target.config.type].prepare(target)
             early[target.config.name] = target
     return early
 
 
-def early_window(job: WindowJob) -> bool:
-    """A window whose read tasks may write (:func:`early_targets`)."""
+def early_window(job: WindowJob, staged_too: bool = False) -> bool:
+    """A window whose read tasks may write (:func:`early_targets`); ``staged_too``: or, with a Spark
+    stage, the tasks after it."""
     return not (os.environ.get("CDCFLOW_WINDOW_PATH") == "staged" or job.max_dead_letters is not None
-                or row_chains.staged(job.transforms)
+                or (row_chains.staged(job.transforms) and not staged_too)
                 or job.truncate == "apply" or len({r.topic for r in job.ranges}) != 1
                 or job.source_format != "debezium")
 

@@ -144,3 +144,21 @@ def test_value_to_key_into_a_table_from_the_record_schema_keys_it_by_those_field
     assert rt.unserved(job(MYSQL, transforms=CHAIN.validate_python([
         {"type": "ExtractNewRecordState"}, {"type": "Drop"}, {"type": "SetSchemaMetadata", "name": "n"},
         {"type": "TimestampRouter"}, {"type": "ExtractTopic", "field": "customer"}]))) is None
+
+
+def test_an_insert_field_whose_fields_the_next_replace_field_drops_is_skipped_and_changes_nothing() -> None:
+    insert = {"type": "InsertField", "static_field": "src", "static_value": "shop", "offset_field": "off"}
+    steps = chain(insert, {"type": "ReplaceField", "exclude": ["src", "off", "note"]})
+    assert rt.undone(steps, 1) and not rt.undone(steps, 0) and not rt.undone(steps, 2)
+    for kept in ({"type": "ReplaceField", "exclude": ["src"]},  # off stays
+                 {"type": "ReplaceField", "exclude": ["src", "off"], "renames": {"off": "o"}},
+                 {"type": "Cast", "spec": {"id": "int64"}}):
+        assert not rt.undone(chain(insert, kept), 1), kept
+    assert rt.undone(chain(insert, {"type": "ReplaceField", "include": ["id", "customer"]}), 1)
+    # the rows are those of the chain without both steps' fields: the offsets and the text never appear
+    assert _run(insert, {"type": "ReplaceField", "exclude": ["src", "off", "note"]}) == _run(
+        {"type": "ReplaceField", "exclude": ["note"]})
+    added = _run(insert)
+    assert {r["image"]["src"] for r in added if r["change_op"] == "upsert"} == {"shop"}
+    assert [r["image"]["off"] for r in added if r["change_op"] == "upsert"] == [
+        str(r["offset"]) for r in added if r["change_op"] == "upsert"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pyarrow as pa
+import pytest
 from pydantic import TypeAdapter
 
 from spark_jobs.transform import record_frame as rf
@@ -93,3 +94,29 @@ def test_the_key_is_parsed_only_for_a_spark_step_that_may_read_it() -> None:
     frame = rf.to_frame(changes, "json_schema", key=False)
     assert frame.column("key").to_pylist() == [fx.events()[0][0].decode()]  # its text, as read
     assert rf.from_frame(frame).column("key").to_pylist() == [fx.events()[0][0]]
+
+
+def test_the_carried_columns_no_sql_expression_names_skip_the_jvm_and_come_back_by_position() -> None:
+    changes = rt.apply(decoded(fx.events()), chain(), "source_ts_ms", finish=False)
+    frame = rf.to_frame(changes, "json_schema")
+    sql = chain({"type": "SqlExpression", "fields": {"t": "value.qty * 2", "v": "`_version` + 1"}})[1:]
+    outside = rf.apart(frame.schema, sql, "_source_db = 'shop'")
+    # what the expressions name, the value they set and each row's own partition and offset stay in Spark
+    assert not {"_version", "_source_db", "value", "partition", "offset"} & set(outside)
+    assert {"topic", "key", "headers", "_deleted", "_change_op", "_key", "_source_table"} <= set(outside)
+    assert rf.apart(frame.schema, chain({"type": "Python", "function": "a.b"})[1:], None) == []
+    assert rf.apart(frame.schema, chain({"type": "SqlExpression", "fields": {"h": "hash(*)"}})[1:], None) == []
+    jvm = rf.set_apart(frame, outside)
+    assert jvm.schema == rf.inside(frame.schema, outside)
+    assert jvm.column(rf.CARRIED).null_count == frame.num_rows - 1  # one value for the whole blob
+    # Spark's batches come back in other sizes, with a column added: each row gets its own carried values
+    spark = pa.Table.from_batches(jvm.to_batches(max_chunksize=2)).append_column("_when", pa.nulls(frame.num_rows,
+                                                                                                    pa.bool_()))
+    back = rf.put_back(spark, frame.schema.names)
+    assert back.column_names == [*frame.column_names, "_when"]
+    assert back.drop_columns(["_when"]).to_pylist() == frame.to_pylist()
+    # rows that did not come back in their order are refused, never paired with another row's values
+    with pytest.raises(RuntimeError, match="order"):
+        rf.put_back(spark.take(list(range(frame.num_rows))[::-1]), frame.schema.names)
+    empty = rf.set_apart(frame.slice(0, 0), outside)
+    assert empty.num_rows == 0 and rf.CARRIED in empty.column_names
