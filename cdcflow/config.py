@@ -46,7 +46,7 @@ from connectors.mysql.config import (
     MySqlColumn,
     MySqlSinkConfig,
 )
-from spark_jobs.transform import row_chains
+from spark_jobs import chains
 from spark_jobs.config import SparkConfig
 from spark_jobs.transform.transform_config import TransformConfig, chain_problems
 
@@ -218,7 +218,7 @@ class PipelineConfig(StrictModel):
             raise ValueError("versioning source_ts_ms needs an ExtractNewRecordState transform (Debezium topics); "
                              "for other records set versioning: kafka_offset")
         else:
-            unserved = row_chains.unserved(SimpleNamespace(
+            unserved = chains.unserved(SimpleNamespace(
                 transforms=self.transforms, key_converter=self.source.key_converter,
                 value_converter=self.source.value_converter, source_format=self.source.format))
             if unserved is not None:

@@ -64,7 +64,8 @@ from connectors import timing
 from connectors.base import SinkStats
 from connectors.errors import CdcflowError, WindowFailed
 from spark_jobs.project import compose
-from spark_jobs.transform import row_chains, spark_stage
+from spark_jobs import chains
+from spark_jobs.transform import spark_stage
 from spark_jobs.write import prepare
 from spark_jobs.blobs import BAD, CHANGES, DELETES, PACKED_SCHEMA, ROWS, TALLY, unpack
 from spark_jobs.write.dead_letters import blob_rows, breaker, reporter, send_dead_letters
@@ -142,7 +143,7 @@ def run_partition_path(spark: SparkSession, job: WindowJob, on_read: OnRead,
         pieces = read_pieces(job.ranges, read_slots(spark))
         tasks = len(pieces)
         ranges = spark.range(0, tasks, 1, tasks).select(F.col("id").cast("int").alias("idx"))
-        if row_chains.staged(job.transforms):  # SqlExpression, Sql predicates, Python: transform/spark_stage.py
+        if chains.staged(job.transforms):  # SqlExpression, Sql predicates, Python: transform/spark_stage.py
             packed = checkpoint(ranges.mapInArrow(spark_stage.read_task(job, pieces, early), PACKED_SCHEMA))
             packed = spark_stage.run(spark, job, packed, tasks, checkpoint, early)
         else:

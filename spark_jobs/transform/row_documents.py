@@ -5,7 +5,7 @@ producer meant it (a Decimal as an exact number, a date as ISO-8601, a geometry 
 srid}``, a JSON column's text). A chain then rewrites the images (spark_jobs/transform/row_transforms.py), so
 the documents are written again from the rewritten images, one rule per field:
 
-* a field the chain left as it was (renamed or not: ``row_chains.names_before``; its MySQL text the
+* a field the chain left as it was (renamed or not: ``chains.names_before``; its MySQL text the
   same) keeps its JSON from the decode, byte for byte, so a document after a chain holds what it
   would without one;
 * a field the chain made (InsertField), cast, converted or masked gets the JSON of its new typed
@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from connectors import images
 from connectors.debezium import typed
-from spark_jobs.transform.row_chains import names_before
+from spark_jobs.chains import names_before
 
 _FRAGMENTS = msgspec.json.Decoder(dict[str, msgspec.Raw])
 

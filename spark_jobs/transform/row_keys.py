@@ -21,7 +21,7 @@ alike: spark_jobs/tables.project_rows) and Elasticsearch ``id_fields`` (spark_jo
 field the key lacks from the row image as before. ``pk_mode: record_value`` keys rows by the value's
 fields, and ``pk_mode: kafka`` by the record's coordinates, as Kafka Connect's JDBC sink does: a key
 step changes neither. A table from the record schema takes the key's fields as the chain leaves
-them as its primary key (row_chains.key_after: renamed, cast, added).
+them as its primary key (chains.key_after: renamed, cast, added).
 """
 
 from __future__ import annotations
@@ -41,10 +41,10 @@ from connectors.changes import JSON_DECODE, RecordError
 from connectors.debezium.envelope import Decoder
 from connectors.debezium.logical import BadValue, plain_text
 from connectors.registry.decode import json_bytes
-from spark_jobs.transform import row_chains
+from spark_jobs import chains
 from spark_jobs.transform import transform_config as cfgs
 from spark_jobs.transform.row_changes import Rows, fields_of, struct_like
-from spark_jobs.transform.row_chains import KEY_FIELD_STEPS
+from spark_jobs.chains import KEY_FIELD_STEPS
 
 WHOLE = ""  # row_nested.WHOLE: the one field of an image whose value is not a struct
 FIELD_STEPS = frozenset(KEY_FIELD_STEPS)  # on the key they run on the key's image (:func:`on_key`)
@@ -140,7 +140,7 @@ def extract_field(rows: Rows, cfg: cfgs.ExtractField) -> None:
 def finished(rows: Rows, chain: Any) -> None:
     """After the chain: where it has a step on the key's fields, each change's ``key_image`` is the key
     it left, as exact texts (the sinks that key rows by the record key read it: the module's docstring)."""
-    if row_chains.keyed(chain) or rows.key_stepped:
+    if chains.keyed(chain) or rows.key_stepped:
         rows.set("key_image", images.as_map(current(rows)))
 
 
@@ -157,7 +157,7 @@ def hand_on(rows: Rows, chain: Any) -> None:
         return
     n = rows.table.num_rows
     dropped = pc.fill_null(rows.keyless, False) if rows.keyless is not None else pa.array(np.zeros(n, bool))
-    stepped = 4 if row_chains.keyed(chain) or rows.key_stepped else 0
+    stepped = 4 if chains.keyed(chain) or rows.key_stepped else 0
     flags = pc.cast(pc.add(pc.if_else(dropped, 3, 1), stepped), pa.int8())
     rows.set("key_image", current(rows))
     if CARRIED in rows.table.column_names:

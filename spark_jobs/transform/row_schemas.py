@@ -21,7 +21,7 @@ the table as it does one made from a Connect schema (spark_jobs/write/prepare.py
   ``schema_changes`` decides (BIGINT to DOUBLE is narrow: a pipeline stops rather than round);
 * the primary key: the sink's ``primary_key``, else the fields of the Kafka key (a JSON object, or
   the payload of its ``{schema, payload}`` wrapper), as the chain leaves them (a ValueToKey's
-  fields, ReplaceField's renames: row_chains.key_after);
+  fields, ReplaceField's renames: chains.key_after);
 * every column is nullable, but the key's.
 
 Where a record has a Connect schema, its schema describes the fields it has; an inferred type only
@@ -42,14 +42,14 @@ from connectors import images
 from connectors.debezium.envelope import Decoder
 from connectors.registry.decode import json_bytes
 from connectors.mysql.evolution import joined
-from spark_jobs.transform.row_chains import key_after, key_type, nested
+from spark_jobs.chains import key_after, key_type, nested
 
 _INTEGERS = {8: "TINYINT", 16: "SMALLINT", 32: "INT", 64: "BIGINT"}
 
 
 def mysql_type(kind: pa.DataType) -> str | None:
     """The MySQL column a field of this Arrow type is created as (a key's text and bytes bounded by
-    row_chains.key_type); None for a field that holds only nulls (no type to tell)."""
+    chains.key_type); None for a field that holds only nulls (no type to tell)."""
     if pa.types.is_null(kind):
         return None
     if pa.types.is_boolean(kind):

@@ -86,7 +86,7 @@ def extract_topic(rows: Rows, cfg: cfgs.ExtractTopic) -> None:
 def value_to_key(rows: Rows, cfg: cfgs.ValueToKey) -> None:
     """The key becomes the value's ``fields``. This path keys a table's rows by its key columns,
     read from the row image (pk_mode record_key too), and a table from the record schema takes these fields as
-    its primary key (row_chains.key_after): so the key changes no row here, but a later step on the
+    its primary key (chains.key_after): so the key changes no row here, but a later step on the
     key reads these fields (a delete's from its row image). The check: an upsert whose field is null or missing
     fails, the first such field named."""
     rows.key_from, rows.keyless, rows.keys = (rows.column("image"), tuple(cfg.fields)), None, None

@@ -16,12 +16,12 @@ transform/java_regex.py), Filter and TombstoneHandler, the steps on the whole re
 (transform/row_steps.py: Drop, ExtractTopic, SetSchemaMetadata, TimestampRouter, ValueToKey),
 Flatten, ExtractField and HoistField (transform/row_nested.py, on values the decode keeps whole),
 and every step with ``target: key`` on the key (transform/row_keys.py). A chain without
-ExtractNewRecordState on Debezium's topics reads Kafka Connect's record model (row_chains.record_model):
+ExtractNewRecordState on Debezium's topics reads Kafka Connect's record model (chains.record_model):
 each value, json or json_schema, is the row, or the string converter's text, or the bytes converter's
 bytes. On GoldenGate's, Canal's and Maxwell's topics the format's decoder reads the rows
-(row_chains.format_rows), which the steps see as after an ExtractNewRecordState (``Rows.enveloped``
+(chains.format_rows), which the steps see as after an ExtractNewRecordState (``Rows.enveloped``
 is false from the start).
-What a chain makes of a table from the record schema: row_chains.described (transform/row_schemas.py
+What a chain makes of a table from the record schema: chains.described (transform/row_schemas.py
 for records without a schema); of an Elasticsearch document: transform/row_documents.py. The one
 semantics where an earlier second path differed is in docs/transforms.md ("One semantics").
 
@@ -53,7 +53,7 @@ from spark_jobs.transform import transform_config as cfgs
 from spark_jobs.transform.row_changes import Rows, applies, fields_of, first_error, per_topic, struct_like
 from spark_jobs.transform.row_casts import CAST_TYPES, cast_values  # noqa: F401
 # unserved, names_before, TIME_COLUMNS, CAST_TYPES and cast_values are read through this module too
-from spark_jobs.transform.row_chains import (  # noqa: F401
+from spark_jobs.chains import (  # noqa: F401
     SERVED_STEPS,
     TIME_COLUMNS,
     described,
@@ -214,7 +214,7 @@ STEPS: dict[str, Callable[[Rows, Any], None]] = {
     # the steps that take values apart or wrap them (spark_jobs/transform/row_nested.py)
     "Flatten": row_nested.flatten, "ExtractField": row_nested.extract_field, "HoistField": row_nested.hoist_field,
 }
-assert set(STEPS) == SERVED_STEPS, "row_chains.SERVED_STEPS names the steps this module applies"
+assert set(STEPS) == SERVED_STEPS, "chains.SERVED_STEPS names the steps this module applies"
 
 
 def apply(decoded: pa.Table, chain: Any, versioning: str, finish: bool = True, first: int = 0,

@@ -39,7 +39,7 @@ from spark_jobs.read.ranges import reader
 from spark_jobs.read_task import written_early
 from spark_jobs.transform import envelope_frame, record_frame, row_transforms
 from spark_jobs.transform import transform_config as cfgs
-from spark_jobs.transform.row_chains import SPARK_STEPS, sparked
+from spark_jobs.chains import SPARK_STEPS, sparked
 from spark_jobs.write.dead_letters import send_first
 
 if TYPE_CHECKING:

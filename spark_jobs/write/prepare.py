@@ -18,7 +18,7 @@ from connectors.elasticsearch.config import ElasticsearchSinkConfig
 from connectors.errors import ConfigError
 from connectors.elasticsearch.sink import ElasticsearchSink
 from connectors.mysql.config import MySqlSinkConfig
-from spark_jobs.transform import row_chains, row_transforms
+from spark_jobs import chains
 from spark_jobs.job import WindowJob, WindowResult, smaller
 from spark_jobs.sink_targets import SinkTarget, is_dynamic, is_history, is_routed, is_static, mapped_by_records
 from spark_jobs.write.sinks import (
@@ -35,7 +35,7 @@ def refuse_unserved(job: WindowJob) -> None:
     """A chain the window cannot apply fails the window before any read, naming the step and why.
     cdcflow/config.py refuses such a chain when the config is loaded; a job built otherwise (a test,
     a job file from an older release) is refused here."""
-    why = row_chains.unserved(job) if job.transforms else None
+    why = chains.unserved(job) if job.transforms else None
     if why is not None:
         raise ConfigError(f"transforms: {why}")
 
@@ -55,7 +55,7 @@ def early_targets(job: WindowJob) -> dict[str, SinkTarget]:
     documents come from what Spark left, the record schema dropped: handed on)."""
     if not early_window(job, staged_too=True):
         return {}
-    staged = row_chains.staged(job.transforms)
+    staged = chains.staged(job.transforms)
     early = {}
     for target in job.sinks:
         if is_static(target) and target.config.name != job.offsets_sink and not is_history(target) and not (
@@ -69,7 +69,7 @@ def early_window(job: WindowJob, staged_too: bool = False) -> bool:
     """A window whose read tasks may write (:func:`early_targets`); ``staged_too``: or, with a Spark
     stage, the tasks after it."""
     return not (os.environ.get("CDCFLOW_WINDOW_PATH") == "staged" or job.max_dead_letters is not None
-                or (row_chains.staged(job.transforms) and not staged_too)
+                or (chains.staged(job.transforms) and not staged_too)
                 or job.truncate == "apply" or len({r.topic for r in job.ranges}) != 1
                 or job.source_format != "debezium")
 
@@ -92,7 +92,7 @@ def schema_tables(job: WindowJob, early: dict[str, SinkTarget],
     after the read, then writes it (``project.sort_out``). Returns the schema changes run."""
     tables = [t for t in job.sinks if is_dynamic(t) and isinstance(t.config, MySqlSinkConfig)
               and not t.config.columns and not is_routed(t.config) and not is_history(t)
-              and not row_transforms.nested(job.transforms)  # described from the images (row_schemas)
+              and not chains.nested(job.transforms)  # described from the images (row_schemas)
               and t.config.name != job.offsets_sink]  # exactly-once: written last, with the offsets
     indices = [t for t in early.values() if mapped_by_records(t) and "{topic}" not in t.config.index]
     if not (tables or indices) or not early_window(job):
@@ -122,7 +122,7 @@ def schema_tables(job: WindowJob, early: dict[str, SinkTarget],
 def first_schemas(job: WindowJob, limit: int | None = None) -> list[tuple[str, str, int]]:
     """(schema_id, row_schema, version) of the record schemas among each range's first ``limit``
     records (:data:`PEEK_RECORDS`), read and decoded on the driver as a read task would (spark_jobs/read/decode.py),
-    and described as the chain leaves them (``row_transforms.described``), as a read task's changes are."""
+    and described as the chain leaves them (``chains.described``), as a read task's changes are."""
     limit = limit or PEEK_RECORDS
     from connectors.kafka.reader import KafkaRangeReader  # noqa: PLC0415
     from spark_jobs.read.decode import change_decoder  # noqa: PLC0415
@@ -135,7 +135,7 @@ def first_schemas(job: WindowJob, limit: int | None = None) -> list[tuple[str, s
         for schema_id, text, version in zip(*(decoded.column(c).to_pylist() for c in (
                 "schema_id", "row_schema", "version")), strict=True):
             if schema_id is not None and text is not None:
-                text = row_transforms.described(job.transforms, text) if job.transforms else text
+                text = chains.described(job.transforms, text) if job.transforms else text
                 found.append((schema_id, text, version or 0))
     return found
 

@@ -23,7 +23,7 @@ from connectors.errors import ConfigError
 from connectors.mysql.config import HISTORY_OWN, MySqlSinkConfig
 from connectors.mysql.sink import arrow_changes
 from spark_jobs.sink_targets import SinkTarget
-from spark_jobs.transform.row_chains import key_type
+from spark_jobs.chains import key_type
 from spark_jobs.transform.row_schemas import KAFKA_COLUMNS, by_coordinates, inferred_columns, merged
 
 def _columns(batch: pa.RecordBatch, names: list[str]) -> list[list[Any]]:
@@ -87,7 +87,7 @@ def derive_from_connect(target: SinkTarget, table: str, descriptions: list[str],
     if cfg.pk_mode == "kafka":  # every record a row of its own, keyed by its coordinates (tables.project_rows)
         columns, key = by_coordinates(columns), [c["name"] for c in KAFKA_COLUMNS]
     pk = cfg.primary_key or key
-    for name in pk:  # an inferred key column of text, bytes or JSON bounded (row_chains.key_type)
+    for name in pk:  # an inferred key column of text, bytes or JSON bounded (chains.key_type)
         if columns.get(name, {}).get("inferred"):
             columns[name] = {**columns[name], "type": key_type(columns[name]["type"])}
     if not pk:

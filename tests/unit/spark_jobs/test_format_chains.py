@@ -1,6 +1,6 @@
 """A chain on Canal's rows (issue 43): the read task decodes the flat messages with Canal's decoder
 (spark_jobs/read/decode.change_decoder) and the steps rewrite its rows and the table its ``mysqlType``
-describes (row_chains.described). The messages are tests/fixtures/canal/orders.py's (Canal's
+describes (chains.described). The messages are tests/fixtures/canal/orders.py's (Canal's
 documented flat message, the pages it names)."""
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import pytest
 
 from cdcflow.config import MySqlSinkConfig, parse_pipeline
 from connectors.errors import ConfigError
-from spark_jobs.transform import row_chains
+from spark_jobs import chains
 from spark_jobs.transform import row_transforms as rt
 from spark_jobs.read.decode import change_decoder
 from spark_jobs.project.tables import project_rows
@@ -105,9 +105,9 @@ def test_a_table_from_the_record_schema_takes_the_keys_columns() -> None:
     assert table["columns"] == [{"name": "id", "type": "BIGINT", "nullable": False},
                                 {"name": "customer", "type": "LONGTEXT", "nullable": True},
                                 {"name": "order_id", "type": "VARCHAR(255)", "nullable": False}]
-    assert row_chains.key_after(steps, ["id"]) == ["order_id"]
+    assert chains.key_after(steps, ["id"]) == ["order_id"]
     # without a step on the key's fields, the value's renames name the key (it is read from the row)
-    assert row_chains.key_after(chain({"type": "ReplaceField", "renames": {"id": "order_id"}}), ["id"]) == ["order_id"]
+    assert chains.key_after(chain({"type": "ReplaceField", "renames": {"id": "order_id"}}), ["id"]) == ["order_id"]
 
 
 def test_the_key_a_step_before_a_spark_step_makes_crosses_it() -> None:

@@ -134,7 +134,7 @@ def test_value_to_key_into_a_table_from_the_record_schema_keys_it_by_those_field
     assert rt.unserved(job(MYSQL, transforms=steps)) is None
     keyed = MySqlSinkConfig(type="mysql", name="t", table="{topic}", create_table=True, pk_mode="record_key")
     assert rt.unserved(job(keyed, transforms=steps, value_converter="json_schema")) is None
-    # the table's key: the ValueToKey's fields, not the Kafka key schema's (row_chains.key_after)
+    # the table's key: the ValueToKey's fields, not the Kafka key schema's (chains.key_after)
     schema = json.dumps({"columns": [{"name": "id", "type": "BIGINT", "nullable": False},
                                      {"name": "customer", "type": "LONGTEXT", "nullable": True}],
                          "key": ["id"], "properties": {}})

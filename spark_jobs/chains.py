@@ -1,4 +1,6 @@
-"""Which SMT chains the per-partition path serves (spark_jobs/transform/row_transforms.py applies them), and
+"""What a chain of transforms is, which every stage asks (the config load, prepare, the decode, the
+projection; so it sits below the stages, as spark_jobs/sink_targets.py for the targets): which SMT
+chains the per-partition path serves (spark_jobs/transform/row_transforms.py applies them), and
 what a served chain makes of the columns: a field's name before the chain's renames
 (:func:`names_before`) and the row schema as the chain rewrites it (:func:`described`). The Java
 date patterns, regexes and replacements Kafka Connect accepts are all served; what it refuses is
