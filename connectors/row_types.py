@@ -52,7 +52,7 @@ def of_column(column: ColumnType) -> pa.DataType | None:
     """The Arrow type of a MySQL column's values; None: its text."""
     base = column.base
     if base in INTEGERS or base == "BOOLEAN":
-        return UNSIGNED_BIGINT if base == "BIGINT" and column.unsigned else pa.int64()
+        return UNSIGNED_BIGINT if base == "BIGINT" and column.unsigned else _INT64
     if base in FLOATS:
         return pa.float64()
     if base in DECIMALS and 0 < column.precision <= MAX_PRECISION:
@@ -63,7 +63,7 @@ def of_column(column: ColumnType) -> pa.DataType | None:
 def of_sql_type(code: Any, value: Any) -> pa.DataType | None:
     """The Arrow type of a value by its JDBC type code (Canal's ``sqlType``); None: its text."""
     if code in SQL_INTEGERS:
-        return pa.int64()
+        return _INT64
     if code in SQL_FLOATS:
         return pa.float64()
     if code in SQL_DECIMALS and isinstance(value, str):
@@ -76,15 +76,12 @@ def of_sql_type(code: Any, value: Any) -> pa.DataType | None:
 
 def of_json(value: Any) -> pa.DataType | None:
     """The Arrow type of a JSON value (numbers with a fraction decoded as Decimal); None: its text."""
-    kind = type(value)
-    if kind is str or value is None:
+    if value is None or type(value) is str:
         return None
-    if kind is int:
-        return _INT64 if -(1 << 63) <= value < (1 << 63) else None  # past int64: its text
-    if isinstance(value, bool):
+    if isinstance(value, bool):  # before int: a bool is one
         return pa.bool_()
     if isinstance(value, int):
-        return pa.int64() if -(1 << 63) <= value < (1 << 63) else None  # past int64: its text
+        return _INT64 if -(1 << 63) <= value < (1 << 63) else None  # past int64: its text
     if isinstance(value, Decimal) and value.is_finite():
         exponent = value.as_tuple().exponent
         assert isinstance(exponent, int)
