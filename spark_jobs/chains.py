@@ -9,6 +9,7 @@ refused when the config is loaded (spark_jobs/transform/transform_config.py)."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from connectors.debezium.schema_columns import mysql_type
@@ -114,6 +115,30 @@ def names_before(chain: Any, name: str, retyped: bool = False) -> str | None:
         elif name in _made_or_retyped(cfg) and not (retyped and not isinstance(cfg, cfgs.InsertField)):
             return None
     return name
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """What the decode asks of the chain, in one answer (:func:`read_plan`): which records the chain
+    reads (``record_model``: Debezium's values as the rows; ``format_rows``: the rows of a GoldenGate,
+    Canal or Maxwell message), whether it keeps structs and arrays whole (``nested``), and the sinks'
+    names as the records name them (renames undone): the declared columns' (None where the chain makes
+    or retypes the field), the key fields' (a retyped key field keeps its record's name)."""
+
+    record_model: bool
+    format_rows: bool
+    nested: bool
+    columns: tuple[tuple[str | None, str, Any], ...]  # (name as read, declared type, encoding)
+    keys: dict[str, str | None]  # a key field after the chain -> as read
+
+
+def read_plan(job: Any, columns: Any, key_fields: frozenset[str]) -> ReadPlan:
+    """The decode's :class:`ReadPlan` for the sinks' declared ``columns`` (objects with ``source_field``,
+    ``type``, ``encoding``) and ``key_fields``."""
+    chain = job.transforms
+    return ReadPlan(record_model(chain), format_rows(job), nested(chain),
+                    tuple((names_before(chain, c.source_field), c.type, c.encoding) for c in columns),
+                    {f: names_before(chain, f, retyped=format_rows(job)) for f in key_fields})
 
 
 def _made_or_retyped(cfg: Any) -> tuple[str | None, ...]:

@@ -30,7 +30,7 @@ def read_task(job: WindowJob, pieces: Pieces, early: dict[str, SinkTarget] | Non
               ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The default path's read task: its partition ranges read and decoded (spark_jobs/read/ranges.py),
     ``truncate`` applied, then sorted out by target (project/targets.py). The ``early`` targets (prepared before the
-    read: ``prepare.early_targets``) it writes itself, after sending its dead letters (but an index
+    read: ``early.early_targets``) it writes itself, after sending its dead letters (but an index
     mapped from the records, unless they are :func:`schemaless`: ``handed`` on); the others' rows, and
     the dead letters when no target is early, it packs for the driver. Last, its tally."""
     decode = reader(job, pieces)
@@ -68,7 +68,7 @@ def written_early(job: WindowJob, task: int, decoded: pa.Table, early: dict[str,
     whole = [name for name, t in early.items() if mapped_by_records(t) and not t.schema_ids and not plain]
     rows = {name: table for name, kind, table, _cols in out.rows
             if name in early and name not in whole and kind == ROWS}
-    # a table from the record schema: the changes of a schema it was not made for (prepare.schema_tables)
+    # a table from the record schema: the changes of a schema it was not made for (early.schema_tables)
     handed = whole + sorted({name for name, kind, _t, _c in out.rows if name in early and kind in (CHANGES, LATER)})
     later = {name: deletes for name, deletes in ((n, project.mysql_deletes(early[n], t)) for n, t in rows.items())
              if deletes is not None}

@@ -24,7 +24,7 @@ class SinkTarget:
     # Elasticsearch: per index, the new fields schema_changes left out of its mapping (ignore, or a
     # rejected change): the documents are written without them
     left_out: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    # MySQL, a table from the record schema prepared before the read (``prepare.schema_tables``): the
+    # MySQL, a table from the record schema prepared before the read (``early.schema_tables``): the
     # record schemas (schema_id) it was prepared for; the read tasks write only their changes
     schema_ids: tuple[str, ...] = ()
 

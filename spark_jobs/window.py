@@ -16,10 +16,10 @@ Spark step, the typed record frame that step works on):
    all in Arrow. What cannot be processed becomes a dead-letter row. Each task emits Arrow IPC blobs
    (spark_jobs/blobs.py) and one tally row: per partition its end, its record count and time range,
    the dead letters per stage, and the row schemas of the tables and indices made from the records.
-   **Early targets** (spark_jobs/write/prepare.py::early_targets: tables of declared columns and indices,
+   **Early targets** (spark_jobs/write/early.py::early_targets: tables of declared columns and indices,
    in a window of one Debezium topic without the breaker or ``truncate: apply``; and a table from
    the record schema, made ready from the schemas of each range's first records:
-   ``prepare.schema_tables``) are
+   ``schema_tables``) are
    prepared before the read and written by the read task itself, once it has sent its own dead
    letters (or failed, past ``errors.tolerance: none``): their rows never reach the JVM (no
    checkpoint of them, no shuffle), and one task's writes overlap the next task's read. A table's
@@ -67,6 +67,7 @@ from spark_jobs.project import compose
 from spark_jobs import chains
 from spark_jobs.transform import spark_stage
 from spark_jobs.write import prepare
+from spark_jobs.write.early import before_read
 from spark_jobs.blobs import BAD, CHANGES, DELETES, PACKED_SCHEMA, ROWS, TALLY, unpack
 from spark_jobs.write.dead_letters import blob_rows, breaker, reporter, send_dead_letters
 from spark_jobs.deadline import Deadline
@@ -104,7 +105,6 @@ def run_window_job(spark: SparkSession, job: WindowJob, on_read: OnRead) -> Wind
     what = f"the window {job.run_id} of {job.pipeline}"
     try:
         with Deadline(spark, job.spark_timeout, what):
-            prepare.refuse_unserved(job)
             return run_partition_path(spark, job, on_read, checkpoints)
     except CdcflowError:
         raise
@@ -133,9 +133,10 @@ def run_partition_path(spark: SparkSession, job: WindowJob, on_read: OnRead,
     from pyspark.sql import functions as F  # noqa: PLC0415
 
     stages: dict[str, float] = {}
-    with timing.timed(stages, "prepare"):  # the peek at the first records included (prepare.first_schemas)
-        early = prepare.early_targets(job)  # written by the read tasks themselves, prepared now
-        made = prepare.schema_tables(job, early)  # and the tables and indices from the record schema
+    with timing.timed(stages, "prepare"):  # the peek at the first records included (write/early.py::first_schemas)
+        # a chain the window cannot apply refused; the targets the read tasks write themselves made ready
+        # now, the tables and indices from the record schema with them
+        early, made = before_read(job)
     with timing.timed(stages, "read+decode"):
         # read → decode → project → last change per key (→ the early targets' writes), in the read
         # tasks; checkpointed, so no later stage re-reads Kafka (a recomputation could see a

@@ -125,7 +125,7 @@ class Ledger:
         sent dead letters for records ``window`` reads: attempted and never committed, or committed
         after a retry (an attempt whose read tasks sent dead letters and wrote, then failed before the
         ledger held its read's ends, may have read further than the retry that committed:
-        spark_jobs/write/prepare.py::early_targets), and planned records ``window`` reads too. One query: it
+        spark_jobs/write/early.py::early_targets), and planned records ``window`` reads too. One query: it
         runs before every window."""
         w = windows_table.c
         committed = runs_table.c.status == "committed"

@@ -225,7 +225,7 @@ def _made_table_rows(made: SinkTarget, target: SinkTarget, valid: pa.Table, sche
                      bad_parts: list[pa.Table], known: dict[str, str], chain: Any = (),
                      ) -> list[tuple[str, str, pa.Table, list[str] | None]]:
     """A table from the record schema, or an index mapped from it, made ready before the read
-    (``prepare.schema_tables``): the changes of the schemas it was made for, and the deletes without
+    (``early.schema_tables``): the changes of the schemas it was made for, and the deletes without
     a schema (tombstones), as a static target's rows (``made``: the table's columns, the index's
     mapping, as written); the others for the window, which makes the table or the index ready for
     their schemas after the read: a table's tagged (:func:`_tagged_changes`), an index's as

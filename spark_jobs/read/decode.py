@@ -24,27 +24,26 @@ from spark_jobs import chains
 def change_decoder(job: WindowJob) -> Any:
     """The decoder of the pipeline's source.format, with the sinks' declared columns as hints."""
     need_json = any(tg.config.type == "elasticsearch" for tg in job.sinks)
-    named = ((chains.names_before(job.transforms, c.source_field), c.type, c.encoding) for tg in job.sinks
-             if isinstance(tg.config, MySqlSinkConfig) for c in tg.config.columns)  # after the chain's renames
-    hints = hints_from_columns((name, kind, encoding) for name, kind, encoding in named if name is not None)
     key_fields = frozenset(f for tg in job.sinks for f in _key_fields(tg.config))
-    if chains.format_rows(job):  # GoldenGate, Canal, Maxwell: the chain applies to the rows each message holds
-        before = (chains.names_before(job.transforms, f, retyped=True) for f in key_fields)  # as read
+    columns = [c for tg in job.sinks if isinstance(tg.config, MySqlSinkConfig) for c in tg.config.columns]
+    plan = chains.read_plan(job, columns, key_fields)  # the sinks' names as the records name them, …
+    hints = hints_from_columns(column for column in plan.columns if column[0] is not None)
+    if plan.format_rows:  # GoldenGate, Canal, Maxwell: the chain applies to the rows each message holds
         decoder = format_decoder(job.source_format, job.versioning, hints, need_json,
-                                 frozenset(f for f in before if f is not None), _used_fields(job))
+                                 frozenset(f for f in plan.keys.values() if f is not None), _used_fields(job))
         # a chain reads the rows typed as the producer says (connectors/row_types.py); without one the sinks
         # read the texts only, which typing would not change: left as they are
         decoder.typed = bool(job.transforms)
-    elif chains.record_model(job.transforms):  # Debezium's topics: the value is the row
+    elif plan.record_model:  # Debezium's topics: the value is the row
         # a registry converter's values are transcoded into the JsonConverter's with schemas first
         rows = "json_schema" if job.value_converter in REGISTRY_CONVERTERS else job.value_converter
         decoder = DebeziumDecoder(job.versioning, hints, need_json, rows=rows)
     elif job.key_converter in ("string", "bytes"):
         decoder = TextKeyDecoder(job.versioning, hints, need_json, _used_fields(job))
-        decoder.converter, decoder.field = job.key_converter, _one_key_field(job, key_fields)
+        decoder.converter, decoder.field = job.key_converter, _one_key_field(job, plan.keys)
     else:
         decoder = format_decoder("debezium", job.versioning, hints, need_json, key_fields, _used_fields(job))
-    if chains.nested(job.transforms) and hasattr(decoder, "nested"):
+    if plan.nested and hasattr(decoder, "nested"):
         decoder.nested = True  # structs and arrays whole, for the steps that take them apart
     # a chain reads the keys and values again (transform/row_unwrap.py, row_keys.py): the transcoded ones kept
     decoder = registry_decoder(decoder, job.registry, job.key_converter, job.value_converter,
@@ -84,13 +83,13 @@ class TextKeyDecoder(DebeziumDecoder):
             raise RecordError("converter", "key is not valid UTF-8 (key_converter string)") from None
 
 
-def _one_key_field(job: WindowJob, key_fields: frozenset[str]) -> str | None:
-    """The one field every sink keys its rows by, named as the record names it (before the chain's
-    renames); None where the sinks key by more fields, or declare none (a table from the record schema)."""
+def _one_key_field(job: WindowJob, keys: dict[str, str | None]) -> str | None:
+    """The one field every sink keys its rows by, named as the record names it (``keys``: before the
+    chain's renames); None where the sinks key by more fields, or declare none (a table from the record schema)."""
     declared = [_key_fields(tg.config) for tg in job.sinks]
-    if len(key_fields) != 1 or any(len(fields) != 1 for fields in declared):
+    if len(keys) != 1 or any(len(fields) != 1 for fields in declared):
         return None
-    return chains.names_before(job.transforms, next(iter(key_fields)))
+    return next(iter(keys.values()))
 
 
 def _used_fields(job: WindowJob) -> frozenset[str] | None:

@@ -51,7 +51,7 @@ def reporter(job: WindowJob, rows: Callable[[pa.RecordBatch], Iterable[dict[str,
 
 
 def send_first(job: WindowJob, bad: pa.Table, examples: list[str]) -> int:
-    """A read task that writes its targets itself (``prepare.early_targets``): its bad records before
+    """A read task that writes its targets itself (``early.early_targets``): its bad records before
     any of its writes. Past errors.tolerance none it fails, naming them; else it sends them to the DLQ
     and flushes. Returns how many it sent (what an earlier attempt sent is not sent again)."""
     if not bad.num_rows:

@@ -222,7 +222,7 @@ def write_task(job: WindowJob, targets: Targets,
 
 
 def write_now(job: WindowJob, targets: dict[str, SinkTarget], rows: dict[str, pa.Table]) -> list[pa.RecordBatch]:
-    """A read task's own rows of the targets it writes itself (``prepare.early_targets``: their keys
+    """A read task's own rows of the targets it writes itself (``early.early_targets``: their keys
     are in no other task), the targets at the same time."""
     names = [t.config.name for t in job.sinks if t.config.name in rows]  # in the config's order
     return at_once({name: (lambda n=name: [write_static(job, targets[n], rows[n], several=False)]) for name in names})

@@ -1,4 +1,4 @@
-"""The read tasks that write their targets themselves (spark_jobs/write/prepare.py::early_targets, issue 25)
+"""The read tasks that write their targets themselves (spark_jobs/write/early.py::early_targets, issue 25)
 against the staged path (every write after the read, ``CDCFLOW_WINDOW_PATH=staged``): the same
 records, two tables and two indices read back, both against the values the source database held.
 
@@ -115,7 +115,7 @@ def test_read_tasks_that_write_give_the_rows_of_the_staged_path_and_of_the_sourc
 def test_an_index_mapped_from_the_records_gets_the_mapping_of_the_staged_path(
         config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch, wrapped: bool) -> None:
     """An index without a declared mapping: mapped before the read from the schemas of each range's
-    first records (prepare.schema_tables, issue 41), and written by the read tasks, as the staged
+    first records (early.schema_tables, issue 41), and written by the read tasks, as the staged
     path maps and writes it; records that carry no schema (the JsonConverter with
     schemas.enable=false: the payload alone) are written as they are, dynamically mapped."""
     tag = unique("earlyes")
@@ -238,7 +238,7 @@ def test_a_key_whose_bytes_changed_stays_deleted_when_its_changes_sit_in_two_par
 def test_a_table_from_the_record_schema_is_written_by_the_read_tasks_as_the_staged_path_writes_it(
         config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch, changed: bool) -> None:
     """A table created from the record schema (``create_table`` without columns) is made ready before
-    the read, from the schemas of each range's first records (prepare.schema_tables, issue 41), and
+    the read, from the schemas of each range's first records (early.schema_tables, issue 41), and
     the read tasks write it. Debezium's events of the 33-column table (tests/fixtures/debezium/
     mysql_all_types.py); ``altered-within-the-window``: the source table is altered after them
     (a column added, others widened, renamed, dropped: test_schema_changes.py's change) and row 1
@@ -249,9 +249,9 @@ def test_a_table_from_the_record_schema_is_written_by_the_read_tasks_as_the_stag
     from tests.integration.spark_jobs.test_schema_changes import _changed_at_the_source, _changed_rows, columns, later
 
     from connectors.mysql.sql import VERSION_COLUMN
-    from spark_jobs.write import prepare
+    from spark_jobs.write import early
 
-    monkeypatch.setattr(prepare, "PEEK_RECORDS", 3)  # the three creates: the later schema is found by the read
+    monkeypatch.setattr(early, "PEEK_RECORDS", 3)  # the three creates: the later schema is found by the read
     tag = unique("earlyschema")
     topic = f"{tag}.inventory.all_types"
     events = [cdcgen.Event(k, v) for k, v in all_types.events()]

@@ -47,7 +47,7 @@ def _documents(index: str) -> dict[int, dict[str, Any]]:
 def test_an_index_behind_a_chain_holds_the_documents_without_it_with_the_chains_changes(
         config_dir: Path, store: StateStore, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """With a table beside the index, both made from the record schema before the read (the read
-    tasks write them: prepare.schema_tables) as the chain leaves that schema."""
+    tasks write them: early.schema_tables) as the chain leaves that schema."""
     tag = unique("rowdocs")
     topic = f"{tag}.inventory.orders"
     cdcgen.produce(bootstrap(), topic, [cdcgen.Event(k, v) for k, v in fx.events()], partitions=2)

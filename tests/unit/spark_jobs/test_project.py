@@ -16,7 +16,7 @@ from connectors.errors import ConfigError
 from connectors.debezium.envelope import Decoder
 from spark_jobs import blobs, sink_targets
 from spark_jobs.project import targets as project
-from spark_jobs.write import prepare
+from spark_jobs.write import early, prepare
 from spark_jobs.job import WindowJob
 from spark_jobs.sink_targets import SinkTarget
 from spark_jobs.project.documents import project_documents
@@ -168,15 +168,15 @@ def test_a_chain_the_window_cannot_apply_fails_it_naming_why() -> None:
                job(MYSQL, ES, transforms=tuple(served)),
                # pk_mode kafka into a table from the record schema: keyed by the coordinates (row_schemas.py)
                job(MYSQL.model_copy(update={"pk_mode": "kafka", "columns": [], "primary_key": []}))):
-        prepare.refuse_unserved(ok)
+        early.refuse_unserved(ok)
     # cdcflow/config.py refuses this when the config is loaded; a job built otherwise fails its window
     with pytest.raises(ConfigError, match=r"^transforms: source.format maxwell: the format's messages are already "
                                         "decoded into rows, and ExtractNewRecordState unwraps Debezium's envelopes"):
-        prepare.refuse_unserved(job(MYSQL, transforms=tuple(served), source_format="maxwell"))
+        early.refuse_unserved(job(MYSQL, transforms=tuple(served), source_format="maxwell"))
     # exactly-once into a table from the record schema: a dynamic sink, written last with the offsets
     made = MySqlSinkConfig(type="mysql", name="eo", table="orders", primary_key=["id"], create_table=True)
     peeked: list[str] = []
-    assert prepare.schema_tables(job(made, offsets_sink="eo", ranges=(ReadRange("t", 0, 0, 9, None, 0.0, True),)),
+    assert early.schema_tables(job(made, offsets_sink="eo", ranges=(ReadRange("t", 0, 0, 9, None, 0.0, True),)),
                                  {}, peek=lambda j: peeked.append("peeked") or []) == []
     assert peeked == []  # not made before the read: its rows and the offsets are one transaction, after it
 
@@ -244,7 +244,7 @@ def test_the_one_pass_envelope_decode_agrees_with_the_general_one(value: bytes, 
 
 
 def test_which_targets_the_read_tasks_write_themselves(monkeypatch: pytest.MonkeyPatch) -> None:
-    """prepare.early_targets: static targets that need nothing the read finds, in windows of one topic
+    """early.early_targets: static targets that need nothing the read finds, in windows of one topic
     without the breaker or truncate: apply; each prepared before the read."""
     from connectors.kafka.reader import ReadRange
     from spark_jobs.write.sinks import SINK_TYPES
@@ -257,19 +257,19 @@ def test_which_targets_the_read_tasks_write_themselves(monkeypatch: pytest.Monke
     mapped = ES.model_copy(update={"name": "mapped", "mapping": {"properties": {"id": {"type": "long"}}}})
     dynamic = MySqlSinkConfig(type="mysql", name="dyn", table="t", create_table=True)
 
-    def early(*sinks: Any, **extra: Any) -> list[str]:
-        return sorted(prepare.early_targets(job(*sinks, **{"ranges": one, **extra})))
+    def served(*sinks: Any, **extra: Any) -> list[str]:
+        return sorted(early.early_targets(job(*sinks, **{"ranges": one, **extra})))
 
-    assert early(MYSQL, ES, mapped, ROUTED, dynamic) == ["docs", "mapped", "rows"]  # not routed, not from the records
+    assert served(MYSQL, ES, mapped, ROUTED, dynamic) == ["docs", "mapped", "rows"]  # not routed, not from the records
     assert prepared == ["rows"]
     assert [sink_targets.mapped_by_records(SinkTarget(s, "url")) for s in (MYSQL, ES, mapped)] == [False, True, False]
-    assert early(MYSQL, offsets_sink="rows") == []  # exactly-once: its transaction commits the offsets, last
-    assert early(MYSQL, ranges=two) == []  # two topics: a key's changes may sit in two tasks
-    assert early(MYSQL, truncate="apply") == []
-    assert early(MYSQL, max_dead_letters=object()) == []  # the breaker decides for the window before any write
-    assert early(MYSQL, source_format="maxwell") == []  # Maxwell may partition records at random
+    assert served(MYSQL, offsets_sink="rows") == []  # exactly-once: its transaction commits the offsets, last
+    assert served(MYSQL, ranges=two) == []  # two topics: a key's changes may sit in two tasks
+    assert served(MYSQL, truncate="apply") == []
+    assert served(MYSQL, max_dead_letters=object()) == []  # the breaker decides for the window before any write
+    assert served(MYSQL, source_format="maxwell") == []  # Maxwell may partition records at random
     monkeypatch.setenv("CDCFLOW_WINDOW_PATH", "staged")
-    assert early(MYSQL) == []
+    assert served(MYSQL) == []
 
 
 def test_a_read_task_hands_a_tables_deletes_on_and_writes_its_upserts() -> None:
