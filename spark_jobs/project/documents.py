@@ -9,7 +9,7 @@ import pyarrow.compute as pc
 from connectors import images
 from connectors.elasticsearch.config import ElasticsearchSinkConfig
 from spark_jobs.project.routes import index_names, join_texts
-from spark_jobs.project.tables import RAW_COLUMNS
+from spark_jobs.project.tables import RAW_COLUMNS, raw_columns
 
 
 def _messages(errors: list[pa.Array], n: int) -> pa.Array:
@@ -48,5 +48,6 @@ def project_documents(rows: pa.Table, sink: ElasticsearchSinkConfig) -> pa.Table
     if sink.behavior_on_null_values == "fail":
         errors.append(pc.if_else(tombstone, "null value (tombstone) with behavior_on_null_values: fail", None))
     base = [*RAW_COLUMNS, "route", "change_op", "version", "row_index"]
-    return pa.table([*[rows.column(c) for c in base], index, doc_id, rows.column("image_json"), _messages(errors, n)],
+    return pa.table([*raw_columns(rows), *[rows.column(c) for c in base[len(RAW_COLUMNS):]], index, doc_id,
+                     rows.column("image_json"), _messages(errors, n)],
                     names=[*base, "c_0", "c_1", "c_2", "error_message"])

@@ -10,7 +10,7 @@ whose names start with ``_`` carry what the window needs afterwards (the record'
 key as read, its version, the delete's row): a ``Python`` function must keep them, and may add,
 change or drop value fields and drop records. A change to ``key`` is not read back (use ValueToKey
 before the stage); a ``value`` made null deletes the record's key (before the unwrap: is a tombstone). The value as read is not carried (``_value`` holds
-``raw_values.OMITTED``, or null for a tombstone): it is most of a record, and only a dead letter
+``project/tables.OMITTED``, or null for a tombstone): it is most of a record, and only a dead letter
 needs it, which reads it again (spark_jobs/write/raw_values.py).
 """
 
@@ -30,7 +30,7 @@ from connectors import images
 from connectors.registry.config import REGISTRY_CONVERTERS
 from connectors.registry.decode import JSON_COLUMNS, json_bytes
 from spark_jobs.transform import transform_config as cfgs
-from spark_jobs.write import raw_values
+from spark_jobs.project.tables import omitted
 
 _FROM = {"topic": "route", "partition": "partition", "offset": "offset", "timestamp": "timestamp",
          "headers": "headers"}  # frame column <- change column
@@ -116,7 +116,7 @@ def reads_key(chain: Any) -> bool:
 
 def to_frame(changes: pa.Table, key_converter: str, raw: bool = False, key: bool = True) -> pa.Table:
     """A task's changes as the record frame (the module's docstring). The values as read go along
-    with ``raw`` (a later row step reads them: ``spark_stage.reads_values``), else ``raw_values.OMITTED``
+    with ``raw`` (a later row step reads them: ``spark_stage.reads_values``), else ``OMITTED``
     stands for each (a dead letter reads it again); the key is parsed with ``key`` (:func:`reads_key`),
     else it goes as its text."""
     op = pc.fill_null(changes.column("change_op"), "")
@@ -135,7 +135,7 @@ def to_frame(changes: pa.Table, key_converter: str, raw: bool = False, key: bool
         if name == JSON_COLUMNS["value"] and not raw:  # a registry converter's transcoded values: not needed
             continue
         if name == "value" and not raw:  # not combined first: the values as read are most of the changes
-            carried["_value"] = raw_values.omitted(changes.column(name)).combine_chunks()
+            carried["_value"] = omitted(changes.column(name)).combine_chunks()
             continue
         values = changes.column(name).combine_chunks()
         if pa.types.is_union(values.type):

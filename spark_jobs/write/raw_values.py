@@ -1,9 +1,10 @@
-"""The records' values as read, left out of a Spark stage and read again for the dead letters.
+"""The records' values as read, left out of the projected rows and of a Spark stage, read again for the
+dead letters.
 
-A chain with a Spark stage (spark_jobs/transform/spark_stage.py) sends its record frame through the JVM and
-back. Of the value as read only the few records that become dead letters have a need (the DLQ
-re-sends the original bytes), yet it is most of the frame: a real Debezium envelope is ~9 KB, its
-row a few hundred bytes. So the frame carries :data:`OMITTED` in its place (a tombstone stays null,
+Of the value as read only the few records that become dead letters have a need (the DLQ re-sends
+the original bytes), yet it is most of a change: a real Debezium envelope is ~9 KB, its row a few
+hundred bytes. So the projected rows (spark_jobs/project/tables.raw_columns) and a Spark stage's
+record frame (spark_jobs/transform/spark_stage.py) carry :data:`OMITTED` in its place (a tombstone stays null,
 so what tests for a null value still can), and a dead letter whose value was omitted gets it back
 here, read again from Kafka by its coordinates: the window's ranges are fixed before it reads, so
 the records are still there (the window's dead-letter task, spark_jobs/dead_letters.reporter, and the
@@ -16,21 +17,13 @@ import dataclasses
 import time
 from collections.abc import Iterable
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
 from connectors.base import FailedRecord
 from connectors.errors import DeadLetterWriteFailed
 from connectors.kafka.reader import KafkaRangeReader, ReadRange
 from spark_jobs.job import WindowJob
+from spark_jobs.project.tables import OMITTED
 
-OMITTED = b"\x00cdcflow:omitted"  # not a value a converter reads (a NUL first)
 _REREAD_SECONDS = 120.0
-
-
-def omitted(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
-    """``values`` (the raw values) with each non-null one replaced by :data:`OMITTED`."""
-    return pc.if_else(pc.is_valid(values), pa.scalar(OMITTED, values.type), pa.scalar(None, values.type))
 
 
 def restored(job: WindowJob, records: list[FailedRecord]) -> list[FailedRecord]:
