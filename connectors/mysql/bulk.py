@@ -42,8 +42,13 @@ def as_text(column: pa.Array | pa.ChunkedArray) -> pa.Array:
 
 
 def _escape(text: pa.Array) -> pa.Array:
+    """Each value with MySQL's escapes. Most columns need none: one search of the column's bytes per
+    escaped character (memchr speed) finds that, where a kernel call per character over the values
+    was ~1/8 of a read task's time on real-shaped rows (py-spy)."""
+    data = text.buffers()[2]
+    raw = data.to_pybytes() if data is not None else b""  # the whole buffer: a slice's values are in it
     for plain, escaped in _SQL_ESCAPES:
-        if pc.any(pc.match_substring(text, plain)).as_py():  # most columns need none of them
+        if raw.find(plain.encode()) >= 0 and pc.any(pc.match_substring(text, plain)).as_py():
             text = pc.replace_substring(text, plain, escaped)
     return text
 
