@@ -31,24 +31,14 @@ import pyarrow.compute as pc
 from connectors import images
 from connectors.mysql.config import MySqlSinkConfig
 from connectors.mysql.types import parse_type
+from spark_jobs.read.ranges import omitted
 from spark_jobs.sink_targets import SinkTarget
 
 RAW_COLUMNS = ["topic", "partition", "offset", "timestamp", "key", "value", "headers"]
-# a projected row's raw value, left out: a real Debezium envelope is ~9 KB, and of the values as read
-# only a dead letter's has a need (the DLQ re-sends the original bytes), which the dead-letter paths
-# read again from Kafka by the row's coordinates (spark_jobs/write/raw_values.restored). Not a value
-# a converter reads (a NUL first); a tombstone's stays null.
-OMITTED = b"\x00cdcflow:omitted"
-
-
-def omitted(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
-    """``values`` (the raw values) with each non-null one replaced by :data:`OMITTED`."""
-    return pc.if_else(pc.is_valid(values), pa.scalar(OMITTED, values.type), pa.scalar(None, values.type))
-
-
 def raw_columns(rows: pa.Table) -> list[pa.ChunkedArray | pa.Array]:
-    """The RAW_COLUMNS of projected rows: the value :func:`omitted` (the projection, the last change per
-    key and the writes carry it without copying ~9 KB a row, twice)."""
+    """The RAW_COLUMNS of projected rows, the value ``omitted`` (spark_jobs/read/ranges.py; already so
+    in a window without a chain): the projection, the last change per key and the writes carry it
+    without copying ~9 KB a row, twice."""
     return [omitted(rows.column(c)) if c == "value" else rows.column(c) for c in RAW_COLUMNS]
 TABLE_COLUMN = "_table"  # the table a change goes to, on the frame the write job gets
 GROUP_COLUMNS = [*RAW_COLUMNS, "route", "change_op", "version", "row_index", "image", "key_image", TABLE_COLUMN]

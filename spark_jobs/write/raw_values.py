@@ -3,8 +3,9 @@ dead letters.
 
 Of the value as read only the few records that become dead letters have a need (the DLQ re-sends
 the original bytes), yet it is most of a change: a real Debezium envelope is ~9 KB, its row a few
-hundred bytes. So the projected rows (spark_jobs/project/tables.raw_columns) and a Spark stage's
-record frame (spark_jobs/transform/spark_stage.py) carry :data:`OMITTED` in its place (a tombstone stays null,
+hundred bytes. So the decoded changes of a window without a chain (spark_jobs/read/ranges.py), the
+projected rows (spark_jobs/project/tables.raw_columns) and a Spark stage's record frame
+(spark_jobs/transform/spark_stage.py) carry :data:`OMITTED` in its place (a tombstone stays null,
 so what tests for a null value still can), and a dead letter whose value was omitted gets it back
 here, read again from Kafka by its coordinates: the window's ranges are fixed before it reads, so
 the records are still there (the window's dead-letter task, spark_jobs/dead_letters.reporter, and the
@@ -21,7 +22,7 @@ from connectors.base import FailedRecord
 from connectors.errors import DeadLetterWriteFailed
 from connectors.kafka.reader import KafkaRangeReader, ReadRange
 from spark_jobs.job import WindowJob
-from spark_jobs.project.tables import OMITTED
+from spark_jobs.read.ranges import OMITTED
 
 _REREAD_SECONDS = 120.0
 
