@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from connectors.debezium.types import SPATIAL_TYPES, ColumnHint, FieldSchema
@@ -77,12 +78,7 @@ def read_lines(lines: pa.Array, row: pa.StructType, wrapper_fields: bool, infer:
         ("op", pa.string()), ("before", row), ("after", row), ("source", _SOURCE), ("ts_ms", pa.int64())]
     if wrapper_fields:  # an unwrapped envelope must not hold the wrapper's fields
         fields += [("schema", pa.null()), ("payload", pa.null())]
-    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32)[lines.offset:lines.offset + len(lines) + 1]
-    if np.any(offsets[1:] == offsets[:-1]):
-        raise Unsupported("an empty value")
-    buffer = b"\n".join(lines.to_pylist())
-    if buffer.count(b"\n") != len(lines) - 1:
-        raise Unsupported("a value with a line break")
+    buffer = one_per_line(lines)
     table = parsed(buffer, pa.schema(fields), "infer" if infer else "error" if rows else "ignore")
     if infer and any(has_timestamp(f.type) for f in table.schema):
         # Arrow reads a text that looks like a datetime as a timestamp: read the fields it inferred again,
@@ -93,7 +89,33 @@ def read_lines(lines: pa.Array, row: pa.StructType, wrapper_fields: bool, infer:
     return table
 
 
-def parsed(buffer: bytes, schema: pa.Schema, unexpected: str) -> pa.Table:
+def one_per_line(lines: pa.Array) -> pa.Buffer:
+    """The values one per line, as the JSON reader reads them, made from Arrow's buffers (a Python
+    bytes per value and their join cost ~3.4 µs a record of the real-shaped stream, against ~0.5)."""
+    if lines.null_count:
+        raise Unsupported("a null value")
+    if not len(lines):
+        return pa.py_buffer(b"")
+    _validity, offsets_buffer, data = lines.buffers()
+    wide = pa.types.is_large_binary(lines.type) or pa.types.is_large_string(lines.type)
+    offsets = np.frombuffer(offsets_buffer, dtype=np.int64 if wide else np.int32)[
+        lines.offset:lines.offset + len(lines) + 1]
+    if np.any(offsets[1:] == offsets[:-1]):
+        raise Unsupported("an empty value")
+    values = data.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+    if np.count_nonzero(np.frombuffer(values, dtype=np.uint8) == ord("\n")):
+        raise Unsupported("a value with a line break")
+    text = pa.types.is_string(lines.type) or pa.types.is_large_string(lines.type)
+    newline, empty = (pa.scalar("\n", lines.type), pa.scalar("", lines.type)) if text else (
+        pa.scalar(b"\n", lines.type), pa.scalar(b"", lines.type))
+    joined = pc.binary_join_element_wise(lines, newline, empty)  # each value and its line break
+    _validity, offsets_buffer, data = joined.buffers()
+    offsets = np.frombuffer(offsets_buffer, dtype=np.int64 if wide else np.int32)[
+        joined.offset:joined.offset + len(joined) + 1]
+    return data.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+
+
+def parsed(buffer: bytes | pa.Buffer, schema: pa.Schema, unexpected: str) -> pa.Table:
     try:
         return pj.read_json(pa.BufferReader(buffer), read_options=pj.ReadOptions(use_threads=False,
                                                                                  block_size=len(buffer) + 1),

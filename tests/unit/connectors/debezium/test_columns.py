@@ -149,3 +149,28 @@ def test_a_group_with_a_value_its_converter_refuses_is_read_record_by_record() -
     _same(fast, reference)
     assert slow == 2
     assert reference[1]["error_stage"] == "converter"
+
+
+def test_a_value_with_a_line_break_between_its_tokens_is_read_and_keeps_its_place() -> None:
+    """JSON allows a line break between tokens; the column-wise reader reads one value per line, so
+    such a value (and only its neighbours down to HALVE_DOWN_TO) takes the per-record decode."""
+    declared = [{"name": "id", "type": "BIGINT"}, {"name": "name", "type": "VARCHAR(20)"}]
+    good = [(b'{"id":%d}' % i, b'{"op":"c","after":{"id":%d,"name":"n%d"},"source":{"ts_ms":%d,"db":"d",'
+             b'"table":"t"},"ts_ms":1}' % (i, i, 1000 + i)) for i in range(6)]
+    broken = (b'{"id":9}', b'{"op":"c",\n"after":{"id":9,"name":"nine"},"source":{"ts_ms":5,"db":"d","table":"t"}}')
+    fast, reference, slow = _both(declared, [*good[:3], broken, *good[3:]], True)
+    assert [dict(r["image"])["name"] for r in fast] == ["n0", "n1", "n2", "nine", "n3", "n4", "n5"]
+    _same(fast, reference)
+    assert slow > 0
+
+
+def test_the_lines_the_json_reader_reads_are_the_values_of_the_slice() -> None:
+    from connectors.debezium.arrow_read import Unsupported, one_per_line
+
+    values = pa.array([b'{"a":1}', b'{"b":22}', b'{"c":333}', b'{"d":4}'], pa.binary())
+    assert one_per_line(values).to_pybytes() == b'{"a":1}\n{"b":22}\n{"c":333}\n{"d":4}\n'
+    assert one_per_line(values.slice(1, 2)).to_pybytes() == b'{"b":22}\n{"c":333}\n'
+    assert one_per_line(pa.array(['{"é":1}'], pa.string())).to_pybytes() == '{"é":1}\n'.encode()
+    for bad in ([b'{"a":\n1}'], [b'{"a":1}', b""], [b'{"a":1}', None]):
+        with pytest.raises(Unsupported):
+            one_per_line(pa.array(bad, pa.binary()))
