@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from connectors import images
 from connectors.changes import JSON_ENCODE, TRUNCATE, VERSION_SHIFT
-from connectors.debezium import typed
+from connectors.debezium import binary_columns, typed
 from connectors.debezium.arrow_read import Unsupported, read_lines
 from connectors.debezium.types import (
     AS_TEXT,
@@ -81,6 +81,9 @@ def _values(values: pa.Array, convert: Converter, documents: bool,
             raise Unsupported(str(exc)) from None
         if values_ is not None:
             return values_, typed.json_values(values_, logical) if documents else None
+    column = None if documents else binary_columns.texts(values, convert)  # a geometry, a BIT: column-wise
+    if column is not None:
+        return column, None
     try:
         converted = [convert(v) for v in values.to_pylist()]
         texts = pa.array([t for t, _d in converted], pa.string())

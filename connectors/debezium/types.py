@@ -136,6 +136,7 @@ def _plain(value: Any) -> tuple[str | None, Any]:
 def _with(read: Callable[[Any], tuple[str, Any]]) -> Converter:
     def convert(value: Any) -> tuple[str | None, Any]:
         return (None, None) if value is None else read(value)
+    convert.read = read  # type: ignore[attr-defined]  # a column-wise reading of it: binary_columns.py
     return convert
 
 
@@ -205,12 +206,12 @@ def _zoned_time_read(v: Any) -> tuple[str, Any]:
     return text, text + "Z"
 
 
-def _bits_read(v: Any) -> tuple[str, Any]:
+def bits_read(v: Any) -> tuple[str, Any]:
     n = bits_value(v) if isinstance(v, str) else int(bool(v)) if isinstance(v, bool) else as_int(v)
     return str(n), n
 
 
-def _geometry_read(v: Any) -> tuple[str, Any]:
+def geometry_read(v: Any) -> tuple[str, Any]:
     """Geometry and Point: {wkb (base64), srid}. MySQL gets its internal form, the SRID (4 bytes,
     little-endian) before the WKB, as base64; Elasticsearch gets the struct as it came."""
     if not isinstance(v, Mapping) or not isinstance(v.get("wkb"), str):
@@ -257,7 +258,7 @@ BY_NAME: dict[str, Converter] = {
     MICRO_TIMESTAMP: _datetime_converter(1), NANO_TIMESTAMP: _datetime_converter(-1000),
     ZONED_TIMESTAMP: _logical(_with(_zoned_read), Logical("zoned")), ZONED_TIME: _with(_zoned_time_read),
     VARIABLE_SCALE_DECIMAL: _with(_variable_scale_read),
-    BITS: _with(_bits_read), GEOMETRY: _with(_geometry_read), POINT: _with(_geometry_read),
+    BITS: _with(bits_read), GEOMETRY: _with(geometry_read), POINT: _with(geometry_read),
 }
 
 
@@ -302,9 +303,9 @@ def hinted(hint: ColumnHint) -> Converter:
     if base in BINARY_TYPES:
         return _binary(enc or "base64")
     if base == "BIT":
-        return _with(_bits_read)
+        return _with(bits_read)
     if base in SPATIAL_TYPES:
-        return _with(_geometry_read)
+        return _with(geometry_read)
     if base == "BIGINT" and "UNSIGNED" in hint.type:
         return UNSIGNED_BIGINT
     return _plain

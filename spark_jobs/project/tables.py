@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from connectors import images
+from connectors import base64_columns, images
 from connectors.mysql.config import MySqlSinkConfig
 from connectors.mysql.types import parse_type
 from spark_jobs.read.ranges import omitted
@@ -115,7 +115,9 @@ def typed(raw: pa.Array, sql_type: str) -> pa.Array:
     if t.base == "TIME":  # a number of 8+ digits is time since midnight in ms/µs/ns, not [H]HHMMSS
         return _null_where(pc.match_substring_regex(raw, r"^-?[0-9]{8,}$"), raw)
     if t.is_binary or t.is_spatial:  # base64 in the image; spatial: MySQL's internal form (SRID + WKB)
-        return _per_value(raw, lambda s: base64.b64decode(s, validate=True), pa.binary())
+        column = base64_columns.decode(raw)  # the whole column at once; value by value where one is not base64
+        return column if column is not None else _per_value(raw, lambda s: base64.b64decode(s, validate=True),
+                                                            pa.binary())
     if t.base == "BIT":
         return _per_value(raw, _bits(t.args[0] if t.args else 1), pa.binary())
     if t.is_integer:
