@@ -24,8 +24,9 @@ _SEXTETS[ord("=")] = _PAD
 _LETTERS = np.frombuffer(_ALPHABET, dtype=np.uint8)
 
 
-def _parts(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(the bytes of every value, one after another; each value's start and end in them)."""
+def parts(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(the bytes of every value, one after another; each value's start and end in them) of a
+    string or binary column, its slice's only."""
     _validity, offsets, data = column.buffers()
     wide = pa.types.is_large_string(column.type) or pa.types.is_large_binary(column.type)
     bounds = np.frombuffer(offsets, dtype=np.int64 if wide else np.int32)[
@@ -46,7 +47,7 @@ def decode(column: pa.Array | pa.ChunkedArray) -> pa.Array | None:
     is not padded standard base64 (the caller reads the column value by value)."""
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
-    raw, bounds = _parts(column)
+    raw, bounds = parts(column)
     lengths = np.diff(bounds)
     if len(raw) % 4 or np.any(lengths % 4):
         return None
@@ -80,7 +81,7 @@ def encode(column: pa.Array | pa.ChunkedArray) -> pa.Array:
     """A binary column -> its values as padded standard base64 (string); nulls stay null."""
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
-    raw, bounds = _parts(column)
+    raw, bounds = parts(column)
     lengths = np.diff(bounds)
     groups = -(-lengths // 3)  # three bytes a group, the last one padded with zeros
     starts = np.zeros(len(lengths) + 1, dtype=np.int64)

@@ -43,10 +43,7 @@ def _geometry(values: pa.Array) -> pa.Array | None:
     wkb = base64_columns.decode(pc.fill_null(wkb_text, ""))
     if wkb is None:
         return None
-    _validity, offsets, data = wkb.buffers()
-    bounds = np.frombuffer(offsets, dtype=np.int32)[wkb.offset:wkb.offset + len(wkb) + 1].astype(np.int64)
-    raw = np.frombuffer(data, dtype=np.uint8)[bounds[0]:bounds[-1]] if data is not None else np.zeros(0, np.uint8)
-    bounds -= bounds[0]
+    raw, bounds = base64_columns.parts(wkb)
     lengths = np.diff(bounds) + 4
     out_bounds = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=out_bounds[1:])
@@ -70,14 +67,12 @@ def _bits(values: pa.Array) -> pa.Array | None:
     data = base64_columns.decode(values)
     if data is None:
         return None
-    _validity, offsets, buffer = data.buffers()
-    bounds = np.frombuffer(offsets, dtype=np.int32)[data.offset:data.offset + len(data) + 1].astype(np.int64)
+    raw, bounds = base64_columns.parts(data)
     lengths = np.diff(bounds)
     if np.any(lengths > 8):
         return None  # wider than 64 bits: Python's integers read it
-    raw = np.frombuffer(buffer, dtype=np.uint8)[bounds[0]:bounds[-1]] if buffer is not None else np.zeros(0, np.uint8)
     padded = np.zeros((len(lengths), 8), dtype=np.uint8)
     rows = np.repeat(np.arange(len(lengths)), lengths)
-    padded[rows, np.arange(len(raw)) - (bounds[:-1] - bounds[0])[rows]] = raw
+    padded[rows, np.arange(len(raw)) - bounds[:-1][rows]] = raw
     numbers = pa.array(padded.view("<u8").reshape(-1), pa.uint64())
     return pc.if_else(values.is_valid(), pc.cast(numbers, pa.string()), pa.nulls(len(values), pa.string()))
