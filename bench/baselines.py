@@ -105,7 +105,8 @@ def raw_mysql_load(shape: Shape, state: dict[str, dict[int, Any]], want: Checks)
 
 
 def raw_es(shape: Shape, state: dict[str, dict[int, Any]], tag: str, want: Checks) -> dict[str, Any]:
-    """The final documents in bulk requests of 1,000 index actions, one index per table."""
+    """The final documents in bulk requests of 1,000 index actions, one index per table, each created
+    first with cdcflow's index settings (``harness.ES_SETTINGS``: the ceiling the issue compares with)."""
     from elasticsearch import Elasticsearch
 
     base = f"bench-bare-{tag}"
@@ -113,6 +114,7 @@ def raw_es(shape: Shape, state: dict[str, dict[int, Any]], tag: str, want: Check
     final = {harness.index_of(shape, base, tag, t): rows for t, rows in _final_rows(shape, state).items()}
     for index in final:
         es.options(ignore_status=404).indices.delete(index=index)
+        es.indices.create(index=index, settings=harness.ES_SETTINGS)
     docs = {index: [shape.model.es_doc(r) for r in rows] for index, rows in final.items()}
     with PeakRss() as mem, timed() as t:
         for index, rows in final.items():

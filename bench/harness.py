@@ -19,6 +19,9 @@ Shape = SmallShape | RealShape
 Checks = dict[str, tuple[int, int]]  # logical table -> (row count, checksum)
 
 
+ES_SETTINGS = {"number_of_replicas": 0, "refresh_interval": "30s"}  # cdcflow's measured index, and the bare bulk's
+
+
 def mysql_url() -> str:
     from cdcflow.connections import get_connection
 

@@ -34,7 +34,7 @@ def schema_sink(shape: Shape, table: str) -> dict[str, Any]:
 def es_sink(shape: Shape, index: str) -> dict[str, Any]:
     """cdcflow's Elasticsearch sink, with the measured index settings (no replica, a 30 s refresh)."""
     return {"type": "elasticsearch", "name": "e", "index": harness.sink_index(shape, index), "id_fields": ["id"],
-            "bulk_max_actions": 1000, "settings": {"number_of_replicas": 0, "refresh_interval": "30s"}}
+            "bulk_max_actions": 1000, "settings": dict(harness.ES_SETTINGS)}
 
 
 ES_WARM_WINDOWS = 4  # a fresh Elasticsearch's bulk CPU fell from 40 to 13.5 s over five runs (docs/benchmarks.md)
