@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
+
+from connectors.arrow_values import from_value_bytes, value_bytes
 
 _ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 _PAD = 64
@@ -24,30 +25,12 @@ _SEXTETS[ord("=")] = _PAD
 _LETTERS = np.frombuffer(_ALPHABET, dtype=np.uint8)
 
 
-def parts(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(the bytes of every value, one after another; each value's start and end in them) of a
-    string or binary column, its slice's only."""
-    _validity, offsets, data = column.buffers()
-    wide = pa.types.is_large_string(column.type) or pa.types.is_large_binary(column.type)
-    bounds = np.frombuffer(offsets, dtype=np.int64 if wide else np.int32)[
-        column.offset:column.offset + len(column) + 1].astype(np.int64)
-    raw = (np.frombuffer(data, dtype=np.uint8)[bounds[0]:bounds[-1]] if data is not None
-           else np.zeros(0, dtype=np.uint8))
-    return raw, bounds - bounds[0]
-
-
-def _column(kind: pa.DataType, data: np.ndarray, bounds: np.ndarray, validity: pa.Array) -> pa.Array:
-    out = pa.Array.from_buffers(kind, len(bounds) - 1,
-                                [None, pa.py_buffer(bounds.astype(np.int32)), pa.py_buffer(data.tobytes())])
-    return out if not validity.null_count else pc.if_else(validity.is_valid(), out, pa.nulls(len(out), kind))
-
-
 def decode(column: pa.Array | pa.ChunkedArray) -> pa.Array | None:
     """A string (or binary) column of base64 -> its bytes (binary); nulls stay null. None: a value
     is not padded standard base64 (the caller reads the column value by value)."""
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
-    raw, bounds = parts(column)
+    raw, bounds = value_bytes(column)
     lengths = np.diff(bounds)
     if len(raw) % 4 or np.any(lengths % 4):
         return None
@@ -74,14 +57,14 @@ def decode(column: pa.Array | pa.ChunkedArray) -> pa.Array | None:
         for n in (1, 2):
             keep[full_ends[pads >= n] - n] = False
         triples = triples[keep]
-    return _column(pa.binary(), triples, out_bounds, column)
+    return from_value_bytes(pa.binary(), triples, out_bounds, column)
 
 
 def encode(column: pa.Array | pa.ChunkedArray) -> pa.Array:
     """A binary column -> its values as padded standard base64 (string); nulls stay null."""
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
-    raw, bounds = parts(column)
+    raw, bounds = value_bytes(column)
     lengths = np.diff(bounds)
     groups = -(-lengths // 3)  # three bytes a group, the last one padded with zeros
     starts = np.zeros(len(lengths) + 1, dtype=np.int64)
@@ -98,4 +81,4 @@ def encode(column: pa.Array | pa.ChunkedArray) -> pa.Array:
     short = (3 - lengths % 3) % 3  # the '=' at the end of a value whose last group is short
     for n in (1, 2):
         letters[text_bounds[1:][short >= n] - n] = ord("=")
-    return _column(pa.string(), letters, text_bounds, column)
+    return from_value_bytes(pa.string(), letters, text_bounds, column)

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from connectors.arrow_values import value_bytes
 from connectors.debezium.types import SPATIAL_TYPES, ColumnHint, FieldSchema
 
 _INTEGERS = frozenset({"TINYINT", "SMALLINT", "MEDIUMINT", "INT", "INTEGER", "BIGINT", "YEAR"})
@@ -96,23 +97,16 @@ def one_per_line(lines: pa.Array) -> pa.Buffer:
         raise Unsupported("a null value")
     if not len(lines):
         return pa.py_buffer(b"")
-    _validity, offsets_buffer, data = lines.buffers()
-    wide = pa.types.is_large_binary(lines.type) or pa.types.is_large_string(lines.type)
-    offsets = np.frombuffer(offsets_buffer, dtype=np.int64 if wide else np.int32)[
-        lines.offset:lines.offset + len(lines) + 1]
-    if np.any(offsets[1:] == offsets[:-1]):
+    values, bounds = value_bytes(lines)
+    if np.any(bounds[1:] == bounds[:-1]):
         raise Unsupported("an empty value")
-    values = data.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
-    if np.count_nonzero(np.frombuffer(values, dtype=np.uint8) == ord("\n")):
+    if np.count_nonzero(values == ord("\n")):
         raise Unsupported("a value with a line break")
     text = pa.types.is_string(lines.type) or pa.types.is_large_string(lines.type)
     newline, empty = (pa.scalar("\n", lines.type), pa.scalar("", lines.type)) if text else (
         pa.scalar(b"\n", lines.type), pa.scalar(b"", lines.type))
-    joined = pc.binary_join_element_wise(lines, newline, empty)  # each value and its line break
-    _validity, offsets_buffer, data = joined.buffers()
-    offsets = np.frombuffer(offsets_buffer, dtype=np.int64 if wide else np.int32)[
-        joined.offset:joined.offset + len(joined) + 1]
-    return data.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+    joined, _bounds = value_bytes(pc.binary_join_element_wise(lines, newline, empty))  # each value, its line break
+    return pa.py_buffer(joined)
 
 
 def parsed(buffer: bytes | pa.Buffer, schema: pa.Schema, unexpected: str) -> pa.Table:

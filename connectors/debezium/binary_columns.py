@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectors import base64_columns
+from connectors.arrow_values import from_value_bytes, value_bytes
 from connectors.debezium.types import bits_read, geometry_read
 
 
@@ -43,7 +44,7 @@ def _geometry(values: pa.Array) -> pa.Array | None:
     wkb = base64_columns.decode(pc.fill_null(wkb_text, ""))
     if wkb is None:
         return None
-    raw, bounds = base64_columns.parts(wkb)
+    raw, bounds = value_bytes(wkb)
     lengths = np.diff(bounds) + 4
     out_bounds = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=out_bounds[1:])
@@ -53,9 +54,7 @@ def _geometry(values: pa.Array) -> pa.Array | None:
     body = np.ones(len(out), dtype=bool)
     body[heads.reshape(-1)] = False
     out[body] = raw
-    internal = pa.Array.from_buffers(pa.binary(), len(lengths),
-                                     [None, pa.py_buffer(out_bounds.astype(np.int32)), pa.py_buffer(out.tobytes())])
-    return pc.if_else(present, base64_columns.encode(internal), pa.nulls(len(values), pa.string()))
+    return base64_columns.encode(from_value_bytes(pa.binary(), out, out_bounds, values))  # a null struct: null
 
 
 def _bits(values: pa.Array) -> pa.Array | None:
@@ -67,7 +66,7 @@ def _bits(values: pa.Array) -> pa.Array | None:
     data = base64_columns.decode(values)
     if data is None:
         return None
-    raw, bounds = base64_columns.parts(data)
+    raw, bounds = value_bytes(data)
     lengths = np.diff(bounds)
     if np.any(lengths > 8):
         return None  # wider than 64 bits: Python's integers read it

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from connectors.arrow_values import value_bytes
+
 # order matters: the backslash first, so the escapes added after it are not escaped again
 _SQL_ESCAPES = (("\\", "\\\\"), ("'", "\\'"), ("\x00", "\\0"), ("\x1a", "\\Z"))
 
@@ -45,8 +47,7 @@ def _escape(text: pa.Array) -> pa.Array:
     """Each value with MySQL's escapes. Most columns need none: one search of the column's bytes per
     escaped character (memchr speed) finds that, where a kernel call per character over the values
     was ~1/8 of a read task's time on real-shaped rows (py-spy)."""
-    data = text.buffers()[2]
-    raw = data.to_pybytes() if data is not None else b""  # the whole buffer: a slice's values are in it
+    raw = value_bytes(text)[0].tobytes()  # the values' bytes: a slice's only
     for plain, escaped in _SQL_ESCAPES:
         if raw.find(plain.encode()) >= 0 and pc.any(pc.match_substring(text, plain)).as_py():
             text = pc.replace_substring(text, plain, escaped)
@@ -58,10 +59,7 @@ def _payload(lines: pa.Array) -> bytes:
     lines = lines.combine_chunks() if isinstance(lines, pa.ChunkedArray) else lines
     if lines.null_count:
         raise ValueError("a line is null")  # every field was filled; a null line is a bug
-    _validity, offsets, data = lines.buffers()
-    bounds = memoryview(offsets).cast("i")  # int32 offsets of a string array
-    start, end = bounds[lines.offset], bounds[lines.offset + len(lines)]
-    return memoryview(data)[start:end].tobytes()
+    return value_bytes(lines)[0].tobytes()
 
 
 def _literals(column: pa.Array | pa.ChunkedArray) -> pa.Array:
