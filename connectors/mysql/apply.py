@@ -24,7 +24,7 @@ import sqlalchemy as sa
 
 from connectors import timing
 from connectors.base import ArrowRecords, Change, SinkStats, newest_per_key
-from connectors.mysql import bulk
+from connectors.mysql import bulk, local_load
 from connectors.mysql.config import MySqlSinkConfig
 from connectors.mysql.sql import (
     DELETE_STAGE,
@@ -220,7 +220,7 @@ def _upsert_set(cursor: Any, sql: Statements, upserts: pa.Table, newest_tombston
         names.append(HASH_COLUMN)
     cursor.execute(sql.stage_sql if codes is None else sql.stage_partial_sql)
     started = time.perf_counter()
-    load(cursor, UPSERT_STAGE, names, columns, payload_bytes)
+    staged_by_load(stats, load(cursor, UPSERT_STAGE, names, columns, payload_bytes, sql.cfg.stage == "load_data"))
     started = lap(stats, "load_s", started)
     tombstoned = 0
     if guarded:
@@ -270,10 +270,11 @@ def _delete_set(cursor: Any, sql: Statements, deletes: pa.Table, payload_bytes: 
     pk = sql.cfg.primary_key
     hashed = key_hashes(key_parts(deletes, sql))
     cursor.execute(sql.stage_delete_sql)
-    load(cursor, DELETE_STAGE, [*pk, VERSION_COLUMN, HASH_COLUMN, KEY_JSON_COLUMN],
-         [deletes.column(f"c_{sql.columns.index(k)}") for k in pk]
-         + [deletes.column("version"), pa.array([h.hex() for h, _j in hashed], pa.string()),
-            pa.array([j for _h, j in hashed], pa.string())], payload_bytes)
+    staged_by_load(stats, load(cursor, DELETE_STAGE, [*pk, VERSION_COLUMN, HASH_COLUMN, KEY_JSON_COLUMN],
+                               [deletes.column(f"c_{sql.columns.index(k)}") for k in pk]
+                               + [deletes.column("version"), pa.array([h.hex() for h, _j in hashed], pa.string()),
+                                  pa.array([j for _h, j in hashed], pa.string())],
+                               payload_bytes, sql.cfg.stage == "load_data"))
     started = time.perf_counter()
     cursor.execute(sql.set_delete_sql)
     gone = cursor.rowcount
@@ -284,14 +285,24 @@ def _delete_set(cursor: Any, sql: Statements, deletes: pa.Table, payload_bytes: 
     count_deletes(stats, deletes.num_rows, gone, kept)
 
 
+def staged_by_load(stats: SinkStats, by_load: bool) -> None:
+    """Count the stages made by LOAD DATA and those by INSERT (``stats.extra``: how a sink's sets went)."""
+    key = "staged_by_load_data" if by_load else "staged_by_insert"
+    stats.extra[key] = stats.extra.get(key, 0) + 1
+
+
 def key_parts(table: pa.Table, sql: Statements) -> list[pa.ChunkedArray]:
     """The primary key's columns, for the tombstone hashes (sql.key_hashes)."""
     return [table.column(f"c_{sql.columns.index(k)}") for k in sql.cfg.primary_key]
 
 
 def load(cursor: Any, stage: str, names: list[str], columns: list[pa.Array | pa.ChunkedArray],
-         payload_bytes: int) -> None:
-    """Multi-row INSERTs of escaped literals, each under ``payload_bytes``."""
+         payload_bytes: int, local: bool = True) -> bool:
+    """Stage the rows into the temporary table ``stage``: with ``local`` by LOAD DATA LOCAL from
+    memory where the server allows it and no value is coerced (connectors/mysql/local_load.py), else
+    by multi-row INSERTs of escaped literals, each under ``payload_bytes``. True: LOAD DATA did."""
+    if local and local_load.load_data(cursor, stage, names, columns, payload_bytes):
+        return True
     head = f"INSERT INTO {quote(stage)} ({', '.join(quote(n) for n in names)}) VALUES "
     rows = len(columns[0])
     step = rows
@@ -303,3 +314,4 @@ def load(cursor: Any, stage: str, names: list[str], columns: list[pa.Array | pa.
             continue
         cursor.execute(head.encode("utf-8") + payload)  # bytes: pymysql sends them as they are
         start += step
+    return False

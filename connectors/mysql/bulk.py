@@ -2,7 +2,8 @@
 kernels (no Python object per row or per value): every value a quoted, escaped string literal
 (MySQL converts it to the column's type as it would a bound parameter), ``NULL`` for null. Binary
 columns (BLOB, BINARY, BIT, spatial in MySQL's internal form) are hex literals ``X'…'``.
-``LOAD DATA LOCAL INFILE`` is not used (see docs/semantics.md).
+A set is staged this way where ``LOAD DATA LOCAL`` is refused or would coerce a value
+(connectors/mysql/local_load.py), and the row path's batches always are.
 
 Escaping follows MySQL's string-literal rules with backslash escapes on (the sink's session sets no
 NO_BACKSLASH_ESCAPES): no value can end its literal early.

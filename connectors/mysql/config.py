@@ -196,6 +196,11 @@ class MySqlSinkConfig(StrictModel):
         "rows: multi-row upserts of batch_size rows.")
     set_rows: int = Field(default=50_000, ge=100, le=1_000_000,
                           description="Changes per set-based transaction (apply: set).")
+    stage: Literal["load_data", "insert"] = Field(
+        default="load_data", description="apply: set: how a set reaches its temporary table. load_data: LOAD DATA "
+        "LOCAL INFILE from memory, where the server allows it (local_infile=ON; MySQL 8 ships it OFF), else "
+        "multi-row INSERTs; a set whose load raises a warning is staged again by INSERT, so strict mode still "
+        "rejects a bad value. insert: multi-row INSERTs only.")
     delete: Literal["hard", "soft"] = Field(
         default="hard", description="hard: a delete removes the row; soft: the row stays and deleted_column is set "
         "to the delete's source time (UTC); a newer change of the key clears it (docs/soft-deletes.md).")

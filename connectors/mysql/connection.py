@@ -43,7 +43,9 @@ def writer_engine(url: str, shared: bool = False) -> sa.Engine:
     # sink tells an unchanged row from an inserted one (connectors/mysql/apply.py::count_upserts)
     return sa.create_engine(url, isolation_level="READ COMMITTED",
                             connect_args={**CONNECT_ARGS, "init_command": SESSION_SQL,
-                                          "client_flag": pymysql.constants.CLIENT.MULTI_RESULTS}, **pool)
+                                          "client_flag": pymysql.constants.CLIENT.MULTI_RESULTS
+                                          # LOCAL offered, answered only by local_load.load_data's own statement
+                                          | pymysql.constants.CLIENT.LOCAL_FILES}, **pool)
 
 
 def reader_engine(url: str) -> sa.Engine:

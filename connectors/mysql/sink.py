@@ -34,6 +34,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -327,7 +328,8 @@ class MySqlSink:
         """One transaction (a savepoint of the window's): the changes into the history table."""
         assert self.history is not None
         with self._transaction() as conn:
-            return history.apply_history(conn, self.history, table, self.sql.rule, apply.load, SET_PAYLOAD_BYTES)
+            return history.apply_history(conn, self.history, table, self.sql.rule,
+                                         partial(apply.load, local=self.cfg.stage == "load_data"), SET_PAYLOAD_BYTES)
 
     def _history_one_by_one(self, table: pa.Table) -> list[FailedRecord]:
         """Some change's data MySQL refuses: each change alone, and those it still refuses to the DLQ."""
