@@ -50,12 +50,12 @@ def print_table(r: dict[str, Any]) -> None:
         c = r["raw_consume"]
         line("ceiling: bare confluent-kafka consume loop, events/s", f"{c['events_per_s']:,}  "
              f"({c['bytes_per_s'] / 2**20:,.1f} MiB/s{_median(r, 'raw_consume', 'events_per_s')})")
-        line("ceiling: bare multi-row upsert, 1 connection, rows/s", f"{r['raw_mysql_upsert']['rows_per_s']:,}  "
-             f"({r['raw_mysql_upsert']['rows']:,} final rows{_median(r, 'raw_mysql_upsert', 'rows_per_s')})")
-        line("ceiling: bare LOAD DATA LOCAL INFILE into an empty table, rows/s",
-             f"{r['raw_mysql_load']['rows_per_s']:,}{_median(r, 'raw_mysql_load', 'rows_per_s')}")
-        line("ceiling: bare Elasticsearch bulk, docs/s",
-             f"{r['raw_es_bulk']['docs_per_s']:,}{_median(r, 'raw_es_bulk', 'docs_per_s')}")
+        for key, what, unit in (("raw_mysql_upsert", "bare multi-row upsert, 1 connection", "rows"),
+                                ("raw_mysql_load", "bare LOAD DATA LOCAL INFILE into an empty table", "rows"),
+                                ("raw_es_bulk", "bare Elasticsearch bulk", "docs")):
+            c = r[key]
+            line(f"ceiling: {what}, events/s", f"{c.get('events_per_s', 0):,}  (the events' final state: "
+                 f"{c[unit]:,} {unit} at {c[f'{unit}_per_s']:,}/s{_median(r, key, 'events_per_s')})")
     for key in ("provider_defaults", "provider_careful"):
         if key in r:
             p = r[key]
