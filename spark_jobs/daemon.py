@@ -29,7 +29,8 @@ import time
 PRELOADED = (
     "pyspark.worker", "pyspark.sql.pandas.serializers", "pyarrow", "pyarrow.compute", "pyarrow.json", "pyarrow.ipc",
     "pandas", "numpy", "msgspec", "confluent_kafka", "sqlalchemy", "pymysql",
-    "spark_jobs.project.targets", "spark_jobs.read.ranges", "spark_jobs.read.decode", "spark_jobs.write.tasks", "spark_jobs.write.dead_letters",
+    "spark_jobs.project.targets", "spark_jobs.read.ranges", "spark_jobs.read.decode", "spark_jobs.write.tasks",
+    "spark_jobs.write.early_writes", "spark_jobs.write.target_writes",
     "spark_jobs.transform.spark_stage", "spark_jobs.project.tables", "spark_jobs.write.sinks",
     "connectors.formats", "connectors.debezium.envelope", "connectors.debezium.columns", "connectors.kafka.reader",
     "connectors.kafka.dlq", "connectors.mysql.sink", "connectors.elasticsearch.sink", "elasticsearch",

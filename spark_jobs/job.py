@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 from connectors import timing
 from connectors.base import SinkStats
+from connectors.errors import DeadLettersExceeded
 from connectors.kafka.reader import ReadRange
 from connectors.mysql.offsets import OffsetCommit
 from spark_jobs.sink_targets import SinkTarget
@@ -267,3 +268,19 @@ def smaller(a: int | None, b: int | None) -> int | None:
 def larger(a: int | None, b: int | None) -> int | None:
     """The larger of two values where None is unknown (the other wins)."""
     return b if a is None else a if b is None else max(a, b)
+
+
+def breaker(job: WindowJob, result: WindowResult) -> None:
+    """errors.max_dead_letters: past it, the window fails before its commit (the runner then STOPs the
+    pipeline). What it sent to the DLQ stays there, and no later window sends it again. Applied after
+    the dead letters (write/dead_letters.py) and again with the rows the sinks rejected, before the
+    exactly-once sink (write/tasks.py)."""
+    limit = job.max_dead_letters
+    if limit is None or not limit.exceeded(result.dead_lettered, result.records):
+        return
+    raise DeadLettersExceeded(
+        f"{result.dead_lettered} of the {result.records} records of window {job.run_id} went to the dead-letter "
+        f"topic {job.dlq_topic} ({result.dead_lettered / max(result.records, 1):.0%}), past errors.max_dead_letters "
+        f"({limit.describe()}): pipeline {job.pipeline!r} is STOPPED and no offset moved. See the dead letters "
+        f"(the page, or GET /cdcflow/connectors/{job.pipeline}/dlq), fix their cause, then resume the pipeline; "
+        "the records already in the DLQ are not sent again")

@@ -63,19 +63,12 @@ from connectors import errors as cdc_errors
 from connectors import timing
 from connectors.base import SinkStats
 from connectors.errors import CdcflowError, WindowFailed
-from spark_jobs.project import compose
 from spark_jobs import chains
-from spark_jobs.transform import spark_stage
-from spark_jobs.write import prepare
-from spark_jobs.write.early import before_read
-from spark_jobs.blobs import BAD, CHANGES, DELETES, PACKED_SCHEMA, ROWS, TALLY, unpack
-from spark_jobs.write.dead_letters import blob_rows, breaker, reporter, send_dead_letters
+from spark_jobs.blobs import BAD, DELETES, PACKED_SCHEMA, TALLY
 from spark_jobs.deadline import Deadline
 from spark_jobs.job import (
     MAX_EXAMPLES,
     REPORT_SCHEMA,
-    SINK_OFFSETS_KEY,
-    WRITE_SCHEMA,
     Counted,
     Tally,
     WindowJob,
@@ -87,15 +80,19 @@ from spark_jobs.job import (
     read_result,
     smaller,
 )
+from spark_jobs.project import compose
 from spark_jobs.read_task import read_task
 from spark_jobs.session import Checkpoints, read_slots
 from spark_jobs.spark_failures import out_of_memory, server_lost, spark_unavailable
-from spark_jobs.write.tasks import at_once, commit_without_rows, write_static, write_task
+from spark_jobs.transform import spark_stage
+from spark_jobs.write import prepare
+from spark_jobs.write.dead_letter_rows import blob_rows, reporter
+from spark_jobs.write.dead_letters import send_dead_letters
+from spark_jobs.write.early import before_read
+from spark_jobs.write.tasks import write_handed
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-
-    from spark_jobs.sink_targets import SinkTarget
+    from pyspark.sql import SparkSession
 
 OnRead = Callable[[dict[tuple[str, int], tuple[int, int]]], None]  # the read range into the ledger
 
@@ -128,8 +125,9 @@ def run_partition_path(spark: SparkSession, job: WindowJob, on_read: OnRead,
     """The one path (see the module's docstring), its stages in order: the targets the read tasks write
     made ready (write/prepare.py); read, decode, transform and project in the read tasks
     (read_task.py: read/, transform/, project/, write/; a chain with a Spark step: transform/spark_stage.py);
-    the dead letters and the breaker (write/dead_letters.py); the other targets made ready; the write
-    tasks (write/tasks.py), the exactly-once sink last."""
+    the dead letters and the breaker (write/dead_letters.py); the other targets made ready
+    (write/prepare.py); the early targets' deletes and the write tasks (write/tasks.py), the
+    exactly-once sink last."""
     from pyspark.sql import functions as F  # noqa: PLC0415
 
     stages: dict[str, float] = {}
@@ -167,80 +165,22 @@ def run_partition_path(spark: SparkSession, job: WindowJob, on_read: OnRead,
         return result
 
     with result.timed("dlq"):  # past errors.tolerance none the window fails here, naming examples
-        send_dead_letters(
+        send_dead_letters(  # and the breaker: before any handed-on sink is written, a poison burst applies nothing
             job, result, tally,
             lambda: "; ".join([e for info in tallies for e in info.get("examples", [])][:MAX_EXAMPLES]),
             lambda: sum(info.get("reported", 0) for info in tallies) if early else sum(
                 r.reported for r in packed.where(F.col("kind") == BAD).coalesce(1).mapInArrow(
                     reporter(job, blob_rows), REPORT_SCHEMA).collect()))
-    breaker(job, result)  # before any staged sink is written: a poison burst applies nothing
+    targets = None
+    if staged.sinks:
+        with result.timed("sinks"):  # tables and indices created or evolved; truncate: apply
+            targets = prepare.make_ready(staged, tallies, result)
     deletes: dict[str, list[bytes]] = {}
     for r in collected:
         if r.kind == DELETES:
             deletes.setdefault(r.target, []).append(r.blob)
-    if deletes:
-        with result.timed("deletes"):
-            _write_deletes(job, early, deletes, result)
-    if not staged.sinks:
-        return result
-
-    with result.timed("sinks"):
-        targets = prepare.make_ready(staged, tallies, result)  # tables and indices created or evolved; truncate: apply
-        commit = job.offset_commit(result.ends)
-        _write(staged, packed, tasks, targets, result, skip_offsets_sink=commit is not None)
-        breaker(job, result)  # with the rows the sinks rejected, before the exactly-once sink
-        if commit is not None:  # last, once every other sink succeeded: its transaction commits the offsets
-            _write_offsets_sink(job, packed, targets, commit, result)
+    write_handed(staged, packed, tasks, targets, early, deletes, result)  # the exactly-once sink last
     return result
-
-
-def _write(job: WindowJob, packed: DataFrame, tasks: int, targets: prepare.Targets, result: WindowResult,
-           skip_offsets_sink: bool) -> None:
-    """Every sink (but the exactly-once one, written last): a write task per bucket of keys."""
-    from pyspark.sql import functions as F  # noqa: PLC0415
-
-    names = [t.config.name for t in job.sinks if not (skip_offsets_sink and t.config.name == job.offsets_sink)]
-    for name in names:
-        result.sinks.setdefault(name, SinkStats())
-    if not names:
-        return
-    frame = packed.where(F.col("kind").isin(ROWS, CHANGES) & F.col("target").isin(*names))
-    if tasks > 1:  # every key's (and table's) rows of every read task in one write task (blobs.bucketed)
-        frame = frame.repartition(tasks, "bucket")
-    _count_writes(result, frame.mapInArrow(write_task(job, targets), WRITE_SCHEMA).collect())
-
-
-def _write_deletes(job: WindowJob, early: dict[str, SinkTarget], deletes: dict[str, list[bytes]],
-                   result: WindowResult) -> None:
-    """The deletes of the tables the read tasks wrote (``project.mysql_deletes``), written here, on
-    the driver, once every read task's upserts are in. They came with the tallies: a row per key a
-    read task deleted (its last change, with its record for a dead letter), too few for a Spark stage
-    of their own."""
-    writes = {name: (lambda n=name, b=blobs: [write_static(job, early[n], unpack(b), several=True)])
-              for name, blobs in deletes.items()}
-    for row in at_once(writes):
-        count_written(result, row.column("sink")[0].as_py(), SimpleNamespace(**row.to_pylist()[0]))
-
-
-def _write_offsets_sink(job: WindowJob, packed: DataFrame, targets: prepare.Targets, commit: Any,
-                        result: WindowResult) -> None:
-    """Exactly-once: the offset sink's rows of every read task and the window's offsets, in one
-    transaction of one task (or the offsets alone, from the driver, when the sink has no row). A
-    table from the record schema comes as its changes (a table group of one table: the config allows
-    no routing), made ready before like the others (``prepare.make_ready``: its DDL, which MySQL
-    commits apart, runs before the transaction, as a declared table's does)."""
-    from pyspark.sql import functions as F  # noqa: PLC0415
-
-    assert job.offsets_sink is not None
-    group = targets.groups.get(job.offsets_sink)
-    target = targets.static[job.offsets_sink] if group is None else group.target
-    kind = ROWS if group is None else CHANGES
-    frame = packed.where((F.col("kind") == kind) & (F.col("target") == job.offsets_sink)).coalesce(1)
-    rows = frame.mapInArrow(write_task(job, targets, commit), WRITE_SCHEMA).collect()
-    if not any(SINK_OFFSETS_KEY in json.loads(r.extra) for r in rows):
-        rows.append(commit_without_rows(job, target, commit))
-    result.sinks.setdefault(target.config.name, SinkStats())
-    _count_writes(result, rows)
 
 
 def merge_tallies(tallies: list[dict[str, Any]]) -> Tally:
@@ -255,11 +195,6 @@ def merge_tallies(tallies: list[dict[str, Any]]) -> Tally:
                 max(prior.end, end), prior.n + count, smaller(prior.first, first), larger(prior.last, last),
                 prior.truncates + truncates)
     return tally
-
-
-def _count_writes(result: WindowResult, rows: list[Any]) -> None:
-    for row in rows:
-        count_written(result, row.sink, row)
 
 
 _ERROR_LINE = re.compile(r"^(cdcflow\.errors\.(\w+)): (.*)$", re.MULTILINE)

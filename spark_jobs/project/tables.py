@@ -9,7 +9,7 @@ changes tagged with their table (all the changes of a table in one task) and, pe
 1. :func:`project_rows` reads each column's text from the typed row image (connectors/images.py)
    and checks that it fits the column;
 2. :func:`latest_rows` keeps the last change per key (connectors/changes.py's rules);
-3. the table's writer applies them (``spark_jobs.write.tasks.write_target``), rows that do not fit to the DLQ.
+3. the table's writer applies them (``spark_jobs.write.target_writes.write_target``), rows that do not fit to the DLQ.
 
 The driver creates or evolves each table before the job (spark_jobs/sinks.prepare_tables, one
 connection).
@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 from connectors import base64_columns, images
 from connectors.mysql.config import MySqlSinkConfig
 from connectors.mysql.types import parse_type
-from spark_jobs.read.ranges import omitted
+from spark_jobs.raw_values import omitted
 from spark_jobs.sink_targets import SinkTarget
 
 RAW_COLUMNS = ["topic", "partition", "offset", "timestamp", "key", "value", "headers"]

@@ -25,7 +25,7 @@ from spark_jobs.job import MAX_EXAMPLES, TRUNCATE_TO_DLQ, WindowJob
 from spark_jobs.project.documents import project_documents
 from spark_jobs.project.partial import fill_kept
 from spark_jobs.project.routes import bad_route, index_names, join_texts, table_names
-from spark_jobs.sink_targets import SinkTarget, is_history, is_routed, is_static
+from spark_jobs.sink_targets import SinkTarget, is_history, is_routed, is_static, mapped_by_records
 from spark_jobs.project.tables import RAW_COLUMNS, TABLE_COLUMN, latest_rows, project_rows, row_keys
 
 BAD_COLUMNS = [*RAW_COLUMNS, "error_stage", "error_message", "component"]
@@ -140,6 +140,41 @@ class Sorted:
     rows: list[tuple[str, str, pa.Table, list[str] | None]]
     bad: pa.Table
     info: dict[str, Any]
+
+
+@dataclass
+class EarlySplit:
+    """A read task's changes when it writes targets itself (``early``): sorted out by target
+    (``out``), the rows it writes per early target (``rows``: the deletes held back), those deletes
+    per table (written by the driver once every read task ended: :func:`mysql_deletes`), and the
+    early targets whose rows it hands on (``handed``)."""
+
+    out: Sorted
+    rows: dict[str, pa.Table]
+    deletes: dict[str, pa.Table]
+    handed: list[str]
+
+
+def early_split(job: WindowJob, decoded: pa.Table, early: dict[str, SinkTarget], counted: bool = True) -> EarlySplit:
+    """:func:`sort_out` for a task that writes its ``early`` targets (spark_jobs/write/early_writes.py):
+    an index mapped from the records whose records carry no schema, and a table from the record schema's
+    changes of a schema it was not made for (``early.schema_tables``), are handed on. ``counted``: the
+    read tasks counted the records (the task after a Spark stage: transform/spark_stage.finished)."""
+    out = sort_out(job, decoded, early)
+    if not counted:
+        out.info["counted"] = [c for c in out.info["counted"] if c[0] is not None]
+    plain = any(mapped_by_records(t) for t in early.values()) and schemaless(decoded)
+    whole = [name for name, t in early.items() if mapped_by_records(t) and not t.schema_ids and not plain]
+    rows = {name: table for name, kind, table, _cols in out.rows
+            if name in early and name not in whole and kind == ROWS}
+    handed = whole + sorted({name for name, kind, _t, _c in out.rows if name in early and kind in (CHANGES, LATER)})
+    deletes = {}
+    for name, table in list(rows.items()):
+        held = mysql_deletes(early[name], table)
+        if held is not None:
+            deletes[name] = table.filter(held)
+            rows[name] = table.filter(pc.invert(held))
+    return EarlySplit(out, rows, deletes, handed)
 
 
 def split(job: WindowJob, task: int, decoded: pa.Table, writers: int = 1) -> Iterator[pa.RecordBatch]:

@@ -10,8 +10,8 @@ whose names start with ``_`` carry what the window needs afterwards (the record'
 key as read, its version, the delete's row): a ``Python`` function must keep them, and may add,
 change or drop value fields and drop records. A change to ``key`` is not read back (use ValueToKey
 before the stage); a ``value`` made null deletes the record's key (before the unwrap: is a tombstone). The value as read is not carried (``_value`` holds
-``read/ranges.OMITTED``, or null for a tombstone): it is most of a record, and only a dead letter
-needs it, which reads it again (spark_jobs/write/raw_values.py).
+``raw_values.OMITTED``, or null for a tombstone): it is most of a record, and only a dead letter
+needs it, which reads it again (spark_jobs/raw_values.py).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from connectors import images
 from connectors.registry.config import REGISTRY_CONVERTERS
 from connectors.registry.decode import JSON_COLUMNS, json_bytes
 from spark_jobs.transform import transform_config as cfgs
-from spark_jobs.read.ranges import omitted
+from spark_jobs.raw_values import omitted
 
 _FROM = {"topic": "route", "partition": "partition", "offset": "offset", "timestamp": "timestamp",
          "headers": "headers"}  # frame column <- change column

@@ -36,11 +36,10 @@ from spark_jobs.blobs import BAD, PACKED_SCHEMA, TALLY, bucketed, pack, packed
 from spark_jobs.project import targets as project
 from spark_jobs.project.routes import routes_checked
 from spark_jobs.read.ranges import reader
-from spark_jobs.read_task import written_early
 from spark_jobs.transform import envelope_frame, record_frame, row_transforms
 from spark_jobs.transform import transform_config as cfgs
 from spark_jobs.chains import SPARK_STEPS, sparked
-from spark_jobs.write.dead_letters import send_first
+from spark_jobs.write.early_writes import send_first, written_early
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -189,9 +188,10 @@ def finished(job: WindowJob, task: int, changes: pa.Table, writers: int,
              early: dict[str, SinkTarget] | None = None) -> Iterator[pa.RecordBatch]:
     """After the chain: as spark_jobs/project/targets.split, but for the records read, which the read
     tasks counted; the ``early`` targets written here, as a read task without a Spark stage writes them
-    (spark_jobs/read_task.written_early)."""
+    (spark_jobs/write/early_writes.written_early)."""
     if early:
-        yield from written_early(job, task, routes_checked(changes), early, writers, counted=False)
+        yield from written_early(job, task, project.early_split(job, routes_checked(changes), early, counted=False),
+                                 early, writers)
         return
     out = project.sort_out(job, routes_checked(changes))
     out.info["counted"] = [c for c in out.info["counted"] if c[0] is not None]

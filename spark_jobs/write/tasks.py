@@ -1,59 +1,111 @@
-"""The write tasks: each sink target's rows written, flushed, and their rejects dead-lettered.
+"""The window's last stage, on the driver: the deletes of the tables the read tasks wrote, then every
+handed-on sink, a write task per bucket of keys (:func:`write_handed`), the breaker again with the rows
+the sinks rejected, and the exactly-once sink last (``offset_store.sink``: its rows and the window's
+offsets in one transaction of one task).
 
 A task reports success only after its sinks and its dead letters are flushed, so the driver commits
-only what every task confirmed. With ``offset_store.sink`` (exactly-once) one task writes that sink's
-rows and the window's offsets in one transaction.
+only what every task confirmed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from connectors import faults, images
-from connectors.base import ArrowSink, FailedRecord, OffsetSink, Sink
-from connectors.errors import ConfigError, ToleranceExceeded
-from connectors.kafka.dlq import DeadLetterReporter
+from connectors import images
+from connectors.base import SinkStats
 from connectors.mysql.config import MySqlSinkConfig
 from connectors.mysql.offsets import OffsetCommit
-from spark_jobs.blobs import unpack
-from spark_jobs.write.dead_letters import dead_letter_reporter, failed_from_row
-from spark_jobs.job import CHANGED_KEY, DLQ_CLASS_KEY, SECONDS_KEY, SINK_OFFSETS_KEY, UNFIT_KEY, WindowJob
+from spark_jobs.blobs import CHANGES, ROWS, unpack
+from spark_jobs.job import SINK_OFFSETS_KEY, WRITE_SCHEMA, WindowJob, WindowResult, breaker, count_written
 from spark_jobs.project.partial import fill_kept
-from spark_jobs.sink_targets import SinkTarget, is_history
+from spark_jobs.project.tables import by_table, key_columns, latest_rows, project_rows
+from spark_jobs.sink_targets import SinkTarget
+from spark_jobs.write.dead_letter_rows import dead_letter_reporter
 from spark_jobs.write.prepare import Targets
-from spark_jobs.write.raw_values import restored
 from spark_jobs.write.sinks import SINK_TYPES, TableGroup
-from spark_jobs.project.tables import by_table, key_columns, latest_rows, project_rows, row_keys
+from spark_jobs.write.target_writes import at_once, offset_sink, write_static, write_target
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
-def rejected(batch: pa.RecordBatch, component: str) -> tuple[pa.RecordBatch, list[FailedRecord]]:
-    """The rows of a writer's batch whose values do not fit their columns (error_message set, for the
-    targets that report their own, see ``reports_own_errors``) as dead letters, and the rest."""
-    if "error_message" not in batch.schema.names or batch.column("error_message").null_count == batch.num_rows:
-        return batch, []
-    errors = batch.column("error_message")
-    bad = batch.filter(pc.is_valid(errors)).to_pylist()
-    return batch.filter(pc.is_null(errors)), [failed_from_row(r, "transform", component, r["error_message"])
-                                              for r in bad]
+def write_handed(job: WindowJob, packed: DataFrame, tasks: int, targets: Targets | None,
+                 early: dict[str, SinkTarget], deletes: dict[str, list[bytes]], result: WindowResult) -> None:
+    """The window's writes after its dead letters (``job``: the handed-on sinks; ``targets``: made
+    ready for them by write/prepare.py): the early targets' ``deletes`` first, once every read task's
+    upserts are in; then every handed-on sink but the exactly-once one; the breaker with the rows the
+    sinks rejected; the exactly-once sink last, once every other sink succeeded."""
+    if deletes:
+        with result.timed("deletes"):
+            _write_deletes(job, early, deletes, result)
+    if targets is None or not job.sinks:
+        return
+    with result.timed("sinks"):
+        commit = job.offset_commit(result.ends)
+        _write(job, packed, tasks, targets, result, skip_offsets_sink=commit is not None)
+        breaker(job, result)  # with the rows the sinks rejected, before the exactly-once sink
+        if commit is not None:  # last, once every other sink succeeded: its transaction commits the offsets
+            _write_offsets_sink(job, packed, targets, commit, result)
 
 
-def reports_own_errors(target: SinkTarget, frame: DataFrame) -> bool:
-    """A MySQL table created from the record schema: its columns come from the same schema as the
-    values, so a value that does not fit is rare (a type changed within the window). Its writer sends
-    such rows to the DLQ itself, rather than every table's projection joining the window's tally (a
-    plan that grew with tables × columns: seconds per window for 50 tables, docs/benchmarks.md)."""
-    return isinstance(target.config, MySqlSinkConfig) and not target.config.columns and "row_schema" in frame.columns
+def _write(job: WindowJob, packed: DataFrame, tasks: int, targets: Targets, result: WindowResult,
+           skip_offsets_sink: bool) -> None:
+    """Every sink (but the exactly-once one, written last): a write task per bucket of keys."""
+    from pyspark.sql import functions as F  # noqa: PLC0415
+
+    names = [t.config.name for t in job.sinks if not (skip_offsets_sink and t.config.name == job.offsets_sink)]
+    for name in names:
+        result.sinks.setdefault(name, SinkStats())
+    if not names:
+        return
+    frame = packed.where(F.col("kind").isin(ROWS, CHANGES) & F.col("target").isin(*names))
+    if tasks > 1:  # every key's (and table's) rows of every read task in one write task (blobs.bucketed)
+        frame = frame.repartition(tasks, "bucket")
+    _count_writes(result, frame.mapInArrow(write_task(job, targets), WRITE_SCHEMA).collect())
+
+
+def _write_deletes(job: WindowJob, early: dict[str, SinkTarget], deletes: dict[str, list[bytes]],
+                   result: WindowResult) -> None:
+    """The deletes of the tables the read tasks wrote (``project.mysql_deletes``), written here, on
+    the driver, once every read task's upserts are in. They came with the tallies: a row per key a
+    read task deleted (its last change, with its record for a dead letter), too few for a Spark stage
+    of their own."""
+    writes = {name: (lambda n=name, b=blobs: [write_static(job, early[n], unpack(b), several=True)])
+              for name, blobs in deletes.items()}
+    for row in at_once(writes):
+        count_written(result, row.column("sink")[0].as_py(), SimpleNamespace(**row.to_pylist()[0]))
+
+
+def _write_offsets_sink(job: WindowJob, packed: DataFrame, targets: Targets, commit: Any,
+                        result: WindowResult) -> None:
+    """Exactly-once: the offset sink's rows of every read task and the window's offsets, in one
+    transaction of one task (or the offsets alone, from the driver, when the sink has no row). A
+    table from the record schema comes as its changes (a table group of one table: the config allows
+    no routing), made ready before like the others (``prepare.make_ready``: its DDL, which MySQL
+    commits apart, runs before the transaction, as a declared table's does)."""
+    from pyspark.sql import functions as F  # noqa: PLC0415
+
+    assert job.offsets_sink is not None
+    group = targets.groups.get(job.offsets_sink)
+    target = targets.static[job.offsets_sink] if group is None else group.target
+    kind = ROWS if group is None else CHANGES
+    frame = packed.where((F.col("kind") == kind) & (F.col("target") == job.offsets_sink)).coalesce(1)
+    rows = frame.mapInArrow(write_task(job, targets, commit), WRITE_SCHEMA).collect()
+    if not any(SINK_OFFSETS_KEY in json.loads(r.extra) for r in rows):
+        rows.append(commit_without_rows(job, target, commit))
+    result.sinks.setdefault(target.config.name, SinkStats())
+    _count_writes(result, rows)
+
+
+def _count_writes(result: WindowResult, rows: list[Any]) -> None:
+    for row in rows:
+        count_written(result, row.sink, row)
 
 
 def writer(job: WindowJob, target: SinkTarget,
@@ -117,73 +169,6 @@ def _table_config(target: SinkTarget) -> MySqlSinkConfig:
     return target.config
 
 
-def offset_sink(sink: Sink, name: str) -> OffsetSink:
-    if not isinstance(sink, OffsetSink):  # the config allows a MySQL sink only (cdcflow/config.py)
-        raise ConfigError(f"offset_store.sink: sink {name!r} cannot commit offsets in its transaction")
-    return sink
-
-
-def write_target(job: WindowJob, target: SinkTarget, batches: Iterator[pa.RecordBatch], sink: Sink,
-                  dlq: DeadLetterReporter | None, commit: OffsetCommit | None = None,
-                  opened: bool = False) -> pa.RecordBatch:
-    """Write one target's batches and flush them, and its dead letters, before the task reports
-    success (so before any commit). Rows whose values do not fit (error_message set:
-    ``reports_own_errors``, spark_jobs/project/tables.py) go to the DLQ from here. Returns its stats row.
-    ``opened``: the caller opened the sink (a table of many, whose tables the window prepared)."""
-    cfg = target.config
-    kind = SINK_TYPES[cfg.type]
-    classes: dict[str, int] = {}
-    unfit = 0
-
-    def handle(failed: list[FailedRecord]) -> None:
-        for rec in restored(job, failed) if dlq is not None else failed:  # values a Spark stage left out
-            if dlq is None:
-                raise ToleranceExceeded(
-                    f"errors.tolerance is 'none' and sink {cfg.name!r} rejected {rec.topic}[{rec.partition}]"
-                    f"@{rec.offset}: {rec.message}")
-            dlq.report(rec)
-            if rec.stage == "sink":
-                classes[rec.error_class] = classes.get(rec.error_class, 0) + 1
-
-    write_arrow = sink.write_arrow if isinstance(sink, ArrowSink) else None  # the batches as they are
-    offsets = offset_sink(sink, cfg.name) if commit is not None else None  # exactly-once
-    if not opened:
-        sink.open()
-    extra: dict[str, Any] = {}
-    try:
-        if commit is not None and offsets is not None and not offsets.begin_window(commit):
-            for _batch in batches:  # an earlier attempt of this run committed: nothing to write
-                pass
-            extra[SINK_OFFSETS_KEY] = {"already": commit.run_id}
-            batches = iter(())
-        for batch in batches:
-            batch, refused = rejected(batch, target.component)
-            handle(refused)
-            unfit += len(refused)
-            handle(write_arrow(batch) if write_arrow is not None else sink.write(kind.to_changes(batch, cfg)))
-            if sink.stats.upserted + sink.stats.deleted + sink.stats.stale + sink.stats.unchanged:
-                faults.checkpoint("between_sink_batches", job.faults)
-        handle(sink.flush())
-        if dlq is not None:
-            faults.checkpoint("before_dlq_flush", job.faults)
-            dlq.flush()  # before the task reports success, so before any commit
-        if commit is not None and SINK_OFFSETS_KEY not in extra:
-            assert offsets is not None
-            extra[SINK_OFFSETS_KEY] = offsets.commit_window(
-                commit, lambda: faults.checkpoint("during_sink_commit", job.faults))
-    finally:
-        sink.close()
-    s = sink.stats
-    if unfit:
-        extra[UNFIT_KEY] = unfit
-    if s.changed:
-        extra[CHANGED_KEY] = s.changed
-    return pa.RecordBatch.from_pydict({"sink": [cfg.name], "upserted": [s.upserted], "deleted": [s.deleted],
-                                       "stale": [s.stale], "unchanged": [s.unchanged], "failed": [s.failed],
-                                       "extra": [json.dumps({**s.extra, **extra, **{f"{DLQ_CLASS_KEY}{c}": n
-                                                                                     for c, n in classes.items()}})]})
-
-
 def commit_without_rows(job: WindowJob, target: SinkTarget, commit: OffsetCommit) -> Any:
     """Exactly-once when the offset sink has no row in this window (every change went elsewhere or
     to the DLQ): its transaction commits the offsets alone, from the driver. A table from the record
@@ -219,42 +204,3 @@ def write_task(job: WindowJob, targets: Targets,
         names = [t.config.name for t in job.sinks if t.config.name in blobs]  # in the config's order
         yield from at_once({name: (lambda n=name: one(n, blobs[n], tasks[n])) for name in names})
     return write
-
-
-def write_now(job: WindowJob, targets: dict[str, SinkTarget], rows: dict[str, pa.Table]) -> list[pa.RecordBatch]:
-    """A read task's own rows of the targets it writes itself (``early.early_targets``: their keys
-    are in no other task), the targets at the same time."""
-    names = [t.config.name for t in job.sinks if t.config.name in rows]  # in the config's order
-    return at_once({name: (lambda n=name: [write_static(job, targets[n], rows[n], several=False)]) for name in names})
-
-
-def write_static(job: WindowJob, target: SinkTarget, table: pa.Table, several: bool,
-                 commit: Any = None) -> pa.RecordBatch:
-    """A static target's rows (each key's last change, per read task) written: reduced again when they
-    come from ``several`` read tasks or hold tombstones whose delete was not resolved."""
-    keys = row_keys(target)
-    if keys and (several or table.column("version").null_count):
-        table = latest_rows(fill_kept(table, target.config, keys), keys, every_version=is_history(target))
-    return write_target(job, target, iter(table.to_batches()), SINK_TYPES[target.config.type].open(target),
-                        dead_letter_reporter(job), commit)
-
-
-def at_once(writes: dict[str, Callable[[], list[pa.RecordBatch]]]) -> list[pa.RecordBatch]:
-    """Each target's write (its stats rows, with its seconds) at the same time: MySQL and
-    Elasticsearch wait on different servers; every one finishes before the first error is raised."""
-    def timed(name: str) -> list[pa.RecordBatch]:
-        started = time.perf_counter()
-        rows = writes[name]()
-        seconds = (time.perf_counter() - started) / max(len(rows), 1)
-        out = []
-        for row in rows:
-            extra = json.loads(row.column("extra")[0].as_py())
-            extra[SECONDS_KEY] = seconds
-            out.append(row.set_column(row.schema.get_field_index("extra"), "extra", pa.array([json.dumps(extra)])))
-        return out
-
-    if len(writes) <= 1:
-        return [row for name in writes for row in timed(name)]
-    with ThreadPoolExecutor(max_workers=len(writes), thread_name_prefix="cdcflow-write") as pool:
-        futures = [pool.submit(timed, name) for name in writes]
-    return [row for future in futures for row in future.result()]

@@ -144,7 +144,7 @@ def test_a_table_from_the_record_schema_behind_a_spark_step_gets_the_columns_spa
 
 def test_dead_letters_behind_a_spark_step_carry_the_records_as_read(
         config_dir: Path, store: StateStore, spark: Any) -> None:
-    """The record frame leaves each value as read out (spark_jobs/write/raw_values.py): a record that fails after
+    """The record frame leaves each value as read out (spark_jobs/raw_values.py): a record that fails after
     the Spark stage (a value that does not fit its column) or that MySQL refuses in a write task (Data too
     long) reaches the DLQ with its key and value as read from Kafka, byte for byte."""
     tag = unique("sdlq")

@@ -1,4 +1,4 @@
-"""The values a Spark stage leaves behind (spark_jobs/write/raw_values.py): only a dead letter whose value was
+"""The values a Spark stage leaves behind (spark_jobs/raw_values.py): only a dead letter whose value was
 omitted reads it again, from the range of its partition's offsets asked for. Against Kafka:
 tests/integration/spark_jobs/test_spark_stage.py."""
 
@@ -13,7 +13,7 @@ import pytest
 from connectors.base import FailedRecord
 from connectors.errors import DeadLetterWriteFailed
 from connectors.kafka.reader import RAW_SCHEMA
-from spark_jobs.write import raw_values
+from spark_jobs import raw_values
 
 
 def _failed(partition: int, offset: int, value: bytes | None) -> FailedRecord:

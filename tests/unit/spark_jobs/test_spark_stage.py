@@ -13,7 +13,7 @@ from spark_jobs.transform import record_frame as rf
 from spark_jobs.transform import row_transforms as rt
 from spark_jobs.transform import spark_stage as ss
 from spark_jobs.transform import transform_config as cfgs
-from spark_jobs.write import raw_values
+from spark_jobs import raw_values
 from tests.fixtures import orders as o
 from tests.fixtures.debezium import orders as fx
 from tests.unit.spark_jobs.test_row_transforms import chain, decoded, rows
