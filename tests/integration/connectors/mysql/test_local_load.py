@@ -1,7 +1,7 @@
 """The set path's staging by LOAD DATA LOCAL from memory (connectors/mysql/local_load.py) on the real
-MariaDB: the same rows as the INSERT staging, value for value; a value MySQL would coerce staged
-again by INSERT, so strict mode still sends its row to the DLQ; a server that refuses LOCAL served
-by INSERT; and no file of the worker can be read through a sink's connection."""
+MariaDB: the same rows as the INSERT staging, value for value; a server that refuses LOCAL served by
+INSERT; and no file of the worker can be read through a sink's connection. (A value MySQL would
+coerce is staged again by INSERT: test_sink.py::test_a_rejected_set_falls_back_to_rows_and_only_the_bad_row_fails.)"""
 
 from __future__ import annotations
 
@@ -97,24 +97,6 @@ def test_binary_bit_and_spatial_values_are_loaded_as_the_insert_writes_them() ->
     finally:
         for s in sinks:
             s.close()
-
-
-def test_a_value_mysql_would_coerce_is_staged_again_by_insert_and_its_row_goes_to_the_dlq() -> None:
-    """With LOCAL, MariaDB cuts a value too long for its column with a warning: the set is staged again
-    by INSERT, strict mode rejects it there, and only its row fails (as without LOAD DATA)."""
-    table = unique("coerce")
-    sink = make_sink(table, "load_data")
-    try:
-        rows = [("upsert", 5, i, f"name{i}", Decimal(i), None, None) for i in range(20)]
-        rows[13] = ("upsert", 5, 13, "x" * 40, Decimal(13), None, None)  # too long for VARCHAR(32)
-        failed = apply(sink, rows)
-        assert [(f.offset, f.stage) for f in failed] == [(13, "sink")]
-        assert "Data too long for column 'name'" in failed[0].message
-        # (LOAD DATA alone would have written the row cut to 32 characters, with a warning)
-        assert [r[0] for r in table_rows(table)] == [i for i in range(20) if i != 13]
-        assert sink.stats.extra["set_fallbacks"] == 1
-    finally:
-        sink.close()
 
 
 def test_a_server_that_refuses_local_is_served_by_insert(monkeypatch: pytest.MonkeyPatch) -> None:
