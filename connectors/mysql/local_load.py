@@ -22,7 +22,6 @@ the INSERT's ``X'…'`` literals do; every other value as its text, with MySQL's
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,7 +45,6 @@ _ESCAPES = ((b"\\", b"\\\\"), (b"\t", b"\\t"), (b"\n", b"\\n"))
 _NULL = pa.scalar(b"\\N", pa.binary())
 
 _refused: set[tuple[str, int]] = set()  # the servers (host, port) that refused LOCAL, in this process
-_lock = threading.Lock()
 
 
 class _FromMemory(pymysql.connections.LoadLocalFile):
@@ -139,8 +137,7 @@ def _load(cursor: Any, stage: str, names: Sequence[str], columns: Sequence[pa.Ar
     except pymysql.MySQLError as exc:
         if not (exc.args and exc.args[0] in REFUSED):
             raise
-        with _lock:
-            _refused.add(server)
+        _refused.add(server)
         return None
     finally:
         conn._local_infile = allowed
